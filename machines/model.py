@@ -1,0 +1,135 @@
+"""Frozen, typed values for a loaded recovery machine and the administrator registry.
+
+These are the contract between the loader (which builds them from validated YAML) and
+the decision core (which reads them). Nothing here does I/O. Field names follow the
+RECOVERY.yaml format of `schemas/recovery-machine.schema.json`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+SPEC_VERSION = "agent-recovery/0.2"
+
+JsonValue = Any  # a value that survives json.dumps/json.loads unchanged
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class CapabilityKind(StrEnum):
+    """What a registered capability does; the core's invariants key on this (SPEC §7)."""
+
+    VERIFY = "verify"
+    RETRY = "retry"
+    COMPENSATE = "compensate"
+    STOP = "stop"
+    REVOKE = "revoke"
+    ISOLATE = "isolate"
+    NOTIFY = "notify"
+    ESCALATE = "escalate"
+    RESUME = "resume"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRef:
+    """One capability invocation named by a machine: an opaque id and static params."""
+
+    capability: str
+    params: Mapping[str, JsonValue] = _EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One candidate transition for `event` in `source`; `index` is its position in the list."""
+
+    source: str
+    event: str
+    index: int
+    target: str
+    guard: str | None = None
+    actions: tuple[ActionRef, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """An atomic state. `on` maps an event to its ordered candidate transitions."""
+
+    name: str
+    final: bool = False
+    entry: tuple[ActionRef, ...] = ()
+    on: Mapping[str, tuple[Transition, ...]] = _EMPTY
+
+
+@dataclass(frozen=True, slots=True)
+class AppliesTo:
+    """Which operations a machine governs. An empty tuple means "any" for that dimension,
+    except `capabilities`, which must name at least one tool capability."""
+
+    capabilities: tuple[str, ...]
+    tools: tuple[str, ...] = ()
+    agents: tuple[str, ...] = ()
+    environments: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AuditSpec:
+    """What the controller must record and retain for operations under this machine."""
+
+    retention_days: int
+    record: tuple[str, ...] = ()
+    redact: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    """A validated RECOVERY.yaml. `digest` is the canonical digest (`sha256:<hex>`)."""
+
+    name: str
+    description: str
+    version: str
+    spec_version: str
+    applies_to: AppliesTo
+    initial: str
+    states: Mapping[str, State]
+    audit: AuditSpec
+    digest: str
+
+    def transitions_for(self, state: str, event: str) -> tuple[Transition, ...]:
+        """The ordered candidate transitions for `event` in `state` (empty if not accepted)."""
+        found = self.states.get(state)
+        if found is None or found.final:
+            return ()
+        return found.on.get(event, ())
+
+
+@dataclass(frozen=True, slots=True)
+class GuardSpec:
+    """A guard id registered by the administrator and the implementation it resolves to."""
+
+    id: str
+    implementation: str
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilitySpec:
+    """A capability id registered by the administrator."""
+
+    id: str
+    kind: CapabilityKind
+    material: bool
+    params_schema: Mapping[str, JsonValue] = field(default_factory=lambda: _EMPTY)
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Registry:
+    """The administrator registry: the only guards and capabilities a machine may name."""
+
+    guards: Mapping[str, GuardSpec]
+    capabilities: Mapping[str, CapabilitySpec]

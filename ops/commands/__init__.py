@@ -1,0 +1,18 @@
+"""The subcommands of `recoveryctl`, each a module with `register(subparsers)`.
+
+A subcommand's handler takes the parsed namespace and returns the exit code:
+0 success, 1 the checked thing failed (invalid machine, broken chain), 2 usage error.
+Every command that prints for people also accepts `--json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+
+COMMANDS: list[Register] = []
+# Each issue's work appends its subcommand module's `register` here, e.g.:
+#   from ops.commands import stack
+#   COMMANDS.append(stack.register)
