@@ -40,7 +40,7 @@ class ActionRef:
     """One capability invocation named by a machine: an opaque id and static params."""
 
     capability: str
-    params: Mapping[str, JsonValue] = _EMPTY
+    params: Mapping[str, JsonValue] = field(default_factory=lambda: _EMPTY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,7 @@ class State:
     name: str
     final: bool = False
     entry: tuple[ActionRef, ...] = ()
-    on: Mapping[str, tuple[Transition, ...]] = _EMPTY
+    on: Mapping[str, tuple[Transition, ...]] = field(default_factory=lambda: _EMPTY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +114,9 @@ class GuardSpec:
     id: str
     implementation: str
     description: str = ""
+    # True when the guard holds only on authoritative evidence that the effect was NOT
+    # applied; the validator requires such a guard on every retry (CONFORMANCE L1.5).
+    requires_not_applied: bool = False
 
 
 @dataclass(frozen=True, slots=True)
