@@ -1,0 +1,139 @@
+"""Signed human decisions (SPEC §9): canonical encoding, Ed25519 signing and verification.
+
+A HUMAN_APPROVED or HUMAN_REJECTED event carries a `HumanDecision` whose Ed25519
+signature covers, in a canonical encoding with a domain tag, the approver, the
+operation id, the state the human looked at, the proposed transition (target state),
+the machine digest, an expiry and a single-use nonce. Approval is therefore bound to
+event-time evidence, not a permanent label (paper notes §1, §7.2): a decision for
+another state, machine or operation, a stale or replayed one, or one signed by the
+affected agent's lineage is refused, each with its own reason code.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import replace
+from datetime import datetime
+from enum import StrEnum
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from machines.event import HumanDecision, canonical_bytes
+from machines.policy import Policy
+from machines.view import OperationView
+
+SIGNATURE_DOMAIN = "agent-recovery/human-decision/v1"
+
+
+class ApprovalRejection(StrEnum):
+    """Why a human decision was refused; each is recorded distinctly."""
+
+    MISSING = "approval-missing"
+    DECISION_MISMATCH = "approval-decision-mismatch"
+    UNKNOWN_APPROVER = "approval-unknown-approver"
+    ROLE_NOT_PERMITTED = "approval-role-not-permitted"
+    BAD_SIGNATURE = "approval-bad-signature"
+    WRONG_OPERATION = "approval-wrong-operation"
+    STALE_STATE = "approval-stale-state"
+    OTHER_MACHINE = "approval-other-machine"
+    EXPIRED = "approval-expired"
+    REPLAYED_NONCE = "approval-replayed-nonce"
+    APPROVER_IN_LINEAGE = "approval-approver-in-lineage"
+
+
+def signing_payload(decision: HumanDecision) -> bytes:
+    """The exact bytes an approver signs: the domain tag and every bound field."""
+    return canonical_bytes({"domain": SIGNATURE_DOMAIN, **decision.signed_fields()})
+
+
+def sign_decision(decision: HumanDecision, private_key: Ed25519PrivateKey) -> HumanDecision:
+    """`decision` with its `signature` set (base64) by `private_key`. Used by the approver
+    client and by test cases; the controller itself never holds a private key."""
+    signature = private_key.sign(signing_payload(decision))
+    return replace(decision, signature=base64.b64encode(signature).decode("ascii"))
+
+
+def public_key_b64(private_key: Ed25519PrivateKey) -> str:
+    """The raw public key of `private_key`, base64, as the policy roster stores it."""
+    raw = private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return base64.b64encode(raw).decode("ascii")
+
+
+def test_private_key(seed_name: str) -> Ed25519PrivateKey:
+    """A deterministic private key derived from a name, for test cases and simulations
+    only: anyone who knows the name can sign, so a production roster never uses these."""
+    import hashlib
+
+    seed = hashlib.sha256(f"agent-recovery test key:{seed_name}".encode()).digest()
+    return Ed25519PrivateKey.from_private_bytes(seed)
+
+
+_KEYS: dict[str, Ed25519PublicKey] = {}
+
+
+def _public_key(encoded: str) -> Ed25519PublicKey:
+    # Decoding a key costs more than a dict lookup; rosters are small and immutable.
+    key = _KEYS.get(encoded)
+    if key is None:
+        key = Ed25519PublicKey.from_public_bytes(base64.b64decode(encoded))
+        if len(_KEYS) > 1024:
+            _KEYS.clear()
+        _KEYS[encoded] = key
+    return key
+
+
+def _signature_valid(decision: HumanDecision, public_key: str) -> bool:
+    try:
+        signature = base64.b64decode(decision.signature, validate=True)
+        _public_key(public_key).verify(signature, signing_payload(decision))
+    except (InvalidSignature, binascii.Error, ValueError):
+        return False
+    return True
+
+
+def check_decision(
+    decision: HumanDecision | None,
+    *,
+    event_type: str,
+    view: OperationView,
+    policy: Policy,
+    now: datetime,
+) -> ApprovalRejection | None:
+    """Verify a human decision against the operation as it is now. Returns None when the
+    decision is authentic and bound to this operation, state, machine and moment, or the
+    first reason it is not. Cheap checks run before the signature check; the lineage
+    check runs before the roster so an affected agent is named as such even if listed."""
+    if decision is None:
+        return ApprovalRejection.MISSING
+    expected = "approved" if event_type == "HUMAN_APPROVED" else "rejected"
+    if decision.decision != expected:
+        return ApprovalRejection.DECISION_MISMATCH
+    if view.lineage.includes(decision.approver):
+        return ApprovalRejection.APPROVER_IN_LINEAGE
+    approver = policy.approver(decision.approver)
+    if approver is None:
+        return ApprovalRejection.UNKNOWN_APPROVER
+    if not set(approver.roles) & set(policy.approval_roles):
+        return ApprovalRejection.ROLE_NOT_PERMITTED
+    if not _signature_valid(decision, approver.public_key):
+        return ApprovalRejection.BAD_SIGNATURE
+    return _check_binding(decision, view, now)
+
+
+def _check_binding(
+    decision: HumanDecision, view: OperationView, now: datetime
+) -> ApprovalRejection | None:
+    if decision.operation_id != view.operation_id:
+        return ApprovalRejection.WRONG_OPERATION
+    if decision.machine_digest != view.machine_digest:
+        return ApprovalRejection.OTHER_MACHINE
+    if decision.state != view.state:
+        return ApprovalRejection.STALE_STATE
+    if now >= decision.expires_at:
+        return ApprovalRejection.EXPIRED
+    if decision.nonce in view.used_nonces:
+        return ApprovalRejection.REPLAYED_NONCE
+    return None

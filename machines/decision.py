@@ -1,0 +1,432 @@
+"""The pure decision (SPEC §6.5, §7, §8 steps 4-7) and the fold that yields the next view.
+
+`decide(machine, view, event, policy, registry, now)` reads no clock, socket or database.
+It returns a `Decision`: everything SPEC §10 asks the controller to record for one event
+(states before and after, identifiers and evidence reference, every guard evaluated with
+the evidence it read, the selected or rejected transition, the capabilities to invoke,
+refusals, controller errors, classifier evidence). `apply(view, decision)` folds the
+decision into the next `OperationView`; nothing else changes a view. The same two
+functions serve the live controller, `recoveryctl test`/`simulate` and property tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from machines.classifier import ClassifierRecord, classifier_refusal
+from machines.compiled import CompiledTransition, GuardEvaluation, compile_machine
+from machines.event import Event
+from machines.evidence import NO_EVIDENCE, EvidenceDelta, intake, with_evidence
+from machines.guards import STANDARD_GUARDS, GuardContext, GuardFn, valid_approval
+from machines.invariants import Notice, action_refusal, authority_refusal, needs_approval
+from machines.model import ActionRef, CapabilityKind, Machine, Registry
+from machines.policy import Policy
+from machines.view import OperationView
+
+
+class Outcome(StrEnum):
+    """What the decision did with the event."""
+
+    TRANSITIONED = "transitioned"  # a transition was selected and recorded
+    REJECTED = "rejected"  # no transition accepted the event; state unchanged (§6.5)
+    REFUSED = "refused"  # validation or an invariant refused it; state unchanged (§7)
+    FINAL = "final"  # the operation is in a final state, which accepts nothing
+    DUPLICATE = "duplicate"  # same event id, same payload: already decided
+    CONFLICT = "conflict"  # same event id, different payload: dead-letter it
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """One capability to invoke after the decision is recorded. `command_id` is
+    deterministic (operation, sequence, index) so redelivered commands dedupe."""
+
+    command_id: str
+    capability: str
+    kind: str
+    material: bool
+    params: Mapping[str, Any]
+    origin: str  # "transition", "entry" or "escalation"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready form."""
+        return {
+            "command_id": self.command_id,
+            "capability": self.capability,
+            "kind": self.kind,
+            "material": self.material,
+            "params": dict(self.params),
+            "origin": self.origin,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The record of one decided event (SPEC §10). Frozen; `to_dict` is stable JSON."""
+
+    operation_id: str
+    sequence: int
+    machine_name: str
+    machine_version: str
+    machine_digest: str
+    policy_digest: str
+    decided_at: datetime
+    event_id: str
+    event_type: str
+    correlation_id: str
+    event_time: datetime
+    evidence_ref: str
+    producer: str
+    payload_digest: str
+    causation: str | None
+    outcome: Outcome
+    state_before: str
+    state_after: str
+    guards: tuple[GuardEvaluation, ...] = ()
+    transition_index: int | None = None
+    transition_target: str | None = None
+    invocations: tuple[Invocation, ...] = ()
+    refusals: tuple[Notice, ...] = ()
+    errors: tuple[Notice, ...] = ()
+    evidence: EvidenceDelta = NO_EVIDENCE
+    classifier: ClassifierRecord | None = None
+    approval_used: str | None = None
+    approval_consumed: bool = False
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """The capability ids to invoke, in order."""
+        return tuple(i.capability for i in self.invocations)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The decision as plain JSON-ready data with a fixed key set."""
+        return {
+            "operation_id": self.operation_id,
+            "sequence": self.sequence,
+            "machine": {
+                "name": self.machine_name,
+                "version": self.machine_version,
+                "digest": self.machine_digest,
+            },
+            "policy_digest": self.policy_digest,
+            "decided_at": self.decided_at.isoformat(),
+            "event": {
+                "id": self.event_id,
+                "type": self.event_type,
+                "correlation_id": self.correlation_id,
+                "time": self.event_time.isoformat(),
+                "evidence_ref": self.evidence_ref,
+                "producer": self.producer,
+                "payload_digest": self.payload_digest,
+                "causation": self.causation,
+            },
+            "outcome": str(self.outcome),
+            "state_before": self.state_before,
+            "state_after": self.state_after,
+            "guards": [g.to_dict() for g in self.guards],
+            "transition": None
+            if self.transition_index is None
+            else {"index": self.transition_index, "target": self.transition_target},
+            "invocations": [i.to_dict() for i in self.invocations],
+            "refusals": [n.to_dict() for n in self.refusals],
+            "errors": [n.to_dict() for n in self.errors],
+            "evidence": self.evidence.to_dict(),
+            "classifier": None if self.classifier is None else self.classifier.to_dict(),
+            "approval": {"used": self.approval_used, "consumed": self.approval_consumed},
+        }
+
+
+def decide(
+    machine: Machine,
+    view: OperationView,
+    event: Event,
+    policy: Policy,
+    registry: Registry,
+    now: datetime,
+    *,
+    guard_table: Mapping[str, GuardFn] = STANDARD_GUARDS,
+) -> Decision:
+    """Decide what `event` does to the operation `view` describes under the pinned
+    `machine`, `policy` and `registry` at time `now`. Pure and deterministic: the same
+    inputs give an equal `Decision`. Never raises for a bad event or a failing guard;
+    every refusal and error is recorded in the decision instead. `guard_table` maps the
+    registry's implementation names to guards; tests pass a table with faults in it."""
+    base = _base(machine, view, event, policy, now)
+    seen = view.seen_events.get(event.event_id)
+    if seen is not None:
+        outcome = Outcome.DUPLICATE if seen == event.payload_digest else Outcome.CONFLICT
+        return replace(base, outcome=outcome, sequence=view.version)
+    envelope = _envelope_refusal(machine, view, event)
+    if envelope is not None:
+        return replace(base, outcome=Outcome.REFUSED, refusals=(envelope,))
+    state = machine.states.get(view.state)
+    if state is None or state.final:
+        notice = Notice(
+            "final-state",
+            f"operation {view.operation_id} is in final state {view.state}; "
+            f"{event.event_type} {event.event_id} changes nothing",
+        )
+        return replace(base, outcome=Outcome.FINAL, refusals=(notice,))
+    classifier, refusal = classifier_refusal(event, policy)
+    base = replace(base, classifier=classifier)
+    refusal = refusal or authority_refusal(event, view)
+    if refusal is None:
+        delta, refusal = intake(event, view, policy, now)
+        base = replace(base, evidence=delta)
+    if refusal is not None:
+        return _withhold(base, Outcome.REFUSED, refusal, (), machine, view, policy, registry)
+    compiled = compile_machine(machine, registry, guard_table)
+    candidates = compiled.get((view.state, event.event_type), ())
+    return _select(base, candidates, machine, view, policy, registry, now)
+
+
+def _base(
+    machine: Machine, view: OperationView, event: Event, policy: Policy, now: datetime
+) -> Decision:
+    return Decision(
+        operation_id=view.operation_id,
+        sequence=view.version + 1,
+        machine_name=machine.name,
+        machine_version=machine.version,
+        machine_digest=machine.digest,
+        policy_digest=policy.digest,
+        decided_at=now,
+        event_id=event.event_id,
+        event_type=event.event_type,
+        correlation_id=event.correlation_id,
+        event_time=event.event_time,
+        evidence_ref=event.evidence_ref,
+        producer=event.producer,
+        payload_digest=event.payload_digest,
+        causation=event.causation,
+        outcome=Outcome.REJECTED,
+        state_before=view.state,
+        state_after=view.state,
+    )
+
+
+def _envelope_refusal(machine: Machine, view: OperationView, event: Event) -> Notice | None:
+    if event.operation_id != view.operation_id:
+        return Notice(
+            "wrong-operation",
+            f"event {event.event_id} is for operation {event.operation_id}, not "
+            f"{view.operation_id}; route it by operation id",
+        )
+    if (event.machine_name, event.machine_version) != (machine.name, machine.version) or (
+        view.machine_digest != machine.digest
+    ):
+        return Notice(
+            "machine-mismatch",
+            f"event {event.event_id} names machine {event.machine_name} "
+            f"{event.machine_version}; operation {view.operation_id} is pinned to "
+            f"{machine.name} {machine.version} ({view.machine_digest})",
+        )
+    return None
+
+
+def _select(
+    base: Decision,
+    candidates: tuple[CompiledTransition, ...],
+    machine: Machine,
+    view: OperationView,
+    policy: Policy,
+    registry: Registry,
+    now: datetime,
+) -> Decision:
+    trusted = with_evidence(view, base.evidence)
+    evaluations: list[GuardEvaluation] = []
+    errors: list[Notice] = []
+    for candidate in candidates:
+        transition = candidate.transition
+        if transition.guard is None:
+            return _take(
+                base, candidate, trusted, tuple(evaluations), errors, machine, policy, registry, now
+            )
+        ctx = GuardContext(trusted, policy, now, transition)
+        evaluation = candidate.evaluate(ctx)
+        evaluations.append(evaluation)
+        if evaluation.error is not None:
+            code = evaluation.error.split(":", 1)[0]
+            errors.append(Notice(code, _guard_error_message(evaluation, view)))
+        if evaluation.value:
+            return _take(
+                base, candidate, trusted, tuple(evaluations), errors, machine, policy, registry, now
+            )
+    notice = Notice(
+        "no-transition",
+        f"operation {view.operation_id}: event {base.event_type} {base.event_id} rejected in "
+        f"state {view.state}: no accepted transition"
+        + (" (every guard was false)" if candidates else ""),
+    )
+    decision = replace(base, guards=tuple(evaluations), errors=tuple(errors))
+    if not policy.escalate_rejected_events:
+        return replace(decision, refusals=(notice,))
+    return _withhold(decision, Outcome.REJECTED, notice, (), machine, view, policy, registry)
+
+
+def _guard_error_message(evaluation: GuardEvaluation, view: OperationView) -> str:
+    return (
+        f"operation {view.operation_id} state {view.state}: guard {evaluation.guard} "
+        f"({evaluation.implementation or 'unresolved'}) evaluated false: {evaluation.error}; "
+        "fix the registry or the guard implementation"
+    )
+
+
+def _take(
+    base: Decision,
+    candidate: CompiledTransition,
+    trusted: OperationView,
+    evaluations: tuple[GuardEvaluation, ...],
+    errors: list[Notice],
+    machine: Machine,
+    policy: Policy,
+    registry: Registry,
+    now: datetime,
+) -> Decision:
+    transition = candidate.transition
+    ctx = GuardContext(trusted, policy, now, transition)
+    approval = valid_approval(ctx) if candidate.uses_approval else None
+    consumed = False
+    decision = replace(
+        base,
+        guards=evaluations,
+        errors=tuple(errors),
+        transition_index=transition.index,
+        transition_target=transition.target,
+    )
+    invocations: list[Invocation] = []
+    work = trusted
+    for origin, action in candidate.planned:
+        spec = registry.capabilities.get(action.capability)
+        ctx = GuardContext(work, policy, now, transition)
+        refusal = action_refusal(action, spec, ctx)
+        if refusal is not None:
+            # One refused action withholds the whole transition: entering a state whose
+            # action never ran would leave the operation waiting for a result forever.
+            return _withhold(
+                replace(decision, transition_index=None, transition_target=None),
+                Outcome.REFUSED,
+                refusal,
+                (),
+                machine,
+                trusted,
+                policy,
+                registry,
+            )
+        assert spec is not None  # action_refusal refuses unregistered capabilities
+        if needs_approval(action, spec, policy):
+            # A material action spends the approval: one approval, one resumption.
+            approval = approval or valid_approval(ctx)
+            consumed = True
+        work = _count(work, spec.kind)
+        invocations.append(
+            _invocation(decision, len(invocations), action, spec.kind, spec.material, origin)
+        )
+    return replace(
+        decision,
+        outcome=Outcome.TRANSITIONED,
+        state_after=transition.target,
+        invocations=tuple(invocations),
+        approval_used=approval.event_id if approval is not None else None,
+        approval_consumed=consumed and approval is not None,
+    )
+
+
+def _count(view: OperationView, kind: CapabilityKind) -> OperationView:
+    if kind is CapabilityKind.RETRY:
+        return replace(
+            view,
+            retry_attempts=view.retry_attempts + 1,
+            budget_spent=view.budget_spent + 1,
+            epoch=view.epoch + 1,
+        )
+    if kind is CapabilityKind.COMPENSATE:
+        return replace(view, epoch=view.epoch + 1)
+    if kind is CapabilityKind.RESUME:
+        return replace(view, recovery_attempts=view.recovery_attempts + 1)
+    return view
+
+
+def _invocation(
+    decision: Decision,
+    index: int,
+    action: ActionRef,
+    kind: CapabilityKind,
+    material: bool,
+    origin: str,
+) -> Invocation:
+    return Invocation(
+        command_id=f"{decision.operation_id}:{decision.sequence}:{index}",
+        capability=action.capability,
+        kind=str(kind),
+        material=material,
+        params=action.params,
+        origin=origin,
+    )
+
+
+def _withhold(
+    decision: Decision,
+    outcome: Outcome,
+    notice: Notice,
+    errors: tuple[Notice, ...],
+    machine: Machine,
+    view: OperationView,
+    policy: Policy,
+    registry: Registry,
+) -> Decision:
+    """State unchanged, the notice recorded, and the policy's escalation invoked."""
+    refusals = (*decision.refusals, notice)
+    all_errors = (*decision.errors, *errors)
+    spec = registry.capabilities.get(policy.escalation_capability)
+    if spec is None or policy.escalation_capability in policy.forbidden_capabilities:
+        missing = Notice(
+            "escalation-unavailable",
+            f"policy {policy.id} escalation capability {policy.escalation_capability} is not "
+            "registered or is forbidden; the refusal is recorded but nobody is told",
+        )
+        return replace(decision, outcome=outcome, refusals=refusals, errors=(*all_errors, missing))
+    # The decision record already names the state, event and machine; the params carry
+    # only what the escalation capability's schema accepts.
+    params = MappingProxyType({**policy.escalation_params, "reason": notice.code})
+    action = ActionRef(capability=spec.id, params=params)
+    invocation = _invocation(decision, 0, action, spec.kind, spec.material, "escalation")
+    return replace(
+        decision,
+        outcome=outcome,
+        refusals=refusals,
+        errors=all_errors,
+        invocations=(invocation,),
+    )
+
+
+def apply(view: OperationView, decision: Decision) -> OperationView:
+    """The next ledger view after `decision`. Duplicates and conflicts change nothing
+    (a conflict keeps the first payload's digest); every other decision records the
+    event id, folds accepted evidence and counters, and moves to `state_after`."""
+    if decision.outcome in (Outcome.DUPLICATE, Outcome.CONFLICT):
+        return view
+    seen = dict(view.seen_events)
+    seen[decision.event_id] = decision.payload_digest
+    folded = with_evidence(view, decision.evidence)
+    for invocation in decision.invocations:
+        folded = _count(folded, CapabilityKind(invocation.kind))
+    approvals = folded.approvals
+    used = decision.approval_used
+    if used is not None and decision.approval_consumed:
+        approvals = tuple(replace(a, consumed=True) if a.event_id == used else a for a in approvals)
+    entry_approval = folded.entry_approval
+    if decision.state_after != decision.state_before:
+        entry_approval = None if decision.approval_consumed else used
+    return replace(
+        folded,
+        state=decision.state_after,
+        version=decision.sequence,
+        approvals=approvals,
+        entry_approval=entry_approval,
+        seen_events=MappingProxyType(seen),
+    )

@@ -1,0 +1,219 @@
+"""The validated event value the decision core sees (SPEC §6.2, §9, §11).
+
+An `Event` is built once at the edge, from a decoded envelope, by `parse_event`, which
+validates every field with pydantic and computes `payload_digest` over a canonical
+encoding. Inside the core it is a frozen value: the core never re-parses, never reads
+the raw bytes, and compares digests to tell a duplicate from a conflicting reuse of an
+event id (DESIGN "Exactly-once effect on the ledger").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime
+from typing import Any, ClassVar, Literal
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+Outcome = Literal["applied", "not_applied", "unknown"]
+Verdict = Literal["approved", "rejected"]
+
+_STRICT: ConfigDict = ConfigDict(extra="forbid")
+
+
+class EventError(ValueError):
+    """The event envelope is invalid; dead-letter it with this reason and the raw bytes."""
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """The canonical encoding used for digests and signatures: JSON with sorted keys, no
+    insignificant whitespace, UTF-8, datetimes as ISO-8601. Two values that mean the same
+    thing encode to the same bytes, so their digests and signatures agree."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_encode_default
+    ).encode("utf-8")
+
+
+def _encode_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, (tuple, frozenset, set)):
+        return list(value)
+    raise TypeError(f"cannot canonically encode {type(value).__name__}")
+
+
+def sha256_digest(value: Any) -> str:
+    """`sha256:<hex>` over `canonical_bytes(value)`."""
+    return "sha256:" + hashlib.sha256(canonical_bytes(value)).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """Who and what the event is about: the affected agent and its delegation chain."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _STRICT
+
+    agent: str
+    task: str
+    initiating_principal: str
+    origin_operation: str | None = None
+    parent_operation: str | None = None
+    delegated_credentials: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointReport:
+    """A checkpoint a tool saved, with the evidence that validated it (paper notes §3.2).
+
+    `validated_machine_digest` and `validated_policy_digest` bind the validation to the
+    conditions it was checked under; a checkpoint is eligible only while they still match."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _STRICT
+
+    checkpoint_id: str
+    saved_at: datetime
+    reference: str
+    validated: bool = False
+    validator: str | None = None
+    validated_machine_digest: str | None = None
+    validated_policy_digest: str | None = None
+    valid_until: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EvidencePayload:
+    """Structured evidence: a verification outcome and/or a checkpoint report."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _STRICT
+
+    outcome: Outcome | None = None
+    verifier: str | None = None
+    reference: str | None = None
+    checkpoint: CheckpointReport | None = None
+    ancestor_operation: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HumanDecision:
+    """A signed HUMAN_APPROVED / HUMAN_REJECTED block (SPEC §9; see `machines.approvals`).
+
+    `transition` is the target state the approver authorises from `state`."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _STRICT
+
+    approver: str
+    operation_id: str
+    state: str
+    transition: str
+    machine_digest: str
+    expires_at: datetime
+    nonce: str
+    decision: Verdict
+    signature: str = ""
+
+    def signed_fields(self) -> dict[str, Any]:
+        """Every field the signature covers (all but the signature itself)."""
+        return {
+            "approver": self.approver,
+            "operation_id": self.operation_id,
+            "state": self.state,
+            "transition": self.transition,
+            "machine_digest": self.machine_digest,
+            "expires_at": self.expires_at.isoformat(),
+            "nonce": self.nonce,
+            "decision": self.decision,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ClassifierOutput:
+    """A fast classifier's proposal (SPEC §11): untrusted, recorded, never read by a guard."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _STRICT
+
+    identity: str
+    version: str
+    question: str
+    probabilities: Mapping[str, float]
+    candidate_event: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One validated recovery event. `event_type` is the opaque uppercase identifier the
+    machine's `on:` keys name; `payload_digest` is computed when the value is built."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _STRICT
+
+    event_type: str
+    event_id: str
+    operation_id: str
+    correlation_id: str
+    machine_name: str
+    machine_version: str
+    event_time: datetime
+    evidence_ref: str
+    producer: str
+    lineage: Lineage
+    evidence: EvidencePayload | None = None
+    human_decision: HumanDecision | None = None
+    classifier: ClassifierOutput | None = None
+    causation: str | None = None
+    payload_digest: str = ""
+
+    def __post_init__(self) -> None:
+        # The digest is a function of the content, so a value built in a test and one
+        # parsed from the wire with the same content are the same event.
+        if not self.payload_digest:
+            object.__setattr__(self, "payload_digest", sha256_digest(self.content()))
+
+    def content(self) -> dict[str, Any]:
+        """The event as plain JSON-ready data, without its digest."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data.pop("payload_digest")
+        for key in ("lineage", "evidence", "human_decision", "classifier"):
+            if data[key] is not None:
+                data[key] = _plain(asdict(data[key]))
+        data["event_time"] = self.event_time.isoformat()
+        return data
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as plain JSON-ready data, with its digest."""
+        data = self.content()
+        data["payload_digest"] = self.payload_digest
+        return data
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def parse_event(data: Mapping[str, Any]) -> Event:
+    """Validate a decoded envelope into an `Event`. Raises `EventError` naming the event id
+    and every invalid field; a caller-supplied `payload_digest` is ignored and recomputed,
+    so a sender cannot make two different payloads look identical."""
+    body = {k: v for k, v in data.items() if k != "payload_digest"}
+    try:
+        event = _ADAPTER.validate_python(body)
+    except ValidationError as exc:
+        event_id = data.get("event_id", "<no event_id>")
+        raise EventError(f"event {event_id}: invalid envelope, dead-letter it: {exc}") from exc
+    if not event.event_type.isupper():
+        raise EventError(
+            f"event {event.event_id}: event type {event.event_type!r} must be an uppercase id"
+        )
+    if event.event_time.tzinfo is None:
+        raise EventError(f"event {event.event_id}: event_time must carry a timezone")
+    return event

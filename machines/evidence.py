@@ -1,0 +1,200 @@
+"""Evidence intake: what one event may add to the operation's trusted view, and the fold.
+
+An event offers evidence; the core decides whether it is trusted. A verification result
+counts only from a verifier the policy trusts that is not the affected agent's lineage;
+a human decision counts only once `machines.approvals.check_decision` accepts it; a
+checkpoint is stored either way but marked validated only when a trusted validator
+vouched for it; a contained ancestor is recorded as lineage status. The accepted part
+is an `EvidenceDelta`, carried in the decision and folded into the view by `apply`.
+Evidence is a fact about the world, so it is recorded even when no transition fires.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from machines.approvals import check_decision
+from machines.event import Event, Outcome
+from machines.invariants import HUMAN_EVENTS, VERIFICATION_EVENTS, Notice
+from machines.policy import Policy
+from machines.view import Approval, Checkpoint, OperationView, Verification
+
+_OUTCOME_OF: dict[str, Outcome] = {
+    "VERIFICATION_FOUND": "applied",
+    "VERIFICATION_NOT_FOUND": "not_applied",
+    "VERIFICATION_UNAVAILABLE": "unknown",
+    "VERIFICATION_CONFLICTING": "unknown",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceDelta:
+    """The trusted facts one event adds. Empty when the event carried none we accept."""
+
+    verification: Verification | None = None
+    approval: Approval | None = None
+    checkpoint: Checkpoint | None = None
+    contained_ancestor: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready form; absent parts are omitted."""
+        out: dict[str, Any] = {}
+        if self.verification is not None:
+            v = self.verification
+            out["verification"] = {
+                "verifier": v.verifier,
+                "outcome": v.outcome,
+                "reference": v.reference,
+                "epoch": v.epoch,
+            }
+        if self.approval is not None:
+            a = self.approval
+            out["approval"] = {
+                "approver": a.approver,
+                "decision": a.decision,
+                "state": a.state,
+                "transition": a.transition,
+                "expires_at": a.expires_at.isoformat(),
+                "nonce": a.nonce,
+            }
+        if self.checkpoint is not None:
+            c = self.checkpoint
+            out["checkpoint"] = {"id": c.checkpoint_id, "validated": c.validated}
+        if self.contained_ancestor is not None:
+            out["contained_ancestor"] = self.contained_ancestor
+        return out
+
+
+NO_EVIDENCE = EvidenceDelta()
+
+
+def intake(
+    event: Event, view: OperationView, policy: Policy, now: datetime
+) -> tuple[EvidenceDelta, Notice | None]:
+    """The trusted evidence `event` adds to `view`, or the reason it is refused. A refused
+    verification or human decision refuses the whole event: acting on an event whose
+    evidence we do not trust would let the event's type speak for the evidence."""
+    event_type = event.event_type
+    if event_type in VERIFICATION_EVENTS:
+        verification, notice = _verification(event, view, policy)
+        if notice is not None:
+            return NO_EVIDENCE, notice
+        return EvidenceDelta(
+            verification=verification, checkpoint=_checkpoint(event, view, policy)
+        ), None
+    if event_type in HUMAN_EVENTS:
+        rejection = check_decision(
+            event.human_decision, event_type=event_type, view=view, policy=policy, now=now
+        )
+        if rejection is not None:
+            approver = event.human_decision.approver if event.human_decision else "<none>"
+            return NO_EVIDENCE, Notice(
+                str(rejection),
+                f"{event_type} {event.event_id} from approver {approver} refused in state "
+                f"{view.state}: {rejection}",
+            )
+        return EvidenceDelta(approval=_approval(event)), None
+    contained = _contained_ancestor(event) if event_type == "ANCESTOR_CONTAINED" else None
+    checkpoint = _checkpoint(event, view, policy)
+    if contained is None and checkpoint is None:
+        return NO_EVIDENCE, None
+    return EvidenceDelta(checkpoint=checkpoint, contained_ancestor=contained), None
+
+
+def _verification(
+    event: Event, view: OperationView, policy: Policy
+) -> tuple[Verification | None, Notice | None]:
+    evidence = event.evidence
+    expected = _OUTCOME_OF[event.event_type]
+    if evidence is None or evidence.verifier is None:
+        return None, Notice(
+            "verification-missing-evidence",
+            f"{event.event_type} {event.event_id} carries no verifier identity; a verifier "
+            "must report through an evidence block",
+        )
+    verifier = evidence.verifier
+    if verifier not in policy.trusted_verifiers or view.lineage.includes(verifier):
+        return None, Notice(
+            "verifier-untrusted",
+            f"{event.event_type} {event.event_id}: verifier {verifier} is not trusted by policy "
+            f"{policy.id}; add it to trusted_verifiers if it is authoritative",
+        )
+    if evidence.outcome is not None and evidence.outcome != expected:
+        return None, Notice(
+            "verification-inconsistent",
+            f"{event.event_type} {event.event_id} says outcome {evidence.outcome}, which "
+            f"contradicts its type ({expected})",
+        )
+    reference = evidence.reference or event.evidence_ref
+    return Verification(verifier, expected, reference, event.event_id, view.epoch), None
+
+
+def _approval(event: Event) -> Approval:
+    decision = event.human_decision
+    assert decision is not None  # check_decision refused a missing block
+    return Approval(
+        approver=decision.approver,
+        state=decision.state,
+        transition=decision.transition,
+        machine_digest=decision.machine_digest,
+        expires_at=decision.expires_at,
+        nonce=decision.nonce,
+        decision=decision.decision,
+        event_id=event.event_id,
+    )
+
+
+def _checkpoint(event: Event, view: OperationView, policy: Policy) -> Checkpoint | None:
+    evidence = event.evidence
+    report = evidence.checkpoint if evidence is not None else None
+    if report is None:
+        return None
+    validator = report.validator
+    trusted = (
+        report.validated
+        and validator is not None
+        and validator in policy.trusted_verifiers
+        and not view.lineage.includes(validator)
+    )
+    return Checkpoint(
+        checkpoint_id=report.checkpoint_id,
+        saved_at=report.saved_at,
+        reference=report.reference,
+        validated=trusted,
+        validator=validator,
+        machine_digest=report.validated_machine_digest,
+        policy_digest=report.validated_policy_digest,
+        valid_until=report.valid_until,
+        event_id=event.event_id,
+    )
+
+
+def _contained_ancestor(event: Event) -> str | None:
+    evidence = event.evidence
+    if evidence is not None and evidence.ancestor_operation:
+        return evidence.ancestor_operation
+    return event.lineage.parent_operation or event.lineage.origin_operation or event.operation_id
+
+
+def with_evidence(view: OperationView, delta: EvidenceDelta) -> OperationView:
+    """`view` with the delta's trusted facts added (what guards read for this event)."""
+    if delta is NO_EVIDENCE:
+        return view
+    changes: dict[str, Any] = {}
+    if delta.verification is not None:
+        changes["verifications"] = (*view.verifications, delta.verification)
+    if delta.approval is not None:
+        changes["approvals"] = (*view.approvals, delta.approval)
+        changes["used_nonces"] = view.used_nonces | {delta.approval.nonce}
+    if delta.checkpoint is not None:
+        changes["checkpoints"] = (*view.checkpoints, delta.checkpoint)
+    if delta.contained_ancestor is not None and (
+        delta.contained_ancestor not in view.lineage.contained_ancestors
+    ):
+        lineage = view.lineage
+        changes["lineage"] = replace(
+            lineage, contained_ancestors=(*lineage.contained_ancestors, delta.contained_ancestor)
+        )
+    return replace(view, **changes)

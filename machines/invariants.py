@@ -1,0 +1,156 @@
+"""The SPEC §7 invariants, enforced by the core whatever the machine says.
+
+Two kinds of check live here. `authority_refusal` decides whether an event's producer
+may say what the event says at all (SPEC §7.7: the affected agent and its lineage cannot
+approve, cannot supply authoritative evidence about their own effect, cannot change
+trust status). `action_refusal` decides whether one capability invocation may go out
+now: the retry gate (§7.1-7.2), the resume gate (§7.6), approval for material actions,
+forbidden capabilities and the separation of stop and revoke (§7.3). Each refusal is a
+`Notice` the decision records; nothing here raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from machines.event import Event
+from machines.guards import GuardContext, approval_granted, resume_permitted, retry_permitted
+from machines.model import ActionRef, CapabilityKind, CapabilitySpec
+from machines.policy import Policy
+from machines.view import OperationView
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A recorded refusal or controller error: a stable code and a message for people."""
+
+    code: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        """Plain JSON-ready form."""
+        return {"code": self.code, "message": self.message}
+
+
+VERIFICATION_EVENTS: frozenset[str] = frozenset(
+    {
+        "VERIFICATION_FOUND",
+        "VERIFICATION_NOT_FOUND",
+        "VERIFICATION_UNAVAILABLE",
+        "VERIFICATION_CONFLICTING",
+    }
+)
+HUMAN_EVENTS: frozenset[str] = frozenset({"HUMAN_APPROVED", "HUMAN_REJECTED"})
+
+# Events that assert authority or evidence about the operation's effect. The affected
+# agent and its lineage may report that something failed; they may not report what
+# their own effect was, that a recovery action worked, or that trust status changed.
+AUTHORITY_EVENTS: frozenset[str] = (
+    VERIFICATION_EVENTS
+    | HUMAN_EVENTS
+    | {
+        "RETRY_SUCCEEDED",
+        "RETRY_FAILED",
+        "COMPENSATION_SUCCEEDED",
+        "COMPENSATION_FAILED",
+        "CONTAINMENT_SUCCEEDED",
+        "CONTAINMENT_FAILED",
+        "ANCESTOR_CONTAINED",
+    }
+)
+
+# Parameter names that would fold revocation into a stop (or the reverse): SPEC §7.3
+# wants two invocations, each with its own result event and audit record.
+_REVOKE_PARAMS = frozenset({"revoke", "revoke_credentials", "revoke_authority", "and_revoke"})
+_STOP_PARAMS = frozenset({"stop", "stop_task", "stop_execution", "and_stop"})
+
+
+def authority_refusal(event: Event, view: OperationView) -> Notice | None:
+    """Why the event's producer may not say what it says, or None. Checks SPEC §7.7."""
+    lineage = view.lineage
+    if not lineage.includes(event.producer):
+        return None
+    who = f"producer {event.producer} is the affected agent or in its lineage"
+    if event.event_type in HUMAN_EVENTS:
+        return Notice("affected-agent-cannot-approve", f"{event.event_type} refused: {who}")
+    if event.event_type in AUTHORITY_EVENTS:
+        return Notice(
+            "affected-agent-evidence",
+            f"{event.event_type} refused: {who}; it cannot supply evidence about its own "
+            "effect; have the tool's verifier or the capability worker report it",
+        )
+    evidence = event.evidence
+    if evidence is not None and (evidence.outcome is not None or evidence.verifier is not None):
+        return Notice(
+            "affected-agent-evidence",
+            f"{event.event_type} refused: {who}; it carries verification evidence about "
+            "its own effect",
+        )
+    return None
+
+
+def action_refusal(
+    action: ActionRef, spec: CapabilitySpec | None, ctx: GuardContext
+) -> Notice | None:
+    """Why `action` may not be invoked now, or None. `ctx.view` must already count the
+    invocations planned earlier in the same decision, so two retries in one transition
+    cannot both pass the gate."""
+    capability = action.capability
+    if spec is None:
+        return Notice(
+            "capability-unregistered",
+            f"capability {capability} is not in the administrator registry; register it or "
+            "fix the machine",
+        )
+    policy = ctx.policy
+    if capability in policy.forbidden_capabilities:
+        return Notice("capability-forbidden", f"capability {capability} is forbidden by policy")
+    combined = _combined_stop_revoke(action, spec)
+    if combined is not None:
+        return combined
+    if spec.kind is CapabilityKind.RETRY and not retry_permitted(ctx).value:
+        return Notice(
+            "retry-not-permitted",
+            f"retry {capability} refused: retry.permitted is false now (needs authoritative "
+            "not-applied evidence, an idempotency key, attempts, deadline and budget)",
+        )
+    if spec.kind is CapabilityKind.RESUME and not resume_permitted(ctx).value:
+        return Notice(
+            "resume-not-permitted",
+            f"resume {capability} refused: needs verified state, a valid approval for "
+            f"{ctx.transition.target}, an eligible checkpoint, a clear lineage and recovery "
+            "attempts within policy",
+        )
+    if needs_approval(action, spec, policy) and not approval_granted(ctx).value:
+        return Notice(
+            "approval-required",
+            f"capability {capability} needs a valid approval for {ctx.transition.target} "
+            "from an accountable human under policy",
+        )
+    return None
+
+
+def needs_approval(action: ActionRef, spec: CapabilitySpec, policy: Policy) -> bool:
+    """Whether invoking `action` needs (and spends) a valid approval: every resume, every
+    capability the policy lists, and every material one when the policy says so."""
+    return (
+        spec.kind is CapabilityKind.RESUME
+        or action.capability in policy.approval_required_capabilities
+        or (spec.material and policy.require_approval_for_material)
+    )
+
+
+def _combined_stop_revoke(action: ActionRef, spec: CapabilitySpec) -> Notice | None:
+    if spec.kind is CapabilityKind.STOP and _REVOKE_PARAMS & set(action.params):
+        return Notice(
+            "stop-revoke-combined",
+            f"stop capability {action.capability} may not also revoke; invoke a revoke "
+            "capability separately",
+        )
+    if spec.kind is CapabilityKind.REVOKE and _STOP_PARAMS & set(action.params):
+        return Notice(
+            "stop-revoke-combined",
+            f"revoke capability {action.capability} may not also stop; invoke a stop "
+            "capability separately",
+        )
+    return None

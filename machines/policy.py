@@ -1,0 +1,225 @@
+"""The operator policy file (CONFORMANCE L3.7): stricter than any machine, never looser.
+
+A policy bounds what the core lets a machine do: attempt limits, deadlines, budgets,
+forbidden capabilities, which capabilities need approval, escalation of rejected events,
+trusted verifier identities, the approver roster (Ed25519 public keys and roles) and the
+classifier thresholds. The SPEC §7 invariants are not policy settings: a file that tries
+to switch one off is refused at load time with the offending keys named.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from machines.event import sha256_digest
+from machines.model import CapabilityKind, Registry
+
+# Keys an operator might reach for to loosen an invariant. Each is refused by name so
+# the message says why, instead of a bare "extra field not permitted".
+LOOSENING_KEYS: frozenset[str] = frozenset(
+    {
+        "allow_retry_without_idempotency_key",
+        "allow_retry_from_unknown",
+        "allow_retry_without_verification",
+        "allow_self_approval",
+        "allow_lineage_approval",
+        "allow_unapproved_resume",
+        "allow_unsigned_approvals",
+        "allow_combined_stop_and_revoke",
+        "classifier_may_authorize",
+        "classifier_as_guard",
+        "reset_budgets_on_restart",
+        "restore_approvals_on_restart",
+        "trust_agent_evidence",
+        "unknown_guard_default",
+    }
+)
+
+# Events a classifier may never propose: evidence, approvals, action results and
+# lineage facts are authority, and a probability is not authority (SPEC §11).
+CLASSIFIER_FORBIDDEN_EVENTS: frozenset[str] = frozenset(
+    {
+        "VERIFICATION_FOUND",
+        "VERIFICATION_NOT_FOUND",
+        "VERIFICATION_UNAVAILABLE",
+        "VERIFICATION_CONFLICTING",
+        "HUMAN_APPROVED",
+        "HUMAN_REJECTED",
+        "RETRY_SUCCEEDED",
+        "RETRY_FAILED",
+        "COMPENSATION_SUCCEEDED",
+        "COMPENSATION_FAILED",
+        "CONTAINMENT_SUCCEEDED",
+        "CONTAINMENT_FAILED",
+        "RESUME_REQUESTED",
+        "ANCESTOR_CONTAINED",
+    }
+)
+
+HARD_MAX_RETRY_ATTEMPTS = 10
+HARD_MAX_RECOVERY_ATTEMPTS = 10
+MIN_CLASSIFIER_CONFIDENCE = 0.5
+
+
+class PolicyError(ValueError):
+    """The policy file is invalid or would loosen an invariant; fix the named keys."""
+
+
+class Approver(BaseModel):
+    """One accountable human who may sign decisions, with their Ed25519 public key."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1)
+    public_key: str = Field(description="raw 32-byte Ed25519 public key, base64")
+    roles: tuple[str, ...] = ()
+
+    @field_validator("public_key")
+    @classmethod
+    def _key_is_ed25519(cls, value: str) -> str:
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError("public_key must be base64") from exc
+        if len(raw) != 32:
+            raise ValueError(f"public_key must decode to 32 bytes, got {len(raw)}")
+        return value
+
+
+class ClassifierPolicy(BaseModel):
+    """When a classifier's proposal may be treated as a candidate event at all."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min_confidence: float = Field(default=0.9, ge=MIN_CLASSIFIER_CONFIDENCE, le=1.0)
+    min_margin: float = Field(default=0.2, ge=0.0, le=1.0)
+    allowed_events: tuple[str, ...] = ("TOOL_TIMEOUT", "TOOL_FAILED", "STEP_FAILED")
+
+    @field_validator("allowed_events")
+    @classmethod
+    def _no_authority_events(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        bad = sorted(set(value) & CLASSIFIER_FORBIDDEN_EVENTS)
+        if bad:
+            raise ValueError(
+                f"a classifier may not propose {', '.join(bad)}: these carry evidence or "
+                "authority (SPEC §11); remove them from classifier.allowed_events"
+            )
+        return value
+
+
+class Policy(BaseModel):
+    """A validated operator policy. Immutable; `digest` binds checkpoints and audits to it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1)
+    max_retry_attempts: int = Field(default=3, ge=0, le=HARD_MAX_RETRY_ATTEMPTS)
+    max_recovery_attempts: int = Field(default=3, ge=0, le=HARD_MAX_RECOVERY_ATTEMPTS)
+    retry_budget: int = Field(default=10, ge=0, description="cost units for retries")
+    deadline_seconds: int | None = Field(default=3600, gt=0)
+    forbidden_capabilities: tuple[str, ...] = ()
+    approval_required_capabilities: tuple[str, ...] = ()
+    require_approval_for_material: bool = False
+    escalate_rejected_events: bool = True
+    escalation_capability: str = "human.escalate"
+    escalation_params: dict[str, str] = Field(
+        default_factory=lambda: {"queue": "recovery-controller", "severity": "high"},
+        description="static params of every escalation; the core adds `reason`",
+    )
+    trusted_verifiers: tuple[str, ...] = ()
+    approvers: tuple[Approver, ...] = ()
+    approval_roles: tuple[str, ...] = ("recovery-approver",)
+    classifier: ClassifierPolicy = ClassifierPolicy()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_loosening(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            bad = sorted(set(data) & LOOSENING_KEYS)
+            if bad:
+                raise ValueError(
+                    f"policy keys {', '.join(bad)} would loosen a SPEC §7 invariant; a policy "
+                    "may only be stricter than a machine: remove them"
+                )
+        return data
+
+    @model_validator(mode="after")
+    def _unique_approvers(self) -> Policy:
+        ids = [a.id for a in self.approvers]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"approver ids listed twice: {', '.join(dupes)}")
+        return self
+
+    @property
+    def digest(self) -> str:
+        """`sha256:<hex>` over the canonical encoding of the policy."""
+        return _policy_digest(self)
+
+    def approver(self, approver_id: str) -> Approver | None:
+        """The roster entry for `approver_id`, if any."""
+        for entry in self.approvers:
+            if entry.id == approver_id:
+                return entry
+        return None
+
+
+_DIGESTS: dict[int, tuple[Policy, str]] = {}
+
+
+def _policy_digest(policy: Policy) -> str:
+    # Policies are immutable and few; caching by identity keeps decide() off the encoder.
+    cached = _DIGESTS.get(id(policy))
+    if cached is not None and cached[0] is policy:
+        return cached[1]
+    digest = sha256_digest(policy.model_dump(mode="json"))
+    if len(_DIGESTS) > 256:
+        _DIGESTS.clear()
+    _DIGESTS[id(policy)] = (policy, digest)
+    return digest
+
+
+def parse_policy(data: Any, *, source: str = "<policy>") -> Policy:
+    """Validate decoded policy data; raises `PolicyError` naming `source` and each problem."""
+    try:
+        return Policy.model_validate(data)
+    except ValidationError as exc:
+        raise PolicyError(f"policy {source}: {exc}") from exc
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read and validate a policy file (YAML or JSON)."""
+    text = Path(path).read_text(encoding="utf-8")
+    data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    return parse_policy(data, source=str(path))
+
+
+def check_policy_against_registry(policy: Policy, registry: Registry) -> None:
+    """Refuse a policy that names capabilities the registry does not know, or whose
+    escalation capability cannot escalate. Raises `PolicyError` listing what is wrong."""
+    problems: list[str] = []
+    named = {
+        *policy.forbidden_capabilities,
+        *policy.approval_required_capabilities,
+        policy.escalation_capability,
+    }
+    unknown = sorted(c for c in named if c not in registry.capabilities)
+    if unknown:
+        known = ", ".join(sorted(registry.capabilities))
+        problems.append(f"unregistered capabilities {', '.join(unknown)} (registered: {known})")
+    spec = registry.capabilities.get(policy.escalation_capability)
+    if spec is not None and spec.kind not in (CapabilityKind.ESCALATE, CapabilityKind.NOTIFY):
+        problems.append(
+            f"escalation_capability {spec.id} has kind {spec.kind}, needs escalate or notify"
+        )
+    if policy.escalation_capability in policy.forbidden_capabilities:
+        problems.append(f"escalation_capability {policy.escalation_capability} is forbidden")
+    if problems:
+        raise PolicyError(f"policy {policy.id}: " + "; ".join(problems))

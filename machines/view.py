@@ -1,0 +1,174 @@
+"""The read-only ledger view of one operation: the only facts a guard may read.
+
+Everything in an `OperationView` is trusted by construction: the tool integration's
+declared facts (CONFORMANCE Level 2), verification results accepted from verifiers the
+policy trusts, counters the controller itself keeps, approvals whose signatures the core
+verified, checkpoints, and lineage status set by the controller. Classifier output and
+evidence offered by the affected agent about itself never enter it (SPEC §7.7, §11):
+there is no field to put them in. The view changes only through `machines.decision.apply`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+
+from machines.event import Outcome, Verdict
+
+_NO_EVENTS: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFacts:
+    """What the tool integration declared about this operation (CONFORMANCE L2)."""
+
+    idempotency_key: str | None = None
+    side_effect_possible: bool = True
+    side_effect_confirmed: bool = False
+    compensation_supported: bool = False
+    status_api: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """One verification result from a trusted verifier. `epoch` is the effect epoch it
+    describes: a retry or compensation starts a new epoch, so older results go stale."""
+
+    verifier: str
+    outcome: Outcome
+    reference: str
+    event_id: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """A human decision whose signature, binding and approver the core verified."""
+
+    approver: str
+    state: str
+    transition: str
+    machine_digest: str
+    expires_at: datetime
+    nonce: str
+    decision: Verdict
+    event_id: str
+    consumed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A saved checkpoint and the conditions its validation was bound to."""
+
+    checkpoint_id: str
+    saved_at: datetime
+    reference: str
+    validated: bool
+    validator: str | None
+    machine_digest: str | None
+    policy_digest: str | None
+    valid_until: datetime | None
+    event_id: str
+
+    def eligible(self, machine_digest: str, policy_digest: str, now: datetime) -> bool:
+        """Whether this checkpoint may be resumed from now: validated by a trusted
+        validator (only those are marked validated), for this machine and this policy, and
+        not past its validity. Saved is not eligible (paper notes §3.2)."""
+        return (
+            self.validated
+            and self.machine_digest == machine_digest
+            and self.policy_digest == policy_digest
+            and (self.valid_until is None or now < self.valid_until)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LineageStatus:
+    """The affected agent, every agent in its delegation lineage, and contained ancestors."""
+
+    agent: str
+    lineage_agents: frozenset[str] = frozenset()
+    contained_ancestors: tuple[str, ...] = ()
+
+    def includes(self, identity: str) -> bool:
+        """Whether `identity` is the affected agent or any agent in its lineage."""
+        return identity == self.agent or identity in self.lineage_agents
+
+
+@dataclass(frozen=True, slots=True)
+class OperationView:
+    """The trusted ledger view of one operation at ledger `version` (a decision count).
+
+    `entry_approval` is the event id of the approval that authorised the transition into
+    the current state, if one did: a human who approves "escalated -> resume-pending"
+    approves the route, so the resume gate in resume-pending may rely on that approval
+    while it is unexpired and unused. Leaving the state forgets it."""
+
+    operation_id: str
+    machine_name: str
+    machine_digest: str
+    policy_digest: str
+    state: str
+    lineage: LineageStatus
+    facts: ToolFacts = field(default_factory=ToolFacts)
+    version: int = 0
+    epoch: int = 0
+    verifications: tuple[Verification, ...] = ()
+    retry_attempts: int = 0
+    recovery_attempts: int = 0
+    budget_limit: int = 0
+    budget_spent: int = 0
+    deadline: datetime | None = None
+    approvals: tuple[Approval, ...] = ()
+    used_nonces: frozenset[str] = frozenset()
+    checkpoints: tuple[Checkpoint, ...] = ()
+    entry_approval: str | None = None
+    seen_events: Mapping[str, str] = field(default_factory=lambda: _NO_EVENTS)
+
+    def current_outcomes(self) -> frozenset[Outcome]:
+        """The outcomes trusted verifiers reported for the current effect epoch."""
+        epoch = self.epoch
+        return frozenset(v.outcome for v in self.verifications if v.epoch == epoch)
+
+    def current_verification_refs(self) -> tuple[str, ...]:
+        """Evidence references of the current epoch's verifications, for the audit."""
+        epoch = self.epoch
+        return tuple(v.reference for v in self.verifications if v.epoch == epoch)
+
+    def newest_eligible_checkpoint(self, now: datetime) -> Checkpoint | None:
+        """The newest checkpoint eligible now, which may be older than the newest saved."""
+        best: Checkpoint | None = None
+        for checkpoint in self.checkpoints:
+            if checkpoint.eligible(self.machine_digest, self.policy_digest, now) and (
+                best is None or checkpoint.saved_at > best.saved_at
+            ):
+                best = checkpoint
+        return best
+
+
+def new_view(
+    *,
+    operation_id: str,
+    machine_name: str,
+    machine_digest: str,
+    policy_digest: str,
+    initial_state: str,
+    lineage: LineageStatus,
+    facts: ToolFacts,
+    budget_limit: int,
+    deadline: datetime | None,
+) -> OperationView:
+    """The view of an operation the controller has just started to govern."""
+    return OperationView(
+        operation_id=operation_id,
+        machine_name=machine_name,
+        machine_digest=machine_digest,
+        policy_digest=policy_digest,
+        state=initial_state,
+        lineage=lineage,
+        facts=facts,
+        budget_limit=budget_limit,
+        deadline=deadline,
+    )
