@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from ops.commands import stack
+
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 COMMANDS: list[Register] = []
 # Each issue's work appends its subcommand module's `register` here, e.g.:
 #   from ops.commands import stack
 #   COMMANDS.append(stack.register)
+COMMANDS.append(stack.register)

@@ -1,0 +1,129 @@
+"""`recoveryctl stack up|down|status`: the local Kafka broker and PostgreSQL server."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ops.errors import StackError
+from ops.settings import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
+from ops.stack import ServiceStatus, StackState, stack_down, stack_status, stack_up
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `stack` and its `up`, `down` and `status` subcommands."""
+    parser = subparsers.add_parser(
+        "stack",
+        help="start, stop or inspect the local Kafka broker and PostgreSQL server",
+        description=(
+            "The local stack for development and tests: one Kafka broker (KRaft) and one "
+            f"PostgreSQL server on 127.0.0.1. When {ENV_KAFKA_BOOTSTRAP} or "
+            f"{ENV_DATABASE_URL} is set, that existing service is used instead."
+        ),
+    )
+    actions = parser.add_subparsers(dest="stack_command", metavar="ACTION", required=True)
+
+    up = actions.add_parser("up", help="start the stack in the background (idempotent)")
+    up.add_argument("--json", action="store_true", help="print the stack state as JSON")
+    up.set_defaults(handler=_up)
+
+    down = actions.add_parser("down", help="stop the local services of the stack")
+    down.add_argument("--purge", action="store_true", help="also delete their data")
+    down.add_argument("--json", action="store_true", help="print what was stopped as JSON")
+    down.set_defaults(handler=_down)
+
+    status = actions.add_parser("status", help="say whether each service answers now")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.set_defaults(handler=_status)
+
+
+def _up(args: argparse.Namespace) -> int:
+    try:
+        stack = stack_up()
+    except StackError as exc:
+        print(f"recoveryctl stack up: {exc}", file=sys.stderr)
+        return 1
+    state = stack.state
+    if args.json:
+        print(json.dumps({"reused": stack.reused, **state.model_dump(mode="json")}, indent=2))
+        return 0
+    if stack.reused:
+        print(f"already running since {state.started_at:%Y-%m-%d %H:%M:%S} UTC")
+    _print_state(state)
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    try:
+        state = stack_down(purge=args.purge)
+    except StackError as exc:
+        print(f"recoveryctl stack down: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        payload: dict[str, Any] = {
+            "stopped": state is not None,
+            "purged": args.purge,
+            "state": state.model_dump(mode="json") if state is not None else None,
+        }
+        print(json.dumps(payload, indent=2))
+    elif state is None:
+        print("no local stack recorded; nothing to stop" + (" (data purged)" * args.purge))
+    else:
+        stopped = [
+            name
+            for name, external in (
+                ("kafka", state.kafka.external),
+                ("postgres", state.postgres.external),
+            )
+            if not external
+        ]
+        print(f"stopped: {', '.join(stopped) or 'nothing (both services are external)'}")
+        if args.purge:
+            print(f"deleted their data under {state.stack_dir}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    try:
+        statuses = stack_status()
+    except StackError as exc:
+        print(f"recoveryctl stack status: {exc}", file=sys.stderr)
+        return 1
+    healthy = bool(statuses) and all(s.running for s in statuses)
+    if args.json:
+        print(
+            json.dumps(
+                {"running": healthy, "services": [s.model_dump(mode="json") for s in statuses]},
+                indent=2,
+            )
+        )
+    elif not statuses:
+        print("no local stack recorded; start one with `recoveryctl stack up`")
+    else:
+        for status in statuses:
+            print(_status_line(status))
+    return 0 if healthy else 1
+
+
+def _print_state(state: StackState) -> None:
+    kafka, postgres = state.kafka, state.postgres
+    kafka_origin = "external" if kafka.external else f"pid {kafka.pid}, data {kafka.data_dir}"
+    pg_origin = "external" if postgres.external else f"pid {postgres.pid}, data {postgres.root}"
+    print(f"kafka     {kafka.bootstrap}  ({kafka_origin})")
+    print(f"postgres  {postgres.url}  ({pg_origin})")
+    if kafka.external or postgres.external:
+        print(f"using existing services named by {ENV_KAFKA_BOOTSTRAP} / {ENV_DATABASE_URL}")
+    print(f"ready in {state.startup_seconds:.1f} s (started {state.started_at:%H:%M:%S} UTC)")
+    print("for other shells:")
+    print(f"  export {ENV_KAFKA_BOOTSTRAP}={kafka.bootstrap}")
+    print(f"  export {ENV_DATABASE_URL}={postgres.url}")
+
+
+def _status_line(status: ServiceStatus) -> str:
+    mark = "up  " if status.running else "DOWN"
+    origin = "external, " if status.external else ""
+    return f"{mark}  {status.name:<9} {status.address}  ({origin}{status.detail})"

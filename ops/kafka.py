@@ -1,0 +1,407 @@
+"""A real Apache Kafka broker on this machine, assembled from Maven Central, without Docker.
+
+`ensure_jars` copies the broker's runtime jars once into the cache (outside the
+repository); `start_kafka` formats a data folder on first use and runs `kafka.Kafka` in
+KRaft combined mode on 127.0.0.1, returning a `KafkaBroker` handle once a client's
+metadata request succeeds. Stopping sends SIGTERM; restarting on the same folder keeps
+every record, because an already formatted folder is never formatted again.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from string import Template
+from typing import Any, TextIO
+
+from ops.errors import StackError
+from ops.paths import cache_dir, ensure_dir
+from ops.ports import LOOPBACK, free_ports, is_port_free
+from ops.process import log_tail, pid_alive, pid_cmdline, terminate
+from ops.settings import KAFKA_VERSION, LOG4J_VERSION
+
+__all__ = [
+    "KafkaBroker",
+    "KafkaServiceError",
+    "ensure_jars",
+    "jars_cached",
+    "start_kafka",
+    "wait_for_kafka",
+]
+
+_RESOURCES = Path(__file__).resolve().parent / "kafka"
+_MARKER = "COMPLETE"
+_MAIN_CLASS = "kafka.Kafka"
+# Enough for a broker holding test topics; the JVM default would take a quarter of RAM.
+_JVM_OPTIONS = (
+    "-Xms256m",
+    "-Xmx512m",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+)
+_STOP_GRACE_SECONDS = 30.0
+
+
+class KafkaServiceError(StackError):
+    """The local Kafka broker could not be prepared, started or stopped."""
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaBroker:
+    """A running local broker: where clients connect and how to stop it.
+
+    `process` is set when this Python process started the broker; a handle rebuilt from
+    the stack's state file has only the pid, and is stopped by signalling that pid after
+    checking that it still names this broker.
+    """
+
+    bootstrap: str
+    pid: int
+    data_dir: Path
+    process: subprocess.Popen[bytes] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def log_path(self) -> Path:
+        """The broker's own log (log4j2), whose tail error messages show."""
+        return self.data_dir / "server.log"
+
+    def is_running(self) -> bool:
+        """Whether the broker process still runs (and is this broker, not a reused pid)."""
+        if self.process is not None:
+            return self.process.poll() is None
+        return pid_alive(self.pid) and str(self.data_dir) in pid_cmdline(self.pid)
+
+    def stop(self) -> None:
+        """Stop with SIGTERM so the broker flushes and closes its logs cleanly; SIGKILL
+        only if it has not exited after 30 s. Stopping a stopped broker does nothing."""
+        if not self.is_running():
+            self._reap()
+            return
+        clean = terminate(self.pid, _STOP_GRACE_SECONDS)
+        self._reap()
+        if not clean:
+            raise KafkaServiceError(
+                f"Kafka broker pid {self.pid} ({self.data_dir}) ignored SIGTERM for "
+                f"{_STOP_GRACE_SECONDS:.0f} s and was killed; its data is intact but the "
+                f"next start recovers its logs. Log tail:\n{log_tail(self.log_path)}"
+            )
+
+    def _reap(self) -> None:
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # pragma: no cover - killed above
+                pass
+
+
+# --- jars -----------------------------------------------------------------------------
+
+
+def _jar_dir(version: str, cache: Path | None) -> Path:
+    return (cache or cache_dir()) / f"kafka-{version}"
+
+
+def jars_cached(version: str = KAFKA_VERSION, cache: Path | None = None) -> bool:
+    """Whether a complete set of runtime jars for `version` is in the cache: the marker
+    written after a successful copy exists and every jar it lists is present."""
+    home = _jar_dir(version, cache)
+    marker = home / _MARKER
+    if not marker.is_file():
+        return False
+    names = [line for line in marker.read_text().splitlines() if line.endswith(".jar")]
+    return bool(names) and all((home / "libs" / name).is_file() for name in names)
+
+
+def ensure_jars(
+    version: str = KAFKA_VERSION,
+    log4j_version: str = LOG4J_VERSION,
+    cache: Path | None = None,
+    progress: TextIO | None = None,
+) -> Path:
+    """The folder of the broker's runtime jars, copied from Maven Central on first use.
+
+    Runs `mvn dependency:copy-dependencies` on `ops/kafka/pom.xml` into a scratch folder,
+    moves it into place and only then writes the completion marker, so an interrupted
+    download is redone rather than trusted. A file lock keeps two processes (tests and a
+    developer's `ops/dev up`) from downloading into the same folder at once. Progress
+    lines go to `progress` (default: stderr).
+    """
+    out = progress or sys.stderr
+    home = ensure_dir(_jar_dir(version, cache))
+    with _locked(home / ".lock"):
+        if jars_cached(version, cache):
+            return home / "libs"
+        started = time.monotonic()
+        print(f"kafka: fetching Apache Kafka {version} jars from Maven Central", file=out)
+        print(f"kafka: into {home / 'libs'} (once per machine)", file=out, flush=True)
+        partial = home / "libs.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(home / "libs", ignore_errors=True)
+        (home / _MARKER).unlink(missing_ok=True)
+        # Maven writes target/ beside the pom, so it runs on a copy in the cache folder.
+        shutil.copyfile(_RESOURCES / "pom.xml", home / "pom.xml")
+        _run_maven(home, partial, version, log4j_version, out)
+        os.replace(partial, home / "libs")
+        jars = sorted(p.name for p in (home / "libs").glob("*.jar"))
+        (home / _MARKER).write_text("".join(f"{name}\n" for name in jars))
+        elapsed = time.monotonic() - started
+        print(f"kafka: {len(jars)} jars ready in {elapsed:.1f} s", file=out, flush=True)
+        return home / "libs"
+
+
+def _run_maven(home: Path, target: Path, version: str, log4j: str, out: TextIO) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise KafkaServiceError(
+            "Maven (`mvn`) is not on PATH; it is needed once to fetch the Kafka jars. "
+            "Install it (`apt-get install maven`) or run `ops/dev bootstrap`."
+        )
+    command = [
+        mvn,
+        "-B",
+        "-f",
+        str(home / "pom.xml"),
+        f"-Dkafka.version={version}",
+        f"-Dlog4j.version={log4j}",
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={target}",
+        "-DincludeScope=runtime",
+    ]
+    recent: deque[str] = deque(maxlen=40)
+    with subprocess.Popen(
+        command,
+        cwd=home,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            recent.append(line)
+            # One line per artifact fetched: progress without Maven's full chatter.
+            if "Downloaded from" in line or "[ERROR]" in line or "BUILD" in line:
+                print(f"  mvn: {line.strip()}", file=out, flush=True)
+        code = proc.wait()
+    if code != 0:
+        raise KafkaServiceError(
+            f"`mvn dependency:copy-dependencies` for Kafka {version} failed with exit "
+            f"code {code}; check network access to Maven Central and retry. Last lines:\n"
+            + "".join(recent)
+        )
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# --- broker -----------------------------------------------------------------------------
+
+
+def start_kafka(
+    data_dir: Path,
+    *,
+    bootstrap_port: int | None = None,
+    controller_port: int | None = None,
+    ready_timeout: float = 60.0,
+    progress: TextIO | None = None,
+) -> KafkaBroker:
+    """Start a broker on `data_dir` and return once it answers a metadata request.
+
+    The folder is formatted (`kafka.tools.StorageTool format`) only when it holds no
+    formatted log yet, so a restart keeps every record. Ports default to the ones the
+    folder used last time when they are still free (clients can reconnect to the same
+    address), else fresh free ports. Raises `KafkaServiceError` with the broker's log
+    tail when it exits or is not ready within `ready_timeout` seconds.
+    """
+    data_dir = ensure_dir(data_dir.resolve())
+    libs = ensure_jars(progress=progress)
+    java = _java()
+    ports = _choose_ports(data_dir, bootstrap_port, controller_port)
+    config = _write_config(data_dir, *ports)
+    if not (data_dir / "logs" / "meta.properties").is_file():
+        _format(java, libs, data_dir, config)
+    command = [
+        java,
+        *_JVM_OPTIONS,
+        f"-Dkafka.logs.dir={data_dir}",
+        f"-Dlog4j2.configurationFile={_RESOURCES / 'log4j2.xml'}",
+        "-cp",
+        f"{libs}/*",
+        _MAIN_CLASS,
+        str(config),
+    ]
+    with (data_dir / "kafka.out").open("ab") as console:
+        # A new session: Ctrl-C in the terminal that ran `ops/dev up` must not reach it.
+        process = subprocess.Popen(
+            command,
+            cwd=data_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    broker = KafkaBroker(f"{LOOPBACK}:{ports[0]}", process.pid, data_dir, process)
+    try:
+        wait_for_kafka(broker.bootstrap, ready_timeout, broker=broker)
+    except BaseException:
+        broker.stop()
+        raise
+    return broker
+
+
+def wait_for_kafka(
+    bootstrap: str, timeout: float = 30.0, *, broker: KafkaBroker | None = None
+) -> None:
+    """Return once a metadata request to `bootstrap` lists at least one live broker.
+    When `broker` is given, give up early if its process exits, and quote its log."""
+    from confluent_kafka.admin import AdminClient
+
+    # librdkafka logs every refused connection to stderr while the broker starts; the
+    # outcome is reported by this function instead.
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "log_level": 0,
+        "error_cb": _ignore,
+        "reconnect.backoff.ms": 50,
+        "reconnect.backoff.max.ms": 500,
+    }
+    client = AdminClient(config)
+    deadline = time.monotonic() + timeout
+    last_error = "no answer yet"
+    while True:
+        if broker is not None and not broker.is_running():
+            raise _not_ready(bootstrap, broker, "the broker process exited")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _not_ready(bootstrap, broker, f"not ready after {timeout:.0f} s: {last_error}")
+        try:
+            metadata = client.list_topics(timeout=min(2.0, remaining))
+        except Exception as exc:  # confluent_kafka raises KafkaException on no answer
+            last_error = str(exc)
+            time.sleep(0.1)
+            continue
+        if metadata.brokers:
+            return
+        last_error = "metadata lists no live broker"
+
+
+def _ignore(_error: Any) -> None:
+    return None
+
+
+def _not_ready(bootstrap: str, broker: KafkaBroker | None, why: str) -> KafkaServiceError:
+    if broker is None:
+        return KafkaServiceError(
+            f"Kafka at {bootstrap} did not answer a metadata request ({why}); check that "
+            "the broker runs and the address is right."
+        )
+    console = log_tail(broker.data_dir / "kafka.out", 15)
+    return KafkaServiceError(
+        f"Kafka broker pid {broker.pid} on {bootstrap} ({broker.data_dir}) failed to "
+        f"start: {why}.\n--- {broker.log_path} (tail) ---\n{log_tail(broker.log_path)}"
+        f"\n--- {broker.data_dir / 'kafka.out'} (tail) ---\n{console}"
+    )
+
+
+def _java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    java = shutil.which("java")
+    if java is None:
+        raise KafkaServiceError(
+            "No Java found (JAVA_HOME unset and `java` not on PATH); Kafka needs Java 17+. "
+            "Install it (`apt-get install openjdk-17-jdk-headless`) or set JAVA_HOME."
+        )
+    return java
+
+
+def _choose_ports(
+    data_dir: Path, bootstrap_port: int | None, controller_port: int | None
+) -> tuple[int, int]:
+    previous = _previous_ports(data_dir)
+    if bootstrap_port is None and controller_port is None and previous is not None:
+        if all(is_port_free(port) for port in previous):
+            return previous
+    fresh = iter(free_ports(2))
+    return (bootstrap_port or next(fresh), controller_port or next(fresh))
+
+
+def _previous_ports(data_dir: Path) -> tuple[int, int] | None:
+    try:
+        saved = json.loads((data_dir / "ports.json").read_text())
+        return int(saved["bootstrap"]), int(saved["controller"])
+    except (FileNotFoundError, KeyError, ValueError, TypeError):
+        return None
+
+
+def _write_config(data_dir: Path, bootstrap_port: int, controller_port: int) -> Path:
+    template = Template((_RESOURCES / "server.properties").read_text())
+    rendered = template.substitute(
+        host=LOOPBACK,
+        bootstrap_port=bootstrap_port,
+        controller_port=controller_port,
+        log_dirs=data_dir / "logs",
+    )
+    config = data_dir / "server.properties"
+    config.write_text(rendered)
+    (data_dir / "ports.json").write_text(
+        json.dumps({"bootstrap": bootstrap_port, "controller": controller_port})
+    )
+    return config
+
+
+def _format(java: str, libs: Path, data_dir: Path, config: Path) -> None:
+    command = [
+        java,
+        "-Xmx256m",
+        f"-Dkafka.logs.dir={data_dir}",
+        f"-Dlog4j2.configurationFile={_RESOURCES / 'log4j2.xml'}",
+        "-cp",
+        f"{libs}/*",
+        "kafka.tools.StorageTool",
+        "format",
+        "--cluster-id",
+        _cluster_id(),
+        "--config",
+        str(config),
+    ]
+    result = subprocess.run(
+        command, cwd=data_dir, capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+    if result.returncode != 0:
+        raise KafkaServiceError(
+            f"formatting Kafka storage in {data_dir / 'logs'} failed (exit "
+            f"{result.returncode}); remove the folder if it is a broken leftover.\n"
+            f"{result.stdout}{result.stderr}"
+        )
+
+
+def _cluster_id() -> str:
+    """A cluster id as Kafka's `Uuid.randomUuid()` makes it: 16 random bytes in URL-safe
+    base64 without padding, never starting with '-' (it would read as a CLI option)."""
+    while True:
+        encoded = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not encoded.startswith("-"):
+            return encoded

@@ -1,0 +1,333 @@
+"""A real PostgreSQL server on this machine, from Debian's `postgresql-<major>` binaries.
+
+PostgreSQL refuses to run as root, and our scripts and CI run as root; so when the
+effective user is root, `initdb`, `pg_ctl` and the server run as an unprivileged OS user
+(`postgres`, or a dedicated system user created on first use) through `runuser`. As
+anyone else they run as that user. The server listens on 127.0.0.1 only, trusts
+loopback connections (a local development and test server), and keeps fsync on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ops.errors import StackError
+from ops.paths import ensure_dir
+from ops.ports import LOOPBACK, free_ports, is_port_free
+from ops.process import log_tail, pid_alive
+from ops.settings import DATABASE_USER
+
+__all__ = [
+    "PostgresServer",
+    "PostgresServiceError",
+    "ensure_database",
+    "find_bin_dir",
+    "service_os_user",
+    "start_postgres",
+    "wait_for_postgres",
+]
+
+_PG_ROOT = Path("/usr/lib/postgresql")
+_SERVICE_USER_CREATED = "agent-recovery"
+_SETTINGS_FILE = "agent-recovery.conf"
+_ADMIN_DATABASE = "postgres"
+# Unix socket paths are limited to 107 bytes; a deep checkout falls back to TCP only.
+_MAX_SOCKET_DIR = 90
+
+
+class PostgresServiceError(StackError):
+    """The local PostgreSQL server could not be prepared, started or stopped."""
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresServer:
+    """A running local server: where clients connect and how to stop it.
+
+    `root` holds `data/` (the cluster, owned by `os_user`, mode 0700), the server log and
+    the port of the last start. `os_user` is None when the server runs as the caller.
+    """
+
+    root: Path
+    port: int
+    bin_dir: Path
+    os_user: str | None
+    host: str = LOOPBACK
+    user: str = DATABASE_USER
+
+    @property
+    def data_dir(self) -> Path:
+        """The cluster's data folder (PGDATA)."""
+        return self.root / "data"
+
+    @property
+    def log_path(self) -> Path:
+        """The server log, whose tail error messages show."""
+        return self.root / "postgres.log"
+
+    @property
+    def url(self) -> str:
+        """Connection URL of the administrative database (`postgres`)."""
+        return self.url_for(_ADMIN_DATABASE)
+
+    def url_for(self, database: str) -> str:
+        """Connection URL of `database` on this server."""
+        return f"postgresql://{self.user}@{self.host}:{self.port}/{database}"
+
+    @property
+    def pid(self) -> int | None:
+        """The postmaster's pid from `postmaster.pid`, or None when it is not running."""
+        try:
+            first = (self.data_dir / "postmaster.pid").read_text().splitlines()[0]
+            pid = int(first)
+        except (FileNotFoundError, IndexError, ValueError):
+            return None
+        return pid if pid_alive(pid) else None
+
+    def is_running(self) -> bool:
+        """Whether the postmaster of this data folder is alive."""
+        return self.pid is not None
+
+    def stop(self) -> None:
+        """Stop with `pg_ctl stop -m fast`: sessions are ended, the server checkpoints and
+        exits cleanly. Stopping a stopped server does nothing."""
+        if not self.is_running():
+            return
+        command = [str(self.bin_dir / "pg_ctl"), "stop", "-D", str(self.data_dir)]
+        result = _run(self, [*command, "-m", "fast", "-w", "-t", "60"])
+        if result.returncode != 0 and self.is_running():
+            raise PostgresServiceError(
+                f"`pg_ctl stop -m fast` failed for {self.data_dir} (exit "
+                f"{result.returncode}): {result.stdout}{result.stderr}\n"
+                f"Log tail:\n{log_tail(self.log_path)}"
+            )
+
+
+def find_bin_dir() -> Path:
+    """The `bin` folder of the newest PostgreSQL major installed under
+    /usr/lib/postgresql (Debian keeps the server binaries off PATH)."""
+    majors = sorted(
+        (int(p.name), p / "bin")
+        for p in _PG_ROOT.glob("*")
+        if p.name.isdigit() and (p / "bin" / "pg_ctl").is_file()
+    )
+    if not majors:
+        raise PostgresServiceError(
+            f"no PostgreSQL server binaries under {_PG_ROOT}; install them with "
+            "`apt-get install postgresql-15` (or run `.ci/run`, which does)."
+        )
+    return majors[-1][1]
+
+
+def service_os_user() -> str | None:
+    """The OS user the server runs as: None (the caller) unless the caller is root; then
+    `postgres` when it exists, else a dedicated system user created now."""
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", _SERVICE_USER_CREATED):
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return name
+    subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+         _SERVICE_USER_CREATED],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return _SERVICE_USER_CREATED
+
+
+def start_postgres(
+    root: Path, *, port: int | None = None, ready_timeout: float = 60.0
+) -> PostgresServer:
+    """Start a server on `root/data`, initialising the cluster on first use, and return
+    once a client connects. The port defaults to the one used last time when still free,
+    else a free one. Raises `PostgresServiceError` with the server log's tail on failure.
+    """
+    root = ensure_dir(root.resolve())
+    server = PostgresServer(
+        root=root,
+        port=_choose_port(root, port),
+        bin_dir=find_bin_dir(),
+        os_user=service_os_user(),
+    )
+    if server.is_running():
+        raise PostgresServiceError(
+            f"a PostgreSQL server (pid {server.pid}) already runs on {server.data_dir}; "
+            "stop it first (`recoveryctl stack down`) or use another folder."
+        )
+    if not (server.data_dir / "PG_VERSION").is_file():
+        _initdb(server)
+    _write_settings(server)
+    _give(server, server.log_path, touch=True)
+    result = _run(
+        server,
+        [
+            str(server.bin_dir / "pg_ctl"),
+            "start",
+            "-D",
+            str(server.data_dir),
+            "-l",
+            str(server.log_path),
+            "-w",
+            "-t",
+            str(int(ready_timeout)),
+        ],
+    )
+    if result.returncode != 0:
+        raise _failed(server, f"`pg_ctl start` exited {result.returncode}: {result.stderr}")
+    try:
+        wait_for_postgres(server.url, ready_timeout, server=server)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def wait_for_postgres(
+    url: str, timeout: float = 30.0, *, server: PostgresServer | None = None
+) -> None:
+    """Return once a client connects to `url` and runs `SELECT 1`; when `server` is given,
+    give up early if it stops running, and quote its log."""
+    import psycopg
+
+    deadline = time.monotonic() + timeout
+    last_error = "no answer yet"
+    while time.monotonic() < deadline:
+        if server is not None and not server.is_running():
+            raise _failed(server, "the server process exited")
+        try:
+            with psycopg.connect(url, connect_timeout=2, autocommit=True) as conn:
+                conn.execute("SELECT 1")
+            return
+        except psycopg.OperationalError as exc:
+            last_error = str(exc).strip()
+            time.sleep(0.1)
+    if server is not None:
+        raise _failed(server, f"no connection after {timeout:.0f} s: {last_error}")
+    raise PostgresServiceError(
+        f"PostgreSQL at {url} did not accept a connection within {timeout:.0f} s "
+        f"({last_error}); check that it runs and the URL is right."
+    )
+
+
+def ensure_database(url: str, name: str) -> None:
+    """Create database `name` on the server of `url` (an admin connection) if missing."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if exists is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def _choose_port(root: Path, port: int | None) -> int:
+    if port is not None:
+        return port
+    try:
+        previous = int(json.loads((root / "port.json").read_text())["port"])
+    except (FileNotFoundError, KeyError, ValueError, TypeError):
+        previous = 0
+    if previous and is_port_free(previous):
+        return previous
+    return free_ports(1)[0]
+
+
+def _initdb(server: PostgresServer) -> None:
+    data = server.data_dir
+    shutil.rmtree(data, ignore_errors=True)  # a half-made cluster from a failed initdb
+    data.mkdir(mode=0o700)
+    _give(server, data)
+    _check_reachable(server)
+    result = _run(
+        server,
+        [
+            str(server.bin_dir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            server.user,
+            "--auth=trust",  # loopback only: pg_hba.conf's host lines are 127.0.0.1, ::1
+            "--encoding=UTF8",
+            "--locale=C",
+        ],
+    )
+    if result.returncode != 0:
+        raise PostgresServiceError(
+            f"initdb failed for {data} (exit {result.returncode}):\n{result.stdout}{result.stderr}"
+        )
+    with (data / "postgresql.conf").open("a") as conf:
+        conf.write(f"\n# Written by ops/postgres.py on every start.\ninclude '{_SETTINGS_FILE}'\n")
+
+
+def _write_settings(server: PostgresServer) -> None:
+    socket_dir = str(server.data_dir) if len(str(server.data_dir)) <= _MAX_SOCKET_DIR else ""
+    settings = {
+        "listen_addresses": server.host,
+        "port": str(server.port),
+        "unix_socket_directories": socket_dir,
+        # Sized for a 2-core developer box running Kafka beside it.
+        "shared_buffers": "256MB",
+        "max_connections": "200",
+        # Durability stays as in production: tests must see what production would.
+        "fsync": "on",
+        "synchronous_commit": "on",
+        "full_page_writes": "on",
+        "log_line_prefix": "%m [%p] %q%u@%d ",
+    }
+    lines = [f"{key} = '{value}'\n" for key, value in settings.items()]
+    path = server.data_dir / _SETTINGS_FILE
+    header = "# Local stack settings (ops/postgres.py); rewritten on every start.\n"
+    path.write_text(header + "".join(lines))
+    _give(server, path)
+    (server.root / "port.json").write_text(json.dumps({"port": server.port}))
+
+
+def _give(server: PostgresServer, path: Path, *, touch: bool = False) -> None:
+    if touch:
+        path.touch()
+    if server.os_user is not None:
+        shutil.chown(path, user=server.os_user, group=pwd.getpwnam(server.os_user).pw_gid)
+
+
+def _check_reachable(server: PostgresServer) -> None:
+    if server.os_user is None:
+        return
+    probe = _run(server, ["test", "-w", str(server.data_dir)])
+    if probe.returncode != 0:
+        raise PostgresServiceError(
+            f"OS user {server.os_user} cannot reach {server.data_dir}: a folder above it is "
+            "not traversable (e.g. /root is 0700). Set RECOVERY_STACK_DIR to a folder "
+            "others can traverse, such as /var/tmp/agent-recovery."
+        )
+
+
+def _run(server: PostgresServer, command: list[str]) -> subprocess.CompletedProcess[str]:
+    if server.os_user is not None:
+        command = ["runuser", "-u", server.os_user, "--", *command]
+    # cwd: the service user may not be allowed into the caller's working directory.
+    return subprocess.run(
+        command,
+        cwd=server.root,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "LC_ALL": "C"},
+        timeout=300,
+    )
+
+
+def _failed(server: PostgresServer, why: str) -> PostgresServiceError:
+    return PostgresServiceError(
+        f"PostgreSQL on {server.host}:{server.port} ({server.data_dir}) failed to start: "
+        f"{why}\n--- {server.log_path} (tail) ---\n{log_tail(server.log_path)}"
+    )

@@ -1,0 +1,76 @@
+"""Small process helpers shared by the Kafka and PostgreSQL launchers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import deque
+from pathlib import Path
+
+__all__ = ["log_tail", "pid_alive", "pid_cmdline", "terminate"]
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last `lines` lines of a log file, or a note saying it does not exist yet."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            tail = deque(handle, maxlen=lines)
+    except FileNotFoundError:
+        return f"(no log at {path})"
+    return "".join(tail).rstrip() or f"(log {path} is empty)"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists and is not a zombie."""
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    # The state letter follows the parenthesised command name, which may contain spaces.
+    return status.rpartition(")")[2].split()[0] != "Z"
+
+
+def pid_cmdline(pid: int) -> str:
+    """The command line of a process with NULs turned into spaces ("" if it is gone);
+    used to make sure a pid from a state file still names our process before we signal."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def terminate(pid: int, grace_seconds: float) -> bool:
+    """Send SIGTERM, wait up to `grace_seconds` for the process to exit, then SIGKILL.
+    Returns True when it exited on SIGTERM, False when it had to be killed."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    if _wait_gone(pid, grace_seconds):
+        return True
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return True
+    _wait_gone(pid, 10.0)
+    return False
+
+
+def _wait_gone(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    return not pid_alive(pid)
+
+
+def _reap(pid: int) -> None:
+    # Our own children stay zombies until waited for; reap so pid_alive sees them go.
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass

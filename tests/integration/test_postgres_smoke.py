@@ -1,0 +1,95 @@
+"""The local PostgreSQL server is a real one: SQL runs, transactions roll back, each test
+has its own database cloned from the template, and data survives a server restart."""
+
+from __future__ import annotations
+
+import shutil
+
+import psycopg
+import pytest
+
+from ops.postgres import PostgresServer, start_postgres
+from tests.support.db import with_database
+from tests.support.services import service_root
+
+pytestmark = pytest.mark.integration
+
+
+def test_sql_runs_against_the_real_server(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("CREATE TABLE operation (id text PRIMARY KEY, state text NOT NULL)")
+        conn.execute(
+            "INSERT INTO operation VALUES (%s, %s), (%s, %s)",
+            ("op-1", "detected", "op-2", "contained"),
+        )
+        conn.commit()
+        rows = conn.execute("SELECT id, state FROM operation ORDER BY id").fetchall()
+    assert rows == [("op-1", "detected"), ("op-2", "contained")]
+
+
+def test_rolled_back_transaction_leaves_no_rows(database_url: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        conn.execute("CREATE TABLE audit (seq bigint PRIMARY KEY)")
+        conn.commit()
+        conn.execute("INSERT INTO audit VALUES (1), (2)")
+        inside = conn.execute("SELECT count(*) FROM audit").fetchone()
+        conn.rollback()
+        after = conn.execute("SELECT count(*) FROM audit").fetchone()
+    assert inside == (2,)
+    assert after == (0,)
+
+
+def test_unique_violation_aborts_only_its_own_transaction(database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE event (id text PRIMARY KEY)")
+        conn.execute("INSERT INTO event VALUES ('ev-1')")
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute("INSERT INTO event VALUES ('ev-1')")
+        conn.execute("INSERT INTO event VALUES ('ev-2')")
+        rows = conn.execute("SELECT id FROM event ORDER BY id").fetchall()
+    assert rows == [("ev-1",), ("ev-2",)]
+
+
+def test_each_test_gets_its_own_database_cloned_from_the_template(
+    database_url: str, database_template: str, postgres_server: str
+) -> None:
+    with psycopg.connect(database_url) as conn:
+        current = conn.execute("SELECT current_database()").fetchone()
+        tables = conn.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'"
+        ).fetchone()
+    assert current is not None
+    assert current[0] not in (database_template, "postgres")
+    assert tables == (0,)  # nothing leaked from other tests' databases
+    with psycopg.connect(with_database(postgres_server, database_template)) as template:
+        assert template.execute("SELECT 1").fetchone() == (1,)
+
+
+@pytest.mark.slow
+def test_local_server_keeps_fsync_on_and_keeps_data_across_a_restart() -> None:
+    root = service_root("postgres-restart")
+    server: PostgresServer | None = None
+    try:
+        server = start_postgres(root / "pg")
+        with psycopg.connect(server.url, autocommit=True) as conn:
+            settings = {
+                name: conn.execute(f"SHOW {name}").fetchone()
+                for name in ("fsync", "listen_addresses", "max_connections", "shared_buffers")
+            }
+            conn.execute("CREATE TABLE kept (v text)")
+            conn.execute("INSERT INTO kept VALUES ('before restart')")
+        assert settings == {
+            "fsync": ("on",),
+            "listen_addresses": ("127.0.0.1",),
+            "max_connections": ("200",),
+            "shared_buffers": ("256MB",),
+        }
+        server.stop()
+        assert not server.is_running()
+        server = start_postgres(root / "pg")
+        with psycopg.connect(server.url) as conn:
+            assert conn.execute("SELECT v FROM kept").fetchall() == [("before restart",)]
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(root, ignore_errors=True)
