@@ -454,3 +454,69 @@ def run_case(path: Path, case: CaseSpec, machine: Machine, registry: Registry) -
         label = f"{event.event_type} {event.event_id}"
         mismatches.extend(compare(index, label, step.expect, decision))
     return CaseResult(str(path), case.name, case.scenario, tuple(mismatches), tuple(decisions))
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteResult:
+    """Every case run by `recoveryctl test`, and the scenarios they cover."""
+
+    results: tuple[CaseResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        """True when every case passed (and there was at least one)."""
+        return bool(self.results) and all(r.passed for r in self.results)
+
+    @property
+    def scenarios_covered(self) -> tuple[str, ...]:
+        """The CONFORMANCE scenarios named by at least one case, in CONFORMANCE order."""
+        named = {s for r in self.results for s in r.scenarios}
+        return tuple(s for s in SCENARIOS if s in named)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape of `recoveryctl test --json`."""
+        covered = self.scenarios_covered
+        return {
+            "passed": self.passed,
+            "cases": [
+                {
+                    "path": r.path,
+                    "name": r.name,
+                    "scenarios": list(r.scenarios),
+                    "passed": r.passed,
+                    "mismatches": [m.to_dict() for m in r.mismatches],
+                }
+                for r in self.results
+            ],
+            "counts": {
+                "cases": len(self.results),
+                "passed": sum(r.passed for r in self.results),
+                "failed": sum(not r.passed for r in self.results),
+            },
+            "scenarios_covered": list(covered),
+            "scenarios_missing": [s for s in SCENARIOS if s not in covered],
+        }
+
+
+def discover(paths: list[Path]) -> list[tuple[Path, Path]]:
+    """(package folder, case file) pairs under `paths`. A path may be a case file inside a
+    package's `tests/`, a package folder, or a folder of packages (a catalogue)."""
+    found: list[tuple[Path, Path]] = []
+    for path in paths:
+        if path.is_file():
+            found.append((path.parent.parent, path))
+        elif (path / "RECOVERY.yaml").is_file():
+            found.extend((path, case) for case in _cases_of(path))
+        elif path.is_dir():
+            for package in sorted(p for p in path.iterdir() if (p / "RECOVERY.yaml").is_file()):
+                found.extend((package, case) for case in _cases_of(package))
+        else:
+            raise CaseError(f"{path}: no such file or folder")
+    return found
+
+
+def _cases_of(package: Path) -> list[Path]:
+    tests = package / "tests"
+    if not tests.is_dir():
+        return []
+    return sorted([*tests.glob("*.yaml"), *tests.glob("*.yml")])

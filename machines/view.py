@@ -128,9 +128,15 @@ class OperationView:
     seen_events: Mapping[str, str] = field(default_factory=lambda: _NO_EVENTS)
 
     def current_outcomes(self) -> frozenset[Outcome]:
-        """The outcomes trusted verifiers reported for the current effect epoch."""
+        """The outcomes trusted verifiers report for the current effect epoch: each
+        verifier's latest result (a verifier re-checking supersedes itself), so a set
+        with more than one member means trusted verifiers disagree."""
         epoch = self.epoch
-        return frozenset(v.outcome for v in self.verifications if v.epoch == epoch)
+        latest: dict[str, Outcome] = {}
+        for v in self.verifications:
+            if v.epoch == epoch:
+                latest[v.verifier] = v.outcome
+        return frozenset(latest.values())
 
     def current_verification_refs(self) -> tuple[str, ...]:
         """Evidence references of the current epoch's verifications, for the audit."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from ops.commands import stack
+from ops.commands import simulate, stack, test
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
@@ -19,3 +19,4 @@ COMMANDS: list[Register] = []
 #   from ops.commands import stack
 #   COMMANDS.append(stack.register)
 COMMANDS.append(stack.register)
+COMMANDS.extend([test.register, simulate.register])

@@ -1,0 +1,112 @@
+"""`recoveryctl simulate PATH --events FILE`: decide a JSON-lines event file offline.
+
+Each line of FILE is one event envelope (the fields of `machines.event.Event`), or an
+operation declaration `{"operation": {...}}` giving an operation's affected agent,
+lineage and declared tool facts before its first event. Events are decided in file order
+by the same core the controller uses, at their own `event_time`, and one decision record
+is printed per line as JSON. A line that is not a valid event is reported on stderr as a
+dead-letter and skipped; the exit code is then 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from machines import DEFAULT_REGISTRY, MachineError, load_machine, load_registry
+from machines.event import EventError, parse_event
+from machines.policy import Policy, PolicyError, load_policy
+from machines.simulation import OperationSetup, Simulation, SimulationError
+from machines.view import ToolFacts
+
+__all__ = ["register"]
+
+
+class _Facts(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    idempotency_key: str | None = None
+    side_effect_possible: bool = True
+    side_effect_confirmed: bool = False
+    compensation_supported: bool = False
+    status_api: bool = False
+
+
+class _Operation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str
+    agent: str
+    lineage_agents: list[str] = []
+    facts: _Facts = _Facts()
+    budget: int | None = None
+    deadline: datetime | None = None
+    state: str | None = None
+    start: datetime
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `simulate` subcommand."""
+    parser = subparsers.add_parser(
+        "simulate",
+        help="decide a JSON-lines event file against a machine; one decision per line",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("path", type=Path, metavar="PATH", help="machine package or RECOVERY.yaml")
+    parser.add_argument("--events", type=Path, required=True, metavar="FILE")
+    parser.add_argument(
+        "--policy",
+        type=Path,
+        default=None,
+        help="operator policy file (default: a strict policy trusting no verifier)",
+    )
+    parser.add_argument("--registry", type=Path, default=DEFAULT_REGISTRY)
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        registry = load_registry(args.registry)
+        machine = load_machine(args.path, registry)
+        policy = load_policy(args.policy) if args.policy else Policy(id="simulate-default")
+        lines = args.events.read_text(encoding="utf-8").splitlines()
+    except (MachineError, PolicyError, OSError) as exc:
+        print(f"recoveryctl simulate: {exc}", file=sys.stderr)
+        return 2
+    sim = Simulation(machine, registry, policy)
+    failed = False
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            _feed(sim, json.loads(line))
+        except (ValueError, EventError, SimulationError, ValidationError) as exc:
+            failed = True
+            print(f"{args.events}:{number}: dead-letter: {exc}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _feed(sim: Simulation, data: Any) -> None:
+    if not isinstance(data, dict):
+        raise ValueError("each line must be a JSON object")
+    if "operation" in data:
+        op = _Operation.model_validate(data["operation"])
+        setup = OperationSetup(
+            operation_id=op.id,
+            agent=op.agent,
+            lineage_agents=frozenset(op.lineage_agents),
+            facts=ToolFacts(**op.facts.model_dump()),
+            budget=op.budget,
+            deadline=op.deadline,
+            state=op.state,
+        )
+        sim.open(setup, op.start)
+        return
+    event = parse_event(data)
+    decision = sim.feed(event, event.event_time)
+    print(json.dumps(decision.to_dict(), sort_keys=True), flush=True)
