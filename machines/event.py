@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
@@ -174,11 +174,7 @@ class Event:
         """The event as plain JSON-ready data, without its digest."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data.pop("payload_digest")
-        for key in ("lineage", "evidence", "human_decision", "classifier"):
-            if data[key] is not None:
-                data[key] = _plain(asdict(data[key]))
-        data["event_time"] = self.event_time.isoformat()
-        return data
+        return {k: _plain(v) for k, v in data.items()}
 
     def to_dict(self) -> dict[str, Any]:
         """The event as plain JSON-ready data, with its digest."""
@@ -188,7 +184,9 @@ class Event:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
