@@ -37,6 +37,8 @@ __all__ = [
     "KafkaServiceError",
     "ensure_jars",
     "jars_cached",
+    "new_cluster_id",
+    "render_server_properties",
     "start_kafka",
     "wait_for_kafka",
 ]
@@ -356,16 +358,21 @@ def _previous_ports(data_dir: Path) -> tuple[int, int] | None:
         return None
 
 
-def _write_config(data_dir: Path, bootstrap_port: int, controller_port: int) -> Path:
+def render_server_properties(bootstrap_port: int, controller_port: int, log_dirs: Path) -> str:
+    """The broker's `server.properties`: `ops/kafka/server.properties` with the loopback
+    host, the client and controller ports and the log folder filled in."""
     template = Template((_RESOURCES / "server.properties").read_text())
-    rendered = template.substitute(
+    return template.substitute(
         host=LOOPBACK,
         bootstrap_port=bootstrap_port,
         controller_port=controller_port,
-        log_dirs=data_dir / "logs",
+        log_dirs=log_dirs,
     )
+
+
+def _write_config(data_dir: Path, bootstrap_port: int, controller_port: int) -> Path:
     config = data_dir / "server.properties"
-    config.write_text(rendered)
+    config.write_text(render_server_properties(bootstrap_port, controller_port, data_dir / "logs"))
     (data_dir / "ports.json").write_text(
         json.dumps({"bootstrap": bootstrap_port, "controller": controller_port})
     )
@@ -383,7 +390,7 @@ def _format(java: str, libs: Path, data_dir: Path, config: Path) -> None:
         "kafka.tools.StorageTool",
         "format",
         "--cluster-id",
-        _cluster_id(),
+        new_cluster_id(),
         "--config",
         str(config),
     ]
@@ -398,7 +405,7 @@ def _format(java: str, libs: Path, data_dir: Path, config: Path) -> None:
         )
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
     """A cluster id as Kafka's `Uuid.randomUuid()` makes it: 16 random bytes in URL-safe
     base64 without padding, never starting with '-' (it would read as a CLI option)."""
     while True:

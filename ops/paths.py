@@ -47,14 +47,15 @@ def cache_dir() -> Path:
     return (base / "agent-recovery").resolve()
 
 
-def stack_dir() -> Path:
+def stack_dir(root: Path | None = None) -> Path:
     """Where the running stack keeps its state file and data: `$RECOVERY_STACK_DIR`, else
-    `<repo>/.stack`. When root runs from a checkout an unprivileged user cannot traverse,
-    it is a per-checkout folder under /var/tmp instead, so PostgreSQL can reach it."""
+    `<checkout>/.stack` (the checkout is `root`, default `repo_root()`). When root runs
+    from a checkout an unprivileged user cannot traverse, it is a per-checkout folder
+    under /var/tmp instead, so that PostgreSQL (run as that user) can reach it."""
     explicit = os.environ.get(ENV_STACK_DIR)
     if explicit:
         return Path(explicit).expanduser().resolve()
-    root = repo_root()
+    root = (root or repo_root()).resolve()
     if os.geteuid() == 0 and not others_can_traverse(root):
         digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]
         return _SHARED_RUNTIME_BASE / f"agent-recovery-{digest}"

@@ -20,6 +20,7 @@ __all__ = [
     "ENV_STACK_DIR",
     "KAFKA_VERSION",
     "LOG4J_VERSION",
+    "POSTGRES_MAJOR",
     "RUNTIME_ROLES",
 ]
 
@@ -48,3 +49,6 @@ COMPOSE_SERVICES: Final = ("kafka", "postgres", "controller", "relay")
 COMPOSE_KAFKA_PORT: Final = 9092
 COMPOSE_POSTGRES_PORT: Final = 5432
 RUNTIME_ROLES: Final = ("controller", "relay")
+
+# The PostgreSQL major the stack is built and tested on (Debian's postgresql-15).
+POSTGRES_MAJOR: Final = 15

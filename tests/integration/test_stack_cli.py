@@ -1,0 +1,91 @@
+"""`recoveryctl stack up|status|down` start, report and stop a real local stack, the
+way developers and the demo use it (in a separate process, as from a shell)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from ops.kafka import wait_for_kafka
+from ops.process import pid_alive
+from ops.settings import DATABASE_NAME, ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, ENV_STACK_DIR
+from tests.support.services import service_root
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture
+def stack_home() -> Iterator[Path]:
+    home = service_root("stack-cli")
+    yield home
+    _recoveryctl(home, "stack", "down", "--purge")
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def _recoveryctl(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RECOVERY_")}
+    env[ENV_STACK_DIR] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "ops.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def test_stack_up_starts_both_services_reports_them_and_down_stops_them(
+    stack_home: Path,
+) -> None:
+    up = _recoveryctl(stack_home, "stack", "up", "--json")
+    assert up.returncode == 0, up.stderr
+    state = json.loads(up.stdout)
+    assert state["reused"] is False
+    assert state["startup_seconds"] < 30
+    wait_for_kafka(state["kafka"]["bootstrap"], timeout=5)
+    with psycopg.connect(state["postgres"]["url"]) as conn:
+        assert conn.execute("SELECT current_database()").fetchone() == (DATABASE_NAME,)
+
+    status = _recoveryctl(stack_home, "stack", "status", "--json")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["running"] is True
+
+    again = _recoveryctl(stack_home, "stack", "up", "--json")
+    assert json.loads(again.stdout)["reused"] is True
+
+    down = _recoveryctl(stack_home, "stack", "down")
+    assert down.returncode == 0, down.stderr
+    assert "stopped: kafka, postgres" in down.stdout
+    assert not pid_alive(state["kafka"]["pid"])
+    assert not pid_alive(state["postgres"]["pid"])
+    after = _recoveryctl(stack_home, "stack", "status")
+    assert after.returncode == 1
+    assert "no local stack recorded" in after.stdout
+
+
+def test_stack_up_uses_services_named_by_the_environment(
+    stack_home: Path, kafka_bootstrap: str, postgres_server: str
+) -> None:
+    external = {ENV_KAFKA_BOOTSTRAP: kafka_bootstrap, ENV_DATABASE_URL: postgres_server}
+    up = subprocess.run(
+        [sys.executable, "-m", "ops.cli", "stack", "up"],
+        env={**os.environ, **external, ENV_STACK_DIR: str(stack_home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert up.returncode == 0, up.stderr
+    assert "(external)" in up.stdout
+    assert f"using existing services named by {ENV_KAFKA_BOOTSTRAP}" in up.stdout
+    assert not (stack_home / "kafka").exists()
+    assert not (stack_home / "postgres").exists()

@@ -1,0 +1,82 @@
+"""compose.yaml agrees with the project's settings: service names, published ports,
+images and the environment variables the runtime reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from ops.paths import repo_root
+from ops.settings import (
+    COMPOSE_KAFKA_PORT,
+    COMPOSE_POSTGRES_PORT,
+    COMPOSE_SERVICES,
+    DATABASE_NAME,
+    DATABASE_USER,
+    ENV_DATABASE_URL,
+    ENV_KAFKA_BOOTSTRAP,
+    KAFKA_VERSION,
+    POSTGRES_MAJOR,
+    RUNTIME_ROLES,
+)
+
+
+@pytest.fixture(scope="module")
+def services() -> dict[str, Any]:
+    document = yaml.safe_load(Path(repo_root(), "compose.yaml").read_text())
+    assert isinstance(document, dict)
+    found = document["services"]
+    assert isinstance(found, dict)
+    return found
+
+
+def _host_ports(service: dict[str, Any]) -> set[int]:
+    # "127.0.0.1:9092:9092" -> the host port is the second to last field.
+    return {int(str(mapping).split(":")[-2]) for mapping in service.get("ports", [])}
+
+
+def test_compose_defines_exactly_the_project_services(services: dict[str, Any]) -> None:
+    assert set(services) == set(COMPOSE_SERVICES)
+
+
+def test_kafka_is_kraft_at_the_locally_assembled_version(services: dict[str, Any]) -> None:
+    kafka = services["kafka"]
+    assert kafka["image"] == f"apache/kafka:{KAFKA_VERSION}"
+    assert _host_ports(kafka) == {COMPOSE_KAFKA_PORT}
+    assert kafka["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert "healthcheck" in kafka
+
+
+def test_postgres_publishes_the_default_port_with_the_project_database(
+    services: dict[str, Any],
+) -> None:
+    postgres = services["postgres"]
+    assert postgres["image"] == f"postgres:{POSTGRES_MAJOR}"
+    assert _host_ports(postgres) == {COMPOSE_POSTGRES_PORT}
+    assert postgres["environment"]["POSTGRES_USER"] == DATABASE_USER
+    assert postgres["environment"]["POSTGRES_DB"] == DATABASE_NAME
+    assert "healthcheck" in postgres
+
+
+@pytest.mark.parametrize("role", RUNTIME_ROLES)
+def test_runtime_services_read_the_project_env_vars_and_reach_the_services(
+    services: dict[str, Any], role: str
+) -> None:
+    service = services[role]
+    assert service["command"] == ["recoveryctl", "run", "--role", role]
+    environment = service["environment"]
+    assert set(environment) == {ENV_KAFKA_BOOTSTRAP, ENV_DATABASE_URL}
+
+    kafka_host, kafka_port = environment[ENV_KAFKA_BOOTSTRAP].split(":")
+    assert kafka_host == "kafka"
+    advertised = services["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+    assert f"//kafka:{kafka_port}" in advertised
+
+    url = urlsplit(environment[ENV_DATABASE_URL])
+    assert (url.hostname, url.port, url.username) == ("postgres", 5432, DATABASE_USER)
+    assert url.path == f"/{DATABASE_NAME}"
+    assert set(service["depends_on"]) == {"kafka", "postgres"}

@@ -1,0 +1,133 @@
+"""Configuration helpers of the local stack: ports, folders, the broker's config, the
+jar cache marker and the state file, checked without starting any service."""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import string
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from ops.kafka import jars_cached, new_cluster_id, render_server_properties
+from ops.paths import cache_dir, ensure_dir, others_can_traverse, stack_dir
+from ops.ports import LOOPBACK, free_ports, is_port_free
+from ops.settings import ENV_CACHE_DIR, ENV_STACK_DIR, KAFKA_VERSION
+from ops.stack import KafkaState, PostgresState, StackState
+
+
+def _properties(text: str) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in text.splitlines() if line and line[0] != "#")
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def test_free_ports_are_distinct_and_bindable() -> None:
+    ports = free_ports(5)
+    assert len(set(ports)) == 5
+    assert all(is_port_free(port) for port in ports)
+
+
+def test_a_port_someone_listens_on_is_not_free() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind((LOOPBACK, 0))
+        listener.listen()
+        assert not is_port_free(listener.getsockname()[1])
+
+
+def test_free_ports_rejects_a_count_below_one() -> None:
+    with pytest.raises(ValueError, match="count >= 1"):
+        free_ports(0)
+
+
+def test_ensure_dir_makes_parents_traversable_whatever_the_umask(tmp_path: Path) -> None:
+    previous = os.umask(0o077)
+    try:
+        made = ensure_dir(tmp_path / "a" / "b" / "c")
+    finally:
+        os.umask(previous)
+    for folder in (tmp_path / "a", tmp_path / "a" / "b", made):
+        assert folder.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_folder_under_a_private_parent_is_not_traversable_by_others(tmp_path: Path) -> None:
+    private = ensure_dir(tmp_path / "private", mode=0o700)
+    assert not others_can_traverse(private / "inner")
+    assert others_can_traverse(Path("/usr/lib"))
+
+
+def test_stack_dir_and_cache_dir_follow_their_environment_variables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(ENV_STACK_DIR, str(tmp_path / "stack"))
+    monkeypatch.setenv(ENV_CACHE_DIR, str(tmp_path / "cache"))
+    assert stack_dir() == tmp_path / "stack"
+    assert cache_dir() == tmp_path / "cache"
+
+
+def test_root_running_from_a_private_checkout_keeps_state_where_postgres_can_reach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ENV_STACK_DIR, raising=False)
+    checkout = ensure_dir(tmp_path / "private", mode=0o700) / "repo"
+    chosen = stack_dir(checkout)
+    if os.geteuid() == 0:
+        assert chosen.parent == Path("/var/tmp")
+        assert chosen != stack_dir(tmp_path / "private" / "other-repo")
+    else:
+        assert chosen == checkout / ".stack"
+
+
+def test_server_properties_are_a_single_node_kraft_quorum_on_loopback(tmp_path: Path) -> None:
+    props = _properties(render_server_properties(40001, 40002, tmp_path / "logs"))
+    assert props["process.roles"] == "broker,controller"
+    assert props["controller.quorum.voters"] == f"1@{LOOPBACK}:40002"
+    assert props["listeners"] == f"PLAINTEXT://{LOOPBACK}:40001,CONTROLLER://{LOOPBACK}:40002"
+    assert props["advertised.listeners"] == f"PLAINTEXT://{LOOPBACK}:40001"
+    assert props["log.dirs"] == str(tmp_path / "logs")
+    for key in (
+        "offsets.topic.replication.factor",
+        "offsets.topic.num.partitions",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.num.partitions",
+    ):
+        assert props[key] == "1", key
+    assert props["group.initial.rebalance.delay.ms"] == "0"
+    assert int(props["log.cleaner.dedupe.buffer.size"]) <= 32 * 1024 * 1024
+
+
+def test_cluster_ids_look_like_kafka_uuids() -> None:
+    ids = {new_cluster_id() for _ in range(300)}
+    assert len(ids) == 300
+    alphabet = set(string.ascii_letters + string.digits + "-_")
+    for cluster_id in ids:
+        assert len(cluster_id) == 22
+        assert set(cluster_id) <= alphabet
+        assert not cluster_id.startswith("-")
+        assert len(base64.urlsafe_b64decode(cluster_id + "==")) == 16
+
+
+def test_jar_cache_counts_only_a_completed_download(tmp_path: Path) -> None:
+    home = ensure_dir(tmp_path / f"kafka-{KAFKA_VERSION}" / "libs").parent
+    (home / "libs" / "kafka_2.13.jar").write_bytes(b"jar")
+    assert not jars_cached(KAFKA_VERSION, tmp_path)  # no marker: a half download
+    (home / "COMPLETE").write_text("kafka_2.13.jar\nkafka-clients.jar\n")
+    assert not jars_cached(KAFKA_VERSION, tmp_path)  # a listed jar is missing
+    (home / "libs" / "kafka-clients.jar").write_bytes(b"jar")
+    assert jars_cached(KAFKA_VERSION, tmp_path)
+
+
+def test_state_file_round_trips_and_rejects_unknown_fields() -> None:
+    state = StackState(
+        kafka=KafkaState(bootstrap="127.0.0.1:1", external=False, pid=10, data_dir="/d"),
+        postgres=PostgresState(url="postgresql://postgres@127.0.0.1:2/recovery", external=True),
+        stack_dir="/s",
+        started_at=datetime(2026, 1, 1, tzinfo=UTC),
+        startup_seconds=4.2,
+    )
+    assert StackState.model_validate_json(state.model_dump_json()) == state
+    with pytest.raises(ValidationError, match="extra"):
+        KafkaState.model_validate({"bootstrap": "x:1", "external": True, "port": 3})
