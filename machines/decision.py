@@ -24,7 +24,7 @@ from machines.event import Event
 from machines.evidence import NO_EVIDENCE, EvidenceDelta, intake, with_evidence
 from machines.guards import STANDARD_GUARDS, GuardContext, GuardFn, valid_approval
 from machines.invariants import Notice, action_refusal, authority_refusal, needs_approval
-from machines.model import ActionRef, CapabilityKind, Machine, Registry
+from machines.model import ActionRef, CapabilityKind, CapabilitySpec, Machine, Registry, Transition
 from machines.policy import Policy
 from machines.view import OperationView
 
@@ -140,6 +140,40 @@ class Decision:
         }
 
 
+class _Draft:
+    """The parts of a decision still being worked out. Building the frozen `Decision`
+    once at the end, instead of copying it at every step, keeps `decide` fast."""
+
+    __slots__ = (
+        "approval_consumed",
+        "approval_used",
+        "classifier",
+        "errors",
+        "evidence",
+        "guards",
+        "invocations",
+        "outcome",
+        "refusals",
+        "sequence",
+        "state_after",
+        "transition",
+    )
+
+    def __init__(self, view: OperationView) -> None:
+        self.sequence = view.version + 1
+        self.outcome = Outcome.REJECTED
+        self.state_after = view.state
+        self.guards: tuple[GuardEvaluation, ...] = ()
+        self.transition: Transition | None = None
+        self.invocations: tuple[Invocation, ...] = ()
+        self.refusals: tuple[Notice, ...] = ()
+        self.errors: tuple[Notice, ...] = ()
+        self.evidence = NO_EVIDENCE
+        self.classifier: ClassifierRecord | None = None
+        self.approval_used: str | None = None
+        self.approval_consumed = False
+
+
 def decide(
     machine: Machine,
     view: OperationView,
@@ -155,41 +189,65 @@ def decide(
     inputs give an equal `Decision`. Never raises for a bad event or a failing guard;
     every refusal and error is recorded in the decision instead. `guard_table` maps the
     registry's implementation names to guards; tests pass a table with faults in it."""
-    base = _base(machine, view, event, policy, now)
+    draft = _Draft(view)
+    _decide(draft, machine, view, event, policy, registry, now, guard_table)
+    return _finish(draft, machine, view, event, policy, now)
+
+
+def _decide(
+    draft: _Draft,
+    machine: Machine,
+    view: OperationView,
+    event: Event,
+    policy: Policy,
+    registry: Registry,
+    now: datetime,
+    guard_table: Mapping[str, GuardFn],
+) -> None:
     seen = view.seen_events.get(event.event_id)
     if seen is not None:
-        outcome = Outcome.DUPLICATE if seen == event.payload_digest else Outcome.CONFLICT
-        return replace(base, outcome=outcome, sequence=view.version)
+        draft.outcome = Outcome.DUPLICATE if seen == event.payload_digest else Outcome.CONFLICT
+        draft.sequence = view.version
+        return
     envelope = _envelope_refusal(machine, view, event)
     if envelope is not None:
-        return replace(base, outcome=Outcome.REFUSED, refusals=(envelope,))
+        draft.outcome, draft.refusals = Outcome.REFUSED, (envelope,)
+        return
     state = machine.states.get(view.state)
     if state is None or state.final:
-        notice = Notice(
-            "final-state",
-            f"operation {view.operation_id} is in final state {view.state}; "
-            f"{event.event_type} {event.event_id} changes nothing",
+        draft.outcome = Outcome.FINAL
+        draft.refusals = (
+            Notice(
+                "final-state",
+                f"operation {view.operation_id} is in final state {view.state}; "
+                f"{event.event_type} {event.event_id} changes nothing",
+            ),
         )
-        return replace(base, outcome=Outcome.FINAL, refusals=(notice,))
-    classifier, refusal = classifier_refusal(event, policy)
-    base = replace(base, classifier=classifier)
+        return
+    draft.classifier, refusal = classifier_refusal(event, policy)
     refusal = refusal or authority_refusal(event, view)
     if refusal is None:
-        delta, refusal = intake(event, view, policy, now)
-        base = replace(base, evidence=delta)
+        draft.evidence, refusal = intake(event, view, policy, now)
     if refusal is not None:
-        return _withhold(base, Outcome.REFUSED, refusal, (), machine, view, policy, registry)
+        _withhold(draft, Outcome.REFUSED, refusal, view, policy, registry)
+        return
     compiled = compile_machine(machine, registry, guard_table)
     candidates = compiled.get((view.state, event.event_type), ())
-    return _select(base, candidates, machine, view, policy, registry, now)
+    _select(draft, candidates, view, event, policy, registry, now)
 
 
-def _base(
-    machine: Machine, view: OperationView, event: Event, policy: Policy, now: datetime
+def _finish(
+    draft: _Draft,
+    machine: Machine,
+    view: OperationView,
+    event: Event,
+    policy: Policy,
+    now: datetime,
 ) -> Decision:
+    transition = draft.transition
     return Decision(
         operation_id=view.operation_id,
-        sequence=view.version + 1,
+        sequence=draft.sequence,
         machine_name=machine.name,
         machine_version=machine.version,
         machine_digest=machine.digest,
@@ -203,9 +261,19 @@ def _base(
         producer=event.producer,
         payload_digest=event.payload_digest,
         causation=event.causation,
-        outcome=Outcome.REJECTED,
+        outcome=draft.outcome,
         state_before=view.state,
-        state_after=view.state,
+        state_after=draft.state_after,
+        guards=draft.guards,
+        transition_index=None if transition is None else transition.index,
+        transition_target=None if transition is None else transition.target,
+        invocations=draft.invocations,
+        refusals=draft.refusals,
+        errors=draft.errors,
+        evidence=draft.evidence,
+        classifier=draft.classifier,
+        approval_used=draft.approval_used,
+        approval_consumed=draft.approval_consumed,
     )
 
 
@@ -229,43 +297,41 @@ def _envelope_refusal(machine: Machine, view: OperationView, event: Event) -> No
 
 
 def _select(
-    base: Decision,
+    draft: _Draft,
     candidates: tuple[CompiledTransition, ...],
-    machine: Machine,
     view: OperationView,
+    event: Event,
     policy: Policy,
     registry: Registry,
     now: datetime,
-) -> Decision:
-    trusted = with_evidence(view, base.evidence)
+) -> None:
+    trusted = with_evidence(view, draft.evidence)
     evaluations: list[GuardEvaluation] = []
     errors: list[Notice] = []
     for candidate in candidates:
         transition = candidate.transition
-        if transition.guard is None:
-            return _take(
-                base, candidate, trusted, tuple(evaluations), errors, machine, policy, registry, now
-            )
-        ctx = GuardContext(trusted, policy, now, transition)
-        evaluation = candidate.evaluate(ctx)
-        evaluations.append(evaluation)
-        if evaluation.error is not None:
-            code = evaluation.error.split(":", 1)[0]
-            errors.append(Notice(code, _guard_error_message(evaluation, view)))
-        if evaluation.value:
-            return _take(
-                base, candidate, trusted, tuple(evaluations), errors, machine, policy, registry, now
-            )
+        if transition.guard is not None:
+            evaluation = candidate.evaluate(GuardContext(trusted, policy, now, transition))
+            evaluations.append(evaluation)
+            if evaluation.error is not None:
+                code = evaluation.error.split(":", 1)[0]
+                errors.append(Notice(code, _guard_error_message(evaluation, view)))
+            if not evaluation.value:
+                continue
+        draft.guards, draft.errors = tuple(evaluations), tuple(errors)
+        _take(draft, candidate, trusted, view, policy, registry, now)
+        return
+    draft.guards, draft.errors = tuple(evaluations), tuple(errors)
     notice = Notice(
         "no-transition",
-        f"operation {view.operation_id}: event {base.event_type} {base.event_id} rejected in "
+        f"operation {view.operation_id}: event {event.event_type} {event.event_id} rejected in "
         f"state {view.state}: no accepted transition"
         + (" (every guard was false)" if candidates else ""),
     )
-    decision = replace(base, guards=tuple(evaluations), errors=tuple(errors))
-    if not policy.escalate_rejected_events:
-        return replace(decision, refusals=(notice,))
-    return _withhold(decision, Outcome.REJECTED, notice, (), machine, view, policy, registry)
+    if policy.escalate_rejected_events:
+        _withhold(draft, Outcome.REJECTED, notice, view, policy, registry)
+    else:
+        draft.refusals = (*draft.refusals, notice)
 
 
 def _guard_error_message(evaluation: GuardEvaluation, view: OperationView) -> str:
@@ -277,27 +343,18 @@ def _guard_error_message(evaluation: GuardEvaluation, view: OperationView) -> st
 
 
 def _take(
-    base: Decision,
+    draft: _Draft,
     candidate: CompiledTransition,
     trusted: OperationView,
-    evaluations: tuple[GuardEvaluation, ...],
-    errors: list[Notice],
-    machine: Machine,
+    view: OperationView,
     policy: Policy,
     registry: Registry,
     now: datetime,
-) -> Decision:
+) -> None:
     transition = candidate.transition
     ctx = GuardContext(trusted, policy, now, transition)
     approval = valid_approval(ctx) if candidate.uses_approval else None
     consumed = False
-    decision = replace(
-        base,
-        guards=evaluations,
-        errors=tuple(errors),
-        transition_index=transition.index,
-        transition_target=transition.target,
-    )
     invocations: list[Invocation] = []
     work = trusted
     for origin, action in candidate.planned:
@@ -307,16 +364,8 @@ def _take(
         if refusal is not None:
             # One refused action withholds the whole transition: entering a state whose
             # action never ran would leave the operation waiting for a result forever.
-            return _withhold(
-                replace(decision, transition_index=None, transition_target=None),
-                Outcome.REFUSED,
-                refusal,
-                (),
-                machine,
-                trusted,
-                policy,
-                registry,
-            )
+            _withhold(draft, Outcome.REFUSED, refusal, view, policy, registry)
+            return
         assert spec is not None  # action_refusal refuses unregistered capabilities
         if needs_approval(action, spec, policy):
             # A material action spends the approval: one approval, one resumption.
@@ -324,16 +373,14 @@ def _take(
             consumed = True
         work = _count(work, spec.kind)
         invocations.append(
-            _invocation(decision, len(invocations), action, spec.kind, spec.material, origin)
+            _invocation(view, draft.sequence, len(invocations), action, spec, origin)
         )
-    return replace(
-        decision,
-        outcome=Outcome.TRANSITIONED,
-        state_after=transition.target,
-        invocations=tuple(invocations),
-        approval_used=approval.event_id if approval is not None else None,
-        approval_consumed=consumed and approval is not None,
-    )
+    draft.outcome = Outcome.TRANSITIONED
+    draft.transition = transition
+    draft.state_after = transition.target
+    draft.invocations = tuple(invocations)
+    draft.approval_used = approval.event_id if approval is not None else None
+    draft.approval_consumed = consumed and approval is not None
 
 
 def _count(view: OperationView, kind: CapabilityKind) -> OperationView:
@@ -352,36 +399,34 @@ def _count(view: OperationView, kind: CapabilityKind) -> OperationView:
 
 
 def _invocation(
-    decision: Decision,
+    view: OperationView,
+    sequence: int,
     index: int,
     action: ActionRef,
-    kind: CapabilityKind,
-    material: bool,
+    spec: CapabilitySpec,
     origin: str,
 ) -> Invocation:
     return Invocation(
-        command_id=f"{decision.operation_id}:{decision.sequence}:{index}",
+        command_id=f"{view.operation_id}:{sequence}:{index}",
         capability=action.capability,
-        kind=str(kind),
-        material=material,
+        kind=str(spec.kind),
+        material=spec.material,
         params=action.params,
         origin=origin,
     )
 
 
 def _withhold(
-    decision: Decision,
+    draft: _Draft,
     outcome: Outcome,
     notice: Notice,
-    errors: tuple[Notice, ...],
-    machine: Machine,
     view: OperationView,
     policy: Policy,
     registry: Registry,
-) -> Decision:
+) -> None:
     """State unchanged, the notice recorded, and the policy's escalation invoked."""
-    refusals = (*decision.refusals, notice)
-    all_errors = (*decision.errors, *errors)
+    draft.outcome = outcome
+    draft.refusals = (*draft.refusals, notice)
     spec = registry.capabilities.get(policy.escalation_capability)
     if spec is None or policy.escalation_capability in policy.forbidden_capabilities:
         missing = Notice(
@@ -389,19 +434,13 @@ def _withhold(
             f"policy {policy.id} escalation capability {policy.escalation_capability} is not "
             "registered or is forbidden; the refusal is recorded but nobody is told",
         )
-        return replace(decision, outcome=outcome, refusals=refusals, errors=(*all_errors, missing))
+        draft.errors = (*draft.errors, missing)
+        return
     # The decision record already names the state, event and machine; the params carry
     # only what the escalation capability's schema accepts.
     params = MappingProxyType({**policy.escalation_params, "reason": notice.code})
     action = ActionRef(capability=spec.id, params=params)
-    invocation = _invocation(decision, 0, action, spec.kind, spec.material, "escalation")
-    return replace(
-        decision,
-        outcome=outcome,
-        refusals=refusals,
-        errors=all_errors,
-        invocations=(invocation,),
-    )
+    draft.invocations = (_invocation(view, draft.sequence, 0, action, spec, "escalation"),)
 
 
 def apply(view: OperationView, decision: Decision) -> OperationView:
