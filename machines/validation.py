@@ -207,10 +207,26 @@ _SCHEMA_CODES = {
 }
 
 
+def _branch_errors(context: list[ValidationError]) -> list[ValidationError]:
+    """The errors of the oneOf branch the author meant: the first whose type fits.
+
+    A branch that fails on the type of the instance itself (a mapping given where the
+    other branch takes a list) is not what the author meant, so its errors are noise.
+    """
+    branches: dict[Any, list[ValidationError]] = {}
+    for inner in context:
+        branches.setdefault(inner.relative_schema_path[0], []).append(inner)
+    for errors in branches.values():
+        if not any(e.validator == "type" and not e.relative_path for e in errors):
+            return errors
+    return [best_match(context)]
+
+
 def _schema_findings(error: ValidationError) -> Iterator[tuple[Code, str, str]]:
     """(code, path, message) for one jsonschema error, descending into oneOf branches."""
     if error.validator in ("oneOf", "anyOf") and error.context:
-        yield from _schema_findings(best_match(error.context))
+        for inner in _branch_errors(error.context):
+            yield from _schema_findings(inner)
         return
     path = _dotted(error.absolute_path)
     code = _SCHEMA_CODES.get(str(error.validator), Code.SCHEMA_VIOLATION)
@@ -299,24 +315,25 @@ def _check_defaults(data: dict[str, Any], out: _Collector) -> None:
             if not isinstance(spec, list):
                 continue
             unguarded = [i for i, t in enumerate(spec) if "guard" not in t]
-            for count, i in enumerate(unguarded):
-                path = f"states.{name}.on.{event}[{i}]"
-                if count > 0:
-                    out.add(
-                        Code.MULTIPLE_UNGUARDED,
-                        path,
-                        f"state {name!r}, event {event}: transition {i} is a second unguarded "
-                        f"default (the first is transition {unguarded[0]})",
-                        "keep one unguarded default, last; guard the others",
-                    )
-                elif i != len(spec) - 1:
-                    out.add(
-                        Code.UNGUARDED_NOT_LAST,
-                        path,
-                        f"state {name!r}, event {event}: unguarded transition {i} is not last, "
-                        "so the transitions after it can never be selected",
-                        "move the unguarded default to the end of the list (SPEC §6.5)",
-                    )
+            # Two defaults is one defect (MULTIPLE_UNGUARDED), even though the first of
+            # them is then necessarily not last.
+            for i in unguarded[1:]:
+                out.add(
+                    Code.MULTIPLE_UNGUARDED,
+                    f"states.{name}.on.{event}[{i}]",
+                    f"state {name!r}, event {event}: transition {i} is a second unguarded "
+                    f"default (the first is transition {unguarded[0]})",
+                    "keep one unguarded default, last; guard the others",
+                )
+            if len(unguarded) == 1 and unguarded[0] != len(spec) - 1:
+                i = unguarded[0]
+                out.add(
+                    Code.UNGUARDED_NOT_LAST,
+                    f"states.{name}.on.{event}[{i}]",
+                    f"state {name!r}, event {event}: unguarded transition {i} is not last, "
+                    "so the transitions after it can never be selected",
+                    "move the unguarded default to the end of the list (SPEC §6.5)",
+                )
 
 
 def _check_finals(states: dict[str, Any], out: _Collector) -> None:

@@ -205,7 +205,12 @@ def read_bytes(path: Path, file: str) -> bytes | Problem:
         with path.open("rb") as handle:
             raw = handle.read(MAX_BYTES + 1)
     except OSError as exc:
-        return Problem(Code.FILE_NOT_FOUND, f"cannot read {path}: {exc}", Location(file=file))
+        return Problem(
+            Code.FILE_NOT_FOUND,
+            f"cannot read {path}: {exc}",
+            Location(file=file),
+            "check the file's permissions",
+        )
     return _too_large(len(raw), file) if len(raw) > MAX_BYTES else raw
 
 
@@ -259,11 +264,21 @@ def _parse_single(loader: _PlainLoader, file: str) -> Document | Problem:
     peek = loader.peek_event  # PyYAML's Parser is untyped
     loader.get_event()  # type: ignore[no-untyped-call]  # the StreamStartEvent
     if isinstance(peek(), StreamEndEvent):  # type: ignore[no-untyped-call]
-        return Problem(Code.YAML_EMPTY, "the file holds no YAML document", Location(file=file))
+        return Problem(
+            Code.YAML_EMPTY,
+            "the file holds no YAML document",
+            Location(file=file),
+            "write the machine as one YAML mapping (start from a catalogue machine)",
+        )
     node = loader.compose_document()
     event = peek()  # type: ignore[no-untyped-call]
     if node is None:
-        return Problem(Code.YAML_EMPTY, "the file holds no YAML document", Location(file=file))
+        return Problem(
+            Code.YAML_EMPTY,
+            "the file holds no YAML document",
+            Location(file=file),
+            "write the machine as one YAML mapping (start from a catalogue machine)",
+        )
     if not isinstance(event, StreamEndEvent):
         mark = event.start_mark if isinstance(event, DocumentStartEvent) else None
         line = mark.line + 1 if mark is not None else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from ops.commands import simulate, stack, test
+from ops.commands import machines, simulate, stack, test, validate
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
@@ -20,3 +20,4 @@ COMMANDS: list[Register] = []
 #   COMMANDS.append(stack.register)
 COMMANDS.append(stack.register)
 COMMANDS.extend([test.register, simulate.register])
+COMMANDS.extend([validate.register, machines.register])

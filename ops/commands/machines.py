@@ -1,0 +1,187 @@
+"""`recoveryctl machines lock|sign|verify|keygen`: pin and sign machines (SPEC §8.1, §12).
+
+- `lock PATH... --lock FILE --publisher ID` validates each machine and pins
+  `name@version` to its digest and publisher in the lock file (other pins are kept).
+- `sign PATH... --key PEM --publisher ID` writes RECOVERY.sig, an Ed25519 signature by the
+  publisher over the machine's name, version and digest.
+- `verify PATH... --lock FILE --trust FILE` loads each machine as the controller does:
+  valid, pinned by digest, signed by a trusted publisher; it names the failing check.
+- `keygen --out PEM` creates a publisher key and prints the public half for operators.
+
+Exit status: 0 success, 1 a machine failed a check, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from machines import DEFAULT_REGISTRY, MachineError, load_machine
+from machines.provenance import (
+    LockFile,
+    dump_model,
+    key_id,
+    load_lock,
+    load_pinned_machine,
+    load_trusted_publishers,
+    lock_entry,
+    public_key_text,
+    sign_machine,
+    signature_path,
+)
+from ops.commands.validate import load_registry_or_report
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `machines` subcommand group."""
+    parser = subparsers.add_parser(
+        "machines",
+        help="pin (lock), sign and verify machine packages",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="machines_command", metavar="ACTION", required=True)
+
+    lock = sub.add_parser("lock", help="pin name@version to digest and publisher")
+    lock.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    lock.add_argument("--lock", type=Path, required=True, metavar="FILE")
+    lock.add_argument("--publisher", required=True, metavar="ID")
+    lock.set_defaults(handler=run_lock)
+
+    sign = sub.add_parser("sign", help="write RECOVERY.sig with a publisher's Ed25519 key")
+    sign.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    sign.add_argument("--key", type=Path, required=True, metavar="PEM")
+    sign.add_argument("--publisher", required=True, metavar="ID")
+    sign.set_defaults(handler=run_sign)
+
+    verify = sub.add_parser("verify", help="check validity, pin and signature like the controller")
+    verify.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    verify.add_argument("--lock", type=Path, required=True, metavar="FILE")
+    verify.add_argument("--trust", type=Path, required=True, metavar="FILE")
+    verify.set_defaults(handler=run_verify)
+
+    keygen = sub.add_parser("keygen", help="create an Ed25519 publisher key (PEM, mode 0600)")
+    keygen.add_argument("--out", type=Path, required=True, metavar="PEM")
+    keygen.set_defaults(handler=run_keygen)
+
+    for child in (lock, sign, verify):
+        child.add_argument("--registry", type=Path, default=DEFAULT_REGISTRY, metavar="FILE")
+    for child in (lock, sign, verify, keygen):
+        child.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _emit(args: argparse.Namespace, payload: object, text: str, out: TextIO) -> None:
+    if args.json:
+        print(json.dumps(payload, indent=2, sort_keys=True), file=out)
+    else:
+        print(text, file=out)
+
+
+def run_lock(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Validate each machine and write its pin into the lock file (atomically)."""
+    registry = load_registry_or_report(args.registry, err)
+    if registry is None:
+        return 2
+    try:
+        lock = load_lock(args.lock) if args.lock.exists() else LockFile(lock_version=1)
+        entries = dict(lock.machines)
+        for path in args.paths:
+            machine = load_machine(path, registry)
+            entry = lock_entry(machine, args.publisher, path, args.lock.parent)
+            entries[f"{machine.name}@{machine.version}"] = entry
+    except MachineError as exc:
+        print(f"recoveryctl machines lock: {exc}", file=err)
+        return 1
+    updated = LockFile(lock_version=1, machines=dict(sorted(entries.items())))
+    tmp = args.lock.with_name(args.lock.name + ".tmp")
+    tmp.write_text(dump_model(updated), encoding="utf-8")
+    tmp.replace(args.lock)
+    pins = {k: v.digest for k, v in updated.machines.items()}
+    _emit(args, pins, "\n".join(f"pinned {k} {v}" for k, v in pins.items()), out)
+    return 0
+
+
+def run_sign(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Sign each valid machine with the publisher's private key; write RECOVERY.sig."""
+    registry = load_registry_or_report(args.registry, err)
+    if registry is None:
+        return 2
+    try:
+        key = serialization.load_pem_private_key(args.key.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        print(f"recoveryctl machines sign: cannot read key {args.key}: {exc}", file=err)
+        return 2
+    if not isinstance(key, Ed25519PrivateKey):
+        print(f"recoveryctl machines sign: {args.key} is not an Ed25519 private key", file=err)
+        return 2
+    signed: dict[str, str] = {}
+    try:
+        for path in args.paths:
+            machine = load_machine(path, registry)
+            target = signature_path(path)
+            target.write_text(dump_model(sign_machine(machine, args.publisher, key)), "utf-8")
+            signed[f"{machine.name}@{machine.version}"] = str(target)
+    except MachineError as exc:
+        print(f"recoveryctl machines sign: {exc}", file=err)
+        return 1
+    _emit(args, signed, "\n".join(f"signed {k} -> {v}" for k, v in signed.items()), out)
+    return 0
+
+
+def run_verify(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Load each machine exactly as the controller would and report the first failing check."""
+    registry = load_registry_or_report(args.registry, err)
+    if registry is None:
+        return 2
+    try:
+        trust = load_trusted_publishers(args.trust)
+    except MachineError as exc:
+        print(f"recoveryctl machines verify: {exc}", file=err)
+        return 2
+    results: list[dict[str, Any]] = []
+    for path in args.paths:
+        try:
+            machine = load_pinned_machine(path, registry, args.lock, trust)
+            results.append({"path": str(path), "ok": True, "digest": machine.digest, "errors": []})
+        except MachineError as exc:
+            errors = [p.as_dict() for p in exc.problems]
+            results.append({"path": str(path), "ok": False, "digest": None, "errors": errors})
+    lines = []
+    for result in results:
+        if result["ok"]:
+            lines.append(f"{result['path']}: verified {result['digest']}")
+        else:
+            details = "; ".join(f"{e['code']}: {e['message']}" for e in result["errors"])
+            lines.append(f"{result['path']}: REFUSED {details}")
+    _emit(args, results, "\n".join(lines), out)
+    return 0 if all(r["ok"] for r in results) else 1
+
+
+def run_keygen(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Create a new Ed25519 private key file (refusing to overwrite) and print its public key."""
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    try:
+        fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        print(f"recoveryctl machines keygen: cannot create {args.out}: {exc}", file=err)
+        return 2
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(pem)
+    public = {"key_id": key_id(key.public_key()), "public_key": public_key_text(key.public_key())}
+    text = f"{public['key_id']} {public['public_key']}\n(add the public key to trusted publishers)"
+    _emit(args, public, text, out)
+    return 0

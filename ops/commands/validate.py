@@ -1,0 +1,95 @@
+"""`recoveryctl validate PATH...`: validate machine packages and print their digests.
+
+PATH is a package folder or a RECOVERY.yaml file. Every problem of every machine is
+reported at once, each with its code, location and a hint. Exit status: 0 when all are
+valid, 1 when any is invalid, 2 on usage errors (unreadable registry, missing path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from machines import (
+    DEFAULT_REGISTRY,
+    Problem,
+    Registry,
+    RegistryInvalid,
+    ValidationReport,
+    load_registry,
+    validate_path,
+)
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `validate` subcommand."""
+    parser = subparsers.add_parser(
+        "validate",
+        help="validate RECOVERY.yaml machine packages; print digests or every problem",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    parser.add_argument(
+        "--registry",
+        type=Path,
+        default=DEFAULT_REGISTRY,
+        metavar="FILE",
+        help=f"administrator registry to resolve guards and actions (default: {DEFAULT_REGISTRY})",
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON list of results")
+    parser.set_defaults(handler=run)
+
+
+def load_registry_or_report(path: Path, err: TextIO) -> Registry | None:
+    """The registry at `path`, or None after printing every problem to `err`."""
+    try:
+        return load_registry(path)
+    except RegistryInvalid as exc:
+        print(f"recoveryctl: registry {path} refused:", file=err)
+        for problem in exc.problems:
+            print(f"  {problem}", file=err)
+        return None
+
+
+def _print_problem(problem: Problem, kind: str, out: TextIO) -> None:
+    print(f"  {kind} {problem.location}: {problem.code}: {problem.message}", file=out)
+    if problem.hint:
+        print(f"      hint: {problem.hint}", file=out)
+
+
+def _print_human(report: ValidationReport, out: TextIO) -> None:
+    if report.valid:
+        print(f"{report.path}: valid {report.name}@{report.version} {report.digest}", file=out)
+    else:
+        count = len(report.errors)
+        print(f"{report.path}: INVALID ({count} error{'s' if count != 1 else ''})", file=out)
+    for problem in report.errors:
+        _print_problem(problem, "error", out)
+    for problem in report.warnings:
+        _print_problem(problem, "warning", out)
+
+
+def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Validate every path; print human or JSON output; return the exit status."""
+    missing = [p for p in args.paths if not p.exists()]
+    if missing:
+        for path in missing:
+            print(f"recoveryctl validate: no such file or folder: {path}", file=err)
+        return 2
+    registry = load_registry_or_report(args.registry, err)
+    if registry is None:
+        return 2
+    reports = [validate_path(path, registry) for path in args.paths]
+    if args.json:
+        json.dump([r.as_dict() for r in reports], out, indent=2, ensure_ascii=False)
+        out.write("\n")
+    else:
+        for report in reports:
+            _print_human(report, out)
+    return 0 if all(r.valid for r in reports) else 1
