@@ -56,6 +56,8 @@ _JVM_OPTIONS = (
     "-Djava.awt.headless=true",
 )
 _STOP_GRACE_SECONDS = 30.0
+_BIND_ATTEMPTS = 3
+_BIND_CLASH = "Address already in use"
 
 
 class KafkaServiceError(StackError):
@@ -239,7 +241,23 @@ def start_kafka(
     data_dir = ensure_dir(data_dir.resolve())
     libs = ensure_jars(progress=progress)
     java = _java()
-    ports = _choose_ports(data_dir, bootstrap_port, controller_port)
+    explicit = bootstrap_port is not None or controller_port is not None
+    for attempt in range(1, _BIND_ATTEMPTS + 1):
+        ports = _choose_ports(data_dir, bootstrap_port, controller_port)
+        try:
+            return _launch(java, libs, data_dir, ports, ready_timeout)
+        except KafkaServiceError as exc:
+            # Another process may take a free port between our check and the broker's
+            # bind; fresh ports fix that, but only when the caller did not ask for these.
+            if explicit or attempt == _BIND_ATTEMPTS or _BIND_CLASH not in str(exc):
+                raise
+            (data_dir / "ports.json").unlink(missing_ok=True)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _launch(
+    java: str, libs: Path, data_dir: Path, ports: tuple[int, int], ready_timeout: float
+) -> KafkaBroker:
     config = _write_config(data_dir, *ports)
     if not (data_dir / "logs" / "meta.properties").is_file():
         _format(java, libs, data_dir, config)

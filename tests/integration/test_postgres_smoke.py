@@ -4,11 +4,13 @@ has its own database cloned from the template, and data survives a server restar
 from __future__ import annotations
 
 import shutil
+import socket
 
 import psycopg
 import pytest
 
-from ops.postgres import PostgresServer, start_postgres
+from ops.ports import LOOPBACK
+from ops.postgres import PostgresServer, PostgresServiceError, start_postgres
 from tests.support.db import with_database
 from tests.support.services import service_root
 
@@ -92,4 +94,21 @@ def test_local_server_keeps_fsync_on_and_keeps_data_across_a_restart() -> None:
     finally:
         if server is not None:
             server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_server_that_cannot_bind_its_port_fails_with_its_log_tail() -> None:
+    root = service_root("postgres-busy")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+            squatter.bind((LOOPBACK, 0))
+            squatter.listen()
+            busy = int(squatter.getsockname()[1])
+            with pytest.raises(PostgresServiceError, match="failed to start") as failure:
+                start_postgres(root / "pg", port=busy, ready_timeout=30)
+        assert f":{busy}" in str(failure.value)
+        assert "postgres.log (tail)" in str(failure.value)
+        # start_postgres retries on a fresh port when it chose the port; this is the trigger.
+        assert "Address already in use" in str(failure.value)
+    finally:
         shutil.rmtree(root, ignore_errors=True)
