@@ -10,7 +10,6 @@ every record, because an already formatted folder is never formatted again.
 from __future__ import annotations
 
 import base64
-import fcntl
 import json
 import os
 import shutil
@@ -19,8 +18,6 @@ import sys
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
@@ -29,7 +26,7 @@ from typing import Any, TextIO
 from ops.errors import StackError
 from ops.paths import cache_dir, ensure_dir
 from ops.ports import LOOPBACK, free_ports, is_port_free
-from ops.process import log_tail, pid_alive, pid_cmdline, terminate
+from ops.process import file_lock, log_tail, pid_alive, pid_cmdline, terminate
 from ops.settings import KAFKA_VERSION, LOG4J_VERSION
 
 __all__ = [
@@ -146,7 +143,7 @@ def ensure_jars(
     """
     out = progress or sys.stderr
     home = ensure_dir(_jar_dir(version, cache))
-    with _locked(home / ".lock"):
+    with file_lock(home / ".lock"):
         if jars_cached(version, cache):
             return home / "libs"
         started = time.monotonic()
@@ -207,16 +204,6 @@ def _run_maven(home: Path, target: Path, version: str, log4j: str, out: TextIO) 
             f"code {code}; check network access to Maven Central and retry. Last lines:\n"
             + "".join(recent)
         )
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # --- broker -----------------------------------------------------------------------------

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["log_tail", "pid_alive", "pid_cmdline", "terminate"]
+__all__ = ["file_lock", "log_tail", "pid_alive", "pid_cmdline", "terminate"]
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock on `path` (created if missing) for the block, so
+    that two processes never download into, start or stop the same thing at once."""
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def log_tail(path: Path, lines: int = 40) -> str:

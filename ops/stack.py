@@ -31,6 +31,7 @@ from ops.postgres import (
     start_postgres,
     wait_for_postgres,
 )
+from ops.process import file_lock
 from ops.settings import DATABASE_NAME, ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
 
 __all__ = [
@@ -159,14 +160,24 @@ def read_state(directory: Path | None = None) -> StackState | None:
         ) from exc
 
 
-def stack_up(directory: Path | None = None, progress: TextIO | None = None) -> LocalStack:
+def stack_up(
+    directory: Path | None = None,
+    progress: TextIO | None = None,
+    *,
+    external_timeout: float = 15.0,
+) -> LocalStack:
     """Start (or reuse, or attach to external) Kafka and PostgreSQL and record them.
 
     Idempotent: when the recorded stack still runs, it is returned as is. Local services
     start in parallel; if one fails, the other is stopped before the error is raised.
+    External services get `external_timeout` seconds to answer.
     """
-    out = progress or sys.stderr
     home = ensure_dir(directory or stack_dir())
+    with file_lock(home / ".lock"):
+        return _stack_up(home, progress or sys.stderr, external_timeout)
+
+
+def _stack_up(home: Path, out: TextIO, external_timeout: float) -> LocalStack:
     current = read_state(home)
     if current is not None:
         if all(status.running for status in stack_status(home)):
@@ -180,8 +191,8 @@ def stack_up(directory: Path | None = None, progress: TextIO | None = None) -> L
     if database_url is None:
         find_bin_dir()  # fail before starting Kafka when PostgreSQL is not installed
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="stack-up") as pool:
-        kafka_future = pool.submit(_kafka, home, bootstrap)
-        postgres_future = pool.submit(_postgres, home, database_url)
+        kafka_future = pool.submit(_kafka, home, bootstrap, external_timeout)
+        postgres_future = pool.submit(_postgres, home, database_url, external_timeout)
         pending: list[Future[Any]] = [kafka_future, postgres_future]
         wait(pending)
     _raise_if_any_failed(kafka_future, postgres_future)
@@ -202,14 +213,17 @@ def stack_down(directory: Path | None = None, *, purge: bool = False) -> StackSt
     """Stop the recorded stack's local services and forget it; with `purge`, also delete
     their data. Returns the state that was stopped, or None when nothing was recorded."""
     home = directory or stack_dir()
-    state = read_state(home)
-    if state is not None:
-        LocalStack.from_state(state).stop()
-        (home / _STATE_FILE).unlink(missing_ok=True)
-    if purge:
-        for name in ("kafka", "postgres"):
-            shutil.rmtree(home / name, ignore_errors=True)
-    return state
+    if not home.is_dir():
+        return None
+    with file_lock(home / ".lock"):
+        state = read_state(home)
+        if state is not None:
+            LocalStack.from_state(state).stop()
+            (home / _STATE_FILE).unlink(missing_ok=True)
+        if purge:
+            for name in ("kafka", "postgres"):
+                shutil.rmtree(home / name, ignore_errors=True)
+        return state
 
 
 def stack_status(directory: Path | None = None) -> list[ServiceStatus]:
@@ -220,9 +234,11 @@ def stack_status(directory: Path | None = None) -> list[ServiceStatus]:
     return [_kafka_status(state.kafka), _postgres_status(state.postgres)]
 
 
-def _kafka(home: Path, bootstrap: str | None) -> tuple[KafkaBroker | None, KafkaState]:
+def _kafka(
+    home: Path, bootstrap: str | None, timeout: float
+) -> tuple[KafkaBroker | None, KafkaState]:
     if bootstrap is not None:
-        wait_for_kafka(bootstrap, timeout=15.0)
+        wait_for_kafka(bootstrap, timeout=timeout)
         return None, KafkaState(bootstrap=bootstrap, external=True)
     broker = start_kafka(home / "kafka")
     state = KafkaState(
@@ -235,9 +251,11 @@ def _kafka(home: Path, bootstrap: str | None) -> tuple[KafkaBroker | None, Kafka
     return broker, state
 
 
-def _postgres(home: Path, url: str | None) -> tuple[PostgresServer | None, PostgresState]:
+def _postgres(
+    home: Path, url: str | None, timeout: float
+) -> tuple[PostgresServer | None, PostgresState]:
     if url is not None:
-        wait_for_postgres(url, timeout=15.0)
+        wait_for_postgres(url, timeout=timeout)
         return None, PostgresState(url=url, external=True)
     server = start_postgres(home / "postgres")
     ensure_database(server.url, DATABASE_NAME)

@@ -14,9 +14,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from ops.errors import StackError
 from ops.kafka import wait_for_kafka
-from ops.process import pid_alive
+from ops.process import pid_alive, pid_cmdline
 from ops.settings import DATABASE_NAME, ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, ENV_STACK_DIR
+from ops.stack import read_state, stack_up
 from tests.support.services import service_root
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -89,3 +91,26 @@ def test_stack_up_uses_services_named_by_the_environment(
     assert f"using existing services named by {ENV_KAFKA_BOOTSTRAP}" in up.stdout
     assert not (stack_home / "kafka").exists()
     assert not (stack_home / "postgres").exists()
+
+
+def test_stack_up_stops_the_started_broker_when_postgres_is_unusable(
+    stack_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ENV_KAFKA_BOOTSTRAP, raising=False)
+    # Nothing listens on port 1: the external server never answers.
+    monkeypatch.setenv(ENV_DATABASE_URL, "postgresql://postgres@127.0.0.1:1/recovery")
+
+    with pytest.raises(StackError, match="did not accept a connection"):
+        stack_up(stack_home, external_timeout=1.0)
+
+    assert (stack_home / "kafka" / "server.log").is_file()  # the broker did start
+    assert read_state(stack_home) is None
+    assert _processes_using(stack_home / "kafka") == []
+
+
+def _processes_using(folder: Path) -> list[int]:
+    return [
+        int(entry.name)
+        for entry in Path("/proc").iterdir()
+        if entry.name.isdigit() and str(folder) in pid_cmdline(int(entry.name))
+    ]
