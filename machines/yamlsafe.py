@@ -43,7 +43,7 @@ from machines.errors import Code, Location, Problem
 MAX_BYTES = 256 * 1024
 """A machine is a few kilobytes; anything this large is a mistake or an attack."""
 MAX_DEPTH = 24
-MAX_NODES = 20_000
+MAX_NODES = 10_000
 
 Paths = dict[str, int]
 
@@ -241,8 +241,11 @@ def parse_yaml(raw: bytes | str, file: str) -> Document | Problem:
                 Location(file=file),
                 "save the file as UTF-8",
             )
-    loader = _PlainLoader(raw, file)
+    loader: _PlainLoader | None = None
     try:
+        # The Reader checks for non-printable characters in its constructor, so the
+        # constructor must be inside the translation of YAML errors too.
+        loader = _PlainLoader(raw, file)
         return _parse_single(loader, file)
     except _Refusal as refusal:
         return refusal.problem
@@ -257,7 +260,8 @@ def parse_yaml(raw: bytes | str, file: str) -> Document | Problem:
             "fix the YAML syntax at the given line",
         )
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _parse_single(loader: _PlainLoader, file: str) -> Document | Problem:

@@ -86,8 +86,9 @@ def _emit(args: argparse.Namespace, payload: object, text: str, out: TextIO) -> 
         print(text, file=out)
 
 
-def run_lock(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run_lock(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Validate each machine and write its pin into the lock file (atomically)."""
+    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
     registry = load_registry_or_report(args.registry, err)
     if registry is None:
         return 2
@@ -110,8 +111,9 @@ def run_lock(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
     return 0
 
 
-def run_sign(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run_sign(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Sign each valid machine with the publisher's private key; write RECOVERY.sig."""
+    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
     registry = load_registry_or_report(args.registry, err)
     if registry is None:
         return 2
@@ -137,8 +139,11 @@ def run_sign(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = s
     return 0
 
 
-def run_verify(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run_verify(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     """Load each machine exactly as the controller would and report the first failing check."""
+    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
     registry = load_registry_or_report(args.registry, err)
     if registry is None:
         return 2
@@ -166,8 +171,11 @@ def run_verify(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO =
     return 0 if all(r["ok"] for r in results) else 1
 
 
-def run_keygen(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run_keygen(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     """Create a new Ed25519 private key file (refusing to overwrite) and print its public key."""
+    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(
         serialization.Encoding.PEM,

@@ -75,8 +75,9 @@ def _print_human(report: ValidationReport, out: TextIO) -> None:
         _print_problem(problem, "warning", out)
 
 
-def run(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Validate every path; print human or JSON output; return the exit status."""
+    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
     missing = [p for p in args.paths if not p.exists()]
     if missing:
         for path in missing:
