@@ -3,6 +3,15 @@ beyond reading the files it is asked to load."""
 
 from __future__ import annotations
 
+from machines.applicability import (
+    MachineSelectionError,
+    OperationScope,
+    applies,
+    overlap_warning,
+    overlapping_pairs,
+    redact,
+    select_machine,
+)
 from machines.digest import canonical_json, digest_of
 from machines.errors import (
     Code,
@@ -53,6 +62,8 @@ __all__ = [
     "Machine",
     "MachineError",
     "MachineInvalid",
+    "MachineSelectionError",
+    "OperationScope",
     "Problem",
     "ProvenanceError",
     "Registry",
@@ -61,13 +72,18 @@ __all__ = [
     "State",
     "Transition",
     "ValidationReport",
+    "applies",
     "canonical_json",
     "catalogue_packages",
     "digest_of",
     "load_catalogue",
     "load_machine",
     "load_registry",
+    "overlap_warning",
+    "overlapping_pairs",
     "parse_registry",
+    "redact",
+    "select_machine",
     "validate_path",
     "validate_text",
 ]

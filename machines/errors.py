@@ -76,6 +76,9 @@ class Code(StrEnum):
     RETRY_IN_ENTRY = "RETRY_IN_ENTRY"
     # Registry file
     REGISTRY_INVALID = "REGISTRY_INVALID"
+    # Selecting the machine of an operation (applies_to, SPEC §8 step 2)
+    NO_MACHINE_APPLIES = "NO_MACHINE_APPLIES"
+    APPLIES_TO_OVERLAP = "APPLIES_TO_OVERLAP"
     # Pinning and provenance (SPEC §8.1, §12)
     LOCK_INVALID = "LOCK_INVALID"
     PIN_MISSING = "PIN_MISSING"

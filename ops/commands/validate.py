@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
@@ -20,6 +21,8 @@ from machines import (
     RegistryInvalid,
     ValidationReport,
     load_registry,
+    overlap_warning,
+    overlapping_pairs,
     validate_path,
 )
 
@@ -75,6 +78,18 @@ def _print_human(report: ValidationReport, out: TextIO) -> None:
         _print_problem(problem, "warning", out)
 
 
+def _with_overlaps(reports: list[ValidationReport]) -> list[ValidationReport]:
+    """Warn on each valid machine whose applies_to overlaps another's: the controller
+    would refuse an operation that both govern."""
+    by_digest = {r.machine.digest: r for r in reports if r.machine is not None}
+    machines = [r.machine for r in by_digest.values() if r.machine is not None]
+    extra: dict[str, list[Problem]] = {}
+    for a, b in overlapping_pairs(machines):
+        extra.setdefault(a.digest, []).append(overlap_warning(a, b, by_digest[a.digest].path))
+        extra.setdefault(b.digest, []).append(overlap_warning(b, a, by_digest[b.digest].path))
+    return [replace(r, warnings=(*r.warnings, *extra.get(r.digest or "", []))) for r in reports]
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Validate every path; print human or JSON output; return the exit status."""
     out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
@@ -86,7 +101,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     registry = load_registry_or_report(args.registry, err)
     if registry is None:
         return 2
-    reports = [validate_path(path, registry) for path in args.paths]
+    reports = _with_overlaps([validate_path(path, registry) for path in args.paths])
     if args.json:
         json.dump([r.as_dict() for r in reports], out, indent=2, ensure_ascii=False)
         out.write("\n")

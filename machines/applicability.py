@@ -1,0 +1,135 @@
+"""Acting on `applies_to` and `audit`: which machine governs an operation (SPEC §8 step 2),
+and which payload fields the audit trail may copy (SPEC §10).
+
+Matching rule (docs/machine-format.md): an operation matches a machine when its
+capability is listed in `applies_to.capabilities` and, for each of `tools`, `agents`,
+`environments` that is non-empty, the operation's value is listed. Selection is strict:
+no match and more than one match are both refusals, never a guess.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from itertools import combinations
+from typing import Any
+
+from machines.digest import canonical_json
+from machines.errors import Code, Location, MachineError, Problem, Severity
+from machines.model import AppliesTo, AuditSpec, Machine
+
+
+class MachineSelectionError(MachineError):
+    """No pinned machine, or more than one, governs this operation."""
+
+
+@dataclass(frozen=True, slots=True)
+class OperationScope:
+    """What the controller knows about an operation when choosing its machine."""
+
+    capability: str
+    tool: str | None = None
+    agent: str | None = None
+    environment: str | None = None
+
+
+def _dimension(allowed: tuple[str, ...], value: str | None) -> bool:
+    # An empty list means "any"; a non-empty list needs a known, listed value.
+    return not allowed or (value is not None and value in allowed)
+
+
+def applies(applies_to: AppliesTo, scope: OperationScope) -> bool:
+    """True when a machine with this `applies_to` governs the operation `scope`."""
+    return (
+        scope.capability in applies_to.capabilities
+        and _dimension(applies_to.tools, scope.tool)
+        and _dimension(applies_to.agents, scope.agent)
+        and _dimension(applies_to.environments, scope.environment)
+    )
+
+
+def select_machine(machines: Iterable[Machine], scope: OperationScope) -> Machine:
+    """The one machine that governs `scope`; raises `MachineSelectionError` otherwise."""
+    pool = list(machines)
+    found = [m for m in pool if applies(m.applies_to, scope)]
+    if len(found) == 1:
+        return found[0]
+    what = (
+        f"capability {scope.capability}, tool {scope.tool}, agent {scope.agent}, "
+        f"environment {scope.environment}"
+    )
+    if not found:
+        problem = Problem(
+            Code.NO_MACHINE_APPLIES,
+            f"no pinned machine applies to {what} (checked {len(pool)})",
+            Location(),
+            "pin a machine whose applies_to covers this operation, or refuse the operation",
+        )
+    else:
+        names = ", ".join(f"{m.name}@{m.version}" for m in found)
+        problem = Problem(
+            Code.APPLIES_TO_OVERLAP,
+            f"machines {names} all apply to {what}",
+            Location(),
+            "narrow applies_to so that exactly one pinned machine governs each operation",
+        )
+    raise MachineSelectionError([problem])
+
+
+def _meet(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    return not a or not b or bool(set(a) & set(b))
+
+
+def overlaps(a: AppliesTo, b: AppliesTo) -> bool:
+    """True when some operation would match both `a` and `b`."""
+    return (
+        bool(set(a.capabilities) & set(b.capabilities))
+        and _meet(a.tools, b.tools)
+        and _meet(a.agents, b.agents)
+        and _meet(a.environments, b.environments)
+    )
+
+
+def overlapping_pairs(machines: Iterable[Machine]) -> list[tuple[Machine, Machine]]:
+    """Every pair of machines that could both match one operation."""
+    return [(a, b) for a, b in combinations(machines, 2) if overlaps(a.applies_to, b.applies_to)]
+
+
+def overlap_warning(machine: Machine, other: Machine, file: str = "") -> Problem:
+    """The warning attached to `machine` because `other` could govern the same operations."""
+    return Problem(
+        Code.APPLIES_TO_OVERLAP,
+        f"machine {machine.name}@{machine.version} and {other.name}@{other.version} could "
+        "both govern one operation; the controller would refuse such an operation",
+        Location(file=file, path="applies_to"),
+        "narrow applies_to (tools, agents, environments) so the machines are disjoint",
+        Severity.WARNING,
+    )
+
+
+def redact(audit: AuditSpec, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of an event payload fit for the audit trail: every `audit.redact` path
+    (relative to the payload, written `payload.<field>...`) is replaced by a reference
+    `{"redacted": true, "sha256": <hex of its canonical JSON>}`."""
+    copy: dict[str, Any] = dict(payload)
+    for dotted in audit.redact:
+        parts = dotted.split(".")
+        if parts[0] == "payload":
+            parts = parts[1:]
+        _redact_path(copy, parts)
+    return copy
+
+
+def _redact_path(node: dict[str, Any], parts: list[str]) -> None:
+    if not parts or parts[0] not in node:
+        return
+    head, rest = parts[0], parts[1:]
+    if not rest:
+        digest = hashlib.sha256(canonical_json(node[head])).hexdigest()
+        node[head] = {"redacted": True, "sha256": digest}
+        return
+    child = node[head]
+    if isinstance(child, Mapping):
+        node[head] = dict(child)
+        _redact_path(node[head], rest)
