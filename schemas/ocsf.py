@@ -1,0 +1,235 @@
+"""Audit records as OCSF events, so that a SIEM ingests `recovery.audit` without our code.
+
+Each audit record (one link of an operation's hash chain, SPEC §10) becomes one OCSF
+1.3 **API Activity** event (category 6 Application Activity, class 6003): the controller
+is the API, the decided event is the request, the operation is the resource. The chain
+hash, the previous hash and the sequence travel under `unmapped.recovery.chain` and the
+hash is also the event's `metadata.uid`, so a SIEM can verify the chain and dedupe on
+it. docs/audit-ocsf.md documents every attribute.
+
+The input is a plain mapping in either shape the ledger produces: flat
+(`occurred_at`, `actor`, `machine_name`...) or the published form, whose chain fields
+sit beside a `record` body holding a decision (`decided_at`, `machine.{name,...}`,
+`event.{id,type,producer,...}`). Lookups try the flat name first, then the nested paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from schemas.errors import WireCode, WireError
+
+__all__ = [
+    "OCSF_VERSION",
+    "PRODUCT_NAME",
+    "audit_to_ocsf",
+]
+
+OCSF_VERSION: Final = "1.3.0"
+PRODUCT_NAME: Final = "agent-recovery-controller"
+VENDOR_NAME: Final = "agent-recovery"
+
+CATEGORY_UID: Final = 6  # Application Activity
+CLASS_UID: Final = 6003  # API Activity
+
+# activity_id of API Activity: 1 Create, 2 Read, 3 Update, 4 Delete, 99 Other.
+_ACTIVITY_UPDATE: Final = 3
+_ACTIVITY_OTHER: Final = 99
+_ACTIVITY_NAMES: Final = {_ACTIVITY_UPDATE: "Update", _ACTIVITY_OTHER: "Other"}
+
+# Decision outcomes (machines.decision.Outcome) and other audit kinds, mapped to
+# (activity_id, status_id, severity_id). status: 1 Success, 2 Failure. severity:
+# 1 Informational, 3 Medium, 4 High. A state change is an Update of the operation; a
+# refusal or conflict is a failed attempt and louder, because someone sent it.
+_OUTCOMES: Final[Mapping[str, tuple[int, int, int]]] = {
+    "transitioned": (_ACTIVITY_UPDATE, 1, 1),
+    "duplicate": (_ACTIVITY_UPDATE, 1, 1),
+    "rejected": (_ACTIVITY_UPDATE, 2, 3),
+    "final": (_ACTIVITY_UPDATE, 2, 1),
+    "refused": (_ACTIVITY_UPDATE, 2, 4),
+    "conflict": (_ACTIVITY_UPDATE, 2, 4),
+}
+_KINDS: Final[Mapping[str, tuple[int, int, int]]] = {
+    "dead_letter": (_ACTIVITY_OTHER, 2, 4),
+    "dead-letter": (_ACTIVITY_OTHER, 2, 4),
+    "controller_error": (_ACTIVITY_OTHER, 2, 4),
+    "controller-error": (_ACTIVITY_OTHER, 2, 4),
+}
+_DEFAULT_CLASSIFICATION: Final = (_ACTIVITY_OTHER, 0, 1)  # status 0: Unknown
+_STATUS_NAMES: Final = {0: "Unknown", 1: "Success", 2: "Failure"}
+_SEVERITY_NAMES: Final = {1: "Informational", 3: "Medium", 4: "High"}
+
+_PATHS: Final[Mapping[str, tuple[tuple[str, ...], ...]]] = {
+    "occurred": (("occurred_at",), ("occurred_time",), ("record", "decided_at"), ("decided_at",)),
+    "actor": (("actor",), ("producer",), ("record", "event", "producer"), ("event", "producer")),
+    "machine_name": (("machine_name",), ("record", "machine", "name"), ("machine", "name")),
+    "machine_version": (
+        ("machine_version",),
+        ("record", "machine", "version"),
+        ("machine", "version"),
+    ),
+    "machine_digest": (("machine_digest",), ("record", "machine", "digest"), ("machine", "digest")),
+    "event_id": (("event_id",), ("record", "event", "id"), ("event", "id")),
+    "event_type": (("event_type",), ("record", "event", "type"), ("event", "type")),
+    "correlation_id": (
+        ("correlation_id",),
+        ("record", "event", "correlation_id"),
+        ("event", "correlation_id"),
+    ),
+    "outcome": (("outcome",), ("record", "outcome"), ("decision", "outcome")),
+    "state_before": (("state_before",), ("record", "state_before"), ("decision", "state_before")),
+    "state_after": (("state_after",), ("record", "state_after"), ("decision", "state_after")),
+}
+_REQUIRED: Final = ("operation_id", "sequence", "hash", "kind")
+
+
+def _lookup(record: Mapping[str, Any], paths: Sequence[tuple[str, ...]]) -> Any:
+    for path in paths:
+        value: Any = record
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        if value is not None:
+            return value
+    return None
+
+
+def _field(record: Mapping[str, Any], name: str) -> Any:
+    return _lookup(record, _PATHS[name])
+
+
+def _epoch_millis(value: Any, operation_id: str, sequence: Any) -> tuple[int, str]:
+    moment = value
+    if isinstance(value, str):
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            moment = None
+    if not isinstance(moment, datetime) or moment.tzinfo is None:
+        raise WireError(
+            WireCode.RECORD_INVALID,
+            f"audit record {operation_id}#{sequence}: occurred time {value!r} is missing or "
+            "not an ISO-8601 time with an offset",
+        )
+    moment = moment.astimezone(UTC)
+    return int(moment.timestamp() * 1000), moment.isoformat().replace("+00:00", "Z")
+
+
+def _classify(kind: str, outcome: Any) -> tuple[int, int, int]:
+    if isinstance(outcome, str) and outcome in _OUTCOMES:
+        return _OUTCOMES[outcome]
+    return _KINDS.get(kind, _DEFAULT_CLASSIFICATION)
+
+
+def audit_to_ocsf(record: Mapping[str, Any]) -> dict[str, Any]:
+    """One audit record as an OCSF API Activity event (plain JSON-ready dict). Raises
+    `WireError` (`record-invalid`) naming the operation and sequence when a chain field
+    or the occurred time is missing: an audit event without its chain link is useless
+    to an auditor, so it is refused rather than published incomplete."""
+    missing = [name for name in _REQUIRED if record.get(name) in (None, "")]
+    operation_id = str(record.get("operation_id") or "<no operation_id>")
+    sequence = record.get("sequence")
+    if missing:
+        raise WireError(
+            WireCode.RECORD_INVALID,
+            f"audit record {operation_id}#{sequence}: missing {', '.join(missing)}",
+        )
+    kind = str(record["kind"])
+    time_ms, time_dt = _epoch_millis(_field(record, "occurred"), operation_id, sequence)
+    outcome = _field(record, "outcome")
+    activity_id, status_id, severity_id = _classify(kind, outcome)
+    actor = str(_field(record, "actor") or PRODUCT_NAME)
+    machine = {
+        "name": _field(record, "machine_name"),
+        "version": _field(record, "machine_version"),
+        "digest": _field(record, "machine_digest"),
+    }
+    return {
+        "category_uid": CATEGORY_UID,
+        "category_name": "Application Activity",
+        "class_uid": CLASS_UID,
+        "class_name": "API Activity",
+        "activity_id": activity_id,
+        "activity_name": _ACTIVITY_NAMES[activity_id],
+        "type_uid": CLASS_UID * 100 + activity_id,
+        "type_name": f"API Activity: {_ACTIVITY_NAMES[activity_id]}",
+        "time": time_ms,
+        "time_dt": time_dt,
+        "severity_id": severity_id,
+        "severity": _SEVERITY_NAMES[severity_id],
+        "status_id": status_id,
+        "status": _STATUS_NAMES[status_id],
+        "status_code": None if outcome is None else str(outcome),
+        "message": _message(operation_id, kind, outcome, record),
+        "metadata": {
+            "version": OCSF_VERSION,
+            "uid": str(record["hash"]),
+            "correlation_uid": _field(record, "correlation_id"),
+            "log_name": "recovery.audit",
+            "event_code": kind,
+            "product": {"name": PRODUCT_NAME, "vendor_name": VENDOR_NAME},
+        },
+        "actor": {"user": {"uid": actor, "name": actor}, "app_name": PRODUCT_NAME},
+        "api": {
+            "operation": str(_field(record, "event_type") or kind),
+            "service": {"name": PRODUCT_NAME},
+            "request": {"uid": _field(record, "event_id")},
+        },
+        "src_endpoint": {"name": actor},
+        "cloud": {"provider": "self-managed"},
+        "resources": [
+            {
+                "uid": operation_id,
+                "type": "agent-operation",
+                "name": None
+                if machine["name"] is None
+                else f"{machine['name']}@{machine['version']}",
+                "data": {
+                    "state_before": _field(record, "state_before"),
+                    "state_after": _field(record, "state_after"),
+                },
+            }
+        ],
+        "unmapped": {
+            "recovery": {
+                "chain": {
+                    "operation_id": operation_id,
+                    "sequence": sequence,
+                    "hash": record["hash"],
+                    "prev_hash": record.get("prev_hash"),
+                },
+                "machine": machine,
+                "record": _plain(record.get("record")),
+            }
+        },
+    }
+
+
+def _machine_label(machine: Mapping[str, Any]) -> str | None:
+    if machine["name"] is None:
+        return None
+    return f"{machine['name']}@{machine['version']}"
+
+
+def _message(operation_id: str, kind: str, outcome: Any, record: Mapping[str, Any]) -> str:
+    event_type = _field(record, "event_type")
+    before, after = _field(record, "state_before"), _field(record, "state_after")
+    text = f"operation {operation_id}: {kind}"
+    if event_type:
+        text += f" {event_type}"
+    if outcome:
+        text += f" {outcome}"
+    if before or after:
+        text += f" ({before} -> {after})"
+    return text
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
