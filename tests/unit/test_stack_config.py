@@ -18,6 +18,7 @@ from ops.paths import cache_dir, ensure_dir, others_can_traverse, stack_dir
 from ops.ports import LOOPBACK, free_ports, is_port_free
 from ops.settings import ENV_CACHE_DIR, ENV_STACK_DIR, KAFKA_VERSION
 from ops.stack import KafkaState, PostgresState, StackState
+from tests.support.db import with_database
 
 
 def _properties(text: str) -> dict[str, str]:
@@ -131,3 +132,13 @@ def test_state_file_round_trips_and_rejects_unknown_fields() -> None:
     assert StackState.model_validate_json(state.model_dump_json()) == state
     with pytest.raises(ValidationError, match="extra"):
         KafkaState.model_validate({"bootstrap": "x:1", "external": True, "port": 3})
+
+
+def test_per_test_database_urls_keep_the_form_they_were_given() -> None:
+    url = "postgresql://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+    assert with_database(url, "t_one") == (
+        "postgresql://postgres@127.0.0.1:5432/t_one?sslmode=disable"
+    )
+    keywords = with_database("host=127.0.0.1 port=5432 user=postgres dbname=postgres", "t_two")
+    assert "dbname=t_two" in keywords
+    assert "host=127.0.0.1" in keywords
