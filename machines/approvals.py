@@ -62,7 +62,7 @@ def public_key_b64(private_key: Ed25519PrivateKey) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-def test_private_key(seed_name: str) -> Ed25519PrivateKey:
+def insecure_test_key(seed_name: str) -> Ed25519PrivateKey:
     """A deterministic private key derived from a name, for test cases and simulations
     only: anyone who knows the name can sign, so a production roster never uses these."""
     import hashlib

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from machines.approvals import public_key_b64, sign_decision, test_private_key
+from machines.approvals import insecure_test_key, public_key_b64, sign_decision
 from machines.decision import Decision
 from machines.event import (
     CheckpointReport,
@@ -248,7 +248,7 @@ def case_policy(case: CaseSpec, registry: Registry) -> Policy:
         "trusted_verifiers": [DEFAULT_VERIFIER],
         "escalation_capability": escalation,
         "approvers": [
-            {"id": a.id, "public_key": public_key_b64(test_private_key(a.id)), "roles": a.roles}
+            {"id": a.id, "public_key": public_key_b64(insecure_test_key(a.id)), "roles": a.roles}
             for a in case.approvers
         ],
     }
@@ -394,7 +394,7 @@ class _Runner:
             nonce=spec.nonce or f"nonce-{step.id or self.clock}",
             decision=verdict,
         )
-        signed = sign_decision(unsigned, test_private_key(spec.signed_by or spec.approver))
+        signed = sign_decision(unsigned, insecure_test_key(spec.signed_by or spec.approver))
         if spec.tamper:
             signed = replace(signed, transition=signed.transition + "-tampered")
         return signed

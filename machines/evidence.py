@@ -157,6 +157,9 @@ def _checkpoint(event: Event, view: OperationView, policy: Policy) -> Checkpoint
         and validator is not None
         and validator in policy.trusted_verifiers
         and not view.lineage.includes(validator)
+        # The affected agent may report that it saved a checkpoint, but its word that a
+        # verifier validated it is not evidence (SPEC §7.7).
+        and not view.lineage.includes(event.producer)
     )
     return Checkpoint(
         checkpoint_id=report.checkpoint_id,

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
-from machines.approvals import public_key_b64, sign_decision, test_private_key
+from machines.approvals import insecure_test_key, public_key_b64, sign_decision
 from machines.event import (
     CheckpointReport,
     ClassifierOutput,
@@ -78,7 +78,7 @@ def registry() -> Registry:
     )
 
 
-def _t(
+def tr(
     source: str,
     event: str,
     index: int,
@@ -96,7 +96,7 @@ def _t(
     )
 
 
-def _state(
+def st(
     name: str, *transitions: Transition, entry: tuple[str, ...] = (), final: bool = False
 ) -> State:
     on: dict[str, tuple[Transition, ...]] = {}
@@ -114,14 +114,14 @@ def machine(digest: str = "sha256:" + "a" * 64) -> Machine:
     """A small recovery machine: verify after a timeout, retry only when permitted,
     contain, and resume only through approval and verified state."""
     states = [
-        _state(
+        st(
             "running",
-            _t("running", "TOOL_TIMEOUT", 0, "verifying"),
-            _t("running", "STEP_COMPLETED", 0, "done"),
+            tr("running", "TOOL_TIMEOUT", 0, "verifying"),
+            tr("running", "STEP_COMPLETED", 0, "done"),
         ),
-        _state(
+        st(
             "verifying",
-            _t(
+            tr(
                 "verifying",
                 "VERIFICATION_NOT_FOUND",
                 0,
@@ -129,27 +129,27 @@ def machine(digest: str = "sha256:" + "a" * 64) -> Machine:
                 "retry.permitted",
                 ("tool.retry",),
             ),
-            _t("verifying", "VERIFICATION_NOT_FOUND", 1, "contained"),
-            _t("verifying", "VERIFICATION_FOUND", 0, "done", "evidence.applied"),
-            _t("verifying", "VERIFICATION_FOUND", 1, "contained"),
-            _t("verifying", "VERIFICATION_UNAVAILABLE", 0, "contained"),
-            _t("verifying", "VERIFICATION_CONFLICTING", 0, "contained"),
+            tr("verifying", "VERIFICATION_NOT_FOUND", 1, "contained"),
+            tr("verifying", "VERIFICATION_FOUND", 0, "done", "evidence.applied"),
+            tr("verifying", "VERIFICATION_FOUND", 1, "contained"),
+            tr("verifying", "VERIFICATION_UNAVAILABLE", 0, "contained"),
+            tr("verifying", "VERIFICATION_CONFLICTING", 0, "contained"),
             entry=("tool.verify",),
         ),
-        _state(
+        st(
             "retrying",
-            _t("retrying", "RETRY_SUCCEEDED", 0, "done"),
-            _t("retrying", "RETRY_FAILED", 0, "verifying"),
+            tr("retrying", "RETRY_SUCCEEDED", 0, "done"),
+            tr("retrying", "RETRY_FAILED", 0, "verifying"),
         ),
-        _state(
+        st(
             "contained",
-            _t("contained", "RESUME_REQUESTED", 0, "resume-pending"),
-            _t("contained", "CONTAINMENT_FAILED", 0, "contained", None, ("operator.escalate",)),
+            tr("contained", "RESUME_REQUESTED", 0, "resume-pending"),
+            tr("contained", "CONTAINMENT_FAILED", 0, "contained", None, ("operator.escalate",)),
             entry=("agent.stop", "agent.revoke", "operator.escalate"),
         ),
-        _state(
+        st(
             "resume-pending",
-            _t(
+            tr(
                 "resume-pending",
                 "HUMAN_APPROVED",
                 0,
@@ -157,13 +157,13 @@ def machine(digest: str = "sha256:" + "a" * 64) -> Machine:
                 "resume.permitted",
                 ("agent.resume",),
             ),
-            _t("resume-pending", "HUMAN_REJECTED", 0, "closed"),
-            _t("resume-pending", "VERIFICATION_FOUND", 0, "resume-pending"),
-            _t("resume-pending", "STEP_COMPLETED", 0, "resume-pending"),
+            tr("resume-pending", "HUMAN_REJECTED", 0, "closed"),
+            tr("resume-pending", "VERIFICATION_FOUND", 0, "resume-pending"),
+            tr("resume-pending", "STEP_COMPLETED", 0, "resume-pending"),
         ),
-        _state("resuming", _t("resuming", "STEP_COMPLETED", 0, "done")),
-        _state("done", final=True),
-        _state("closed", final=True),
+        st("resuming", tr("resuming", "STEP_COMPLETED", 0, "done")),
+        st("done", final=True),
+        st("closed", final=True),
     ]
     return Machine(
         name="demo",
@@ -183,15 +183,16 @@ def policy(**overrides: Any) -> Policy:
     data: dict[str, Any] = {
         "id": "test-policy",
         "trusted_verifiers": [VERIFIER],
+        "escalation_capability": "operator.escalate",
         "approvers": [
             {
                 "id": APPROVER,
-                "public_key": public_key_b64(test_private_key(APPROVER)),
+                "public_key": public_key_b64(insecure_test_key(APPROVER)),
                 "roles": ["recovery-approver"],
             },
             {
                 "id": AGENT,
-                "public_key": public_key_b64(test_private_key(AGENT)),
+                "public_key": public_key_b64(insecure_test_key(AGENT)),
                 "roles": ["recovery-approver"],
             },
         ],
@@ -290,7 +291,7 @@ def approval(
         nonce=nonce,
         decision="approved" if event_type == "HUMAN_APPROVED" else "rejected",
     )
-    signed = sign_decision(decision, test_private_key(key or approver))
+    signed = sign_decision(decision, insecure_test_key(key or approver))
     return event(event_type, event_id, producer=producer or approver, human_decision=signed)
 
 
@@ -333,3 +334,8 @@ def classified(
             candidate_event=candidate,
         ),
     )
+
+
+def custom_machine(*states: State, initial: str = "running") -> Machine:
+    """A machine made of the given states (for invariant tests with unsafe machines)."""
+    return replace(machine(), states=MappingProxyType({s.name: s for s in states}), initial=initial)
