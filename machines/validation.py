@@ -254,6 +254,37 @@ def _schema_findings(error: ValidationError) -> Iterator[tuple[Code, str, str]]:
     yield code, path, error.message[:300]
 
 
+_FIELD_HINTS = {
+    "guard": "a transition has at most one guard: one registered guard id such as "
+    "'evidence.not-applied'",
+    "target": "name one state of this machine",
+    "actions": "list registered capability ids, or {capability: <id>, params: {...}}",
+    "entry": "list registered capability ids, or {capability: <id>, params: {...}}",
+    "type": "a state's type is 'atomic' (the default) or 'final'",
+    "version": "use a semantic version such as 1.0.0 (quoted if YAML would read a number)",
+    "name": "use lowercase words joined by hyphens, e.g. procurement-request",
+    "retention_days": "give a whole number of days between 1 and 3650",
+    "capabilities": "list at least one governed tool capability id",
+}
+
+
+def _schema_hint(path: str) -> str:
+    """A hint for a schema problem, specific to the field when one is known."""
+    field = re.split(r"[.\[]", path)[-1] if path else ""
+    if re.fullmatch(r"states\.[^.]+\.on\.[^.\[]+", path):
+        return (
+            "events are uppercase identifiers (TOOL_TIMEOUT) mapping to one transition or "
+            "an ordered list of transitions"
+        )
+    if re.fullmatch(r"states\.[^.\[]+", path):
+        return (
+            "a state is a mapping with optional type, description, entry and on; its name is "
+            "lowercase words joined by '-' or '_'"
+        )
+    hint = _FIELD_HINTS.get(field.rstrip("]"))
+    return hint or "see schemas/recovery-machine.schema.json and docs/machine-format.md"
+
+
 def _covered(path: str, reported: set[str]) -> bool:
     return any(
         path == r or path.startswith((f"{r}.", f"{r}[")) or r.startswith((f"{path}.", f"{path}["))
@@ -270,7 +301,7 @@ def _check_schema(data: Any, out: _Collector) -> None:
             if _covered(path, reported):
                 continue
             reported.add(path)
-            out.add(code, path, message, "see schemas/recovery-machine.schema.json")
+            out.add(code, path, message, _schema_hint(path))
 
 
 def iter_transitions(data: Mapping[str, Any]) -> Iterator[tuple[str, str, int, str, Any]]:

@@ -228,9 +228,12 @@ def parse_yaml(raw: bytes | str, file: str) -> Document | Problem:
 
     Never raises: every failure of PyYAML is translated into a coded `Problem`.
     """
-    size = len(raw.encode("utf-8")) if isinstance(raw, str) else len(raw)
-    if size > MAX_BYTES:
-        return _too_large(size, file)
+    # A str has at least one UTF-8 byte per character, so its length alone can refuse it
+    # without encoding (and copying) a huge string.
+    if len(raw) > MAX_BYTES:
+        return _too_large(len(raw), file)
+    if isinstance(raw, str) and len(raw.encode("utf-8")) > MAX_BYTES:
+        return _too_large(len(raw.encode("utf-8")), file)
     if isinstance(raw, bytes):
         try:
             raw = raw.decode("utf-8")
