@@ -12,6 +12,8 @@ from machines.applicability import (
     redact,
     select_machine,
 )
+from machines.approvals import ApprovalRejection, check_decision, sign_decision
+from machines.decision import Decision, GuardEvaluation, Invocation, Outcome, apply, decide
 from machines.digest import canonical_json, digest_of
 from machines.errors import (
     Code,
@@ -23,6 +25,18 @@ from machines.errors import (
     RegistryInvalid,
     Severity,
 )
+from machines.event import (
+    CheckpointReport,
+    ClassifierOutput,
+    Event,
+    EventError,
+    EvidencePayload,
+    HumanDecision,
+    Lineage,
+    parse_event,
+)
+from machines.guards import STANDARD_GUARDS, GuardContext, GuardResult
+from machines.invariants import Notice
 from machines.loader import (
     CATALOGUE,
     ValidationReport,
@@ -45,45 +59,86 @@ from machines.model import (
     State,
     Transition,
 )
+from machines.policy import (
+    Policy,
+    PolicyError,
+    check_policy_against_registry,
+    load_policy,
+    parse_policy,
+)
 from machines.registry import DEFAULT_REGISTRY, load_registry, parse_registry
+from machines.simulation import OperationSetup, Simulation
+from machines.view import LineageStatus, OperationView, ToolFacts, new_view
 
 __all__ = [
     "CATALOGUE",
     "DEFAULT_REGISTRY",
     "SPEC_VERSION",
+    "STANDARD_GUARDS",
     "ActionRef",
     "AppliesTo",
+    "ApprovalRejection",
     "AuditSpec",
     "CapabilityKind",
     "CapabilitySpec",
+    "CheckpointReport",
+    "ClassifierOutput",
     "Code",
+    "Decision",
+    "Event",
+    "EventError",
+    "EvidencePayload",
+    "GuardContext",
+    "GuardEvaluation",
+    "GuardResult",
     "GuardSpec",
+    "HumanDecision",
+    "Invocation",
+    "Lineage",
+    "LineageStatus",
     "Location",
     "Machine",
     "MachineError",
     "MachineInvalid",
     "MachineSelectionError",
+    "Notice",
     "OperationScope",
+    "OperationSetup",
+    "OperationView",
+    "Outcome",
+    "Policy",
+    "PolicyError",
     "Problem",
     "ProvenanceError",
     "Registry",
     "RegistryInvalid",
     "Severity",
+    "Simulation",
     "State",
+    "ToolFacts",
     "Transition",
     "ValidationReport",
     "applies",
+    "apply",
     "canonical_json",
     "catalogue_packages",
+    "check_decision",
+    "check_policy_against_registry",
+    "decide",
     "digest_of",
     "load_catalogue",
     "load_machine",
+    "load_policy",
     "load_registry",
+    "new_view",
     "overlap_warning",
     "overlapping_pairs",
+    "parse_event",
+    "parse_policy",
     "parse_registry",
     "redact",
     "select_machine",
+    "sign_decision",
     "validate_path",
     "validate_text",
 ]
