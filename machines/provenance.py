@@ -313,6 +313,32 @@ def load_pinned_machine(
     return machine
 
 
+def load_locked_machines(
+    lock_path: str | Path, registry: Registry, trust: TrustedPublishers
+) -> dict[str, Machine]:
+    """Every machine the lock file pins, by `name@version`, each loaded through
+    `load_pinned_machine` from its `path` (relative to the lock file). This is what a
+    controller loads at start-up; the first refusal raises and names its check."""
+    lock_path = Path(lock_path)
+    lock = load_lock(lock_path)
+    loaded: dict[str, Machine] = {}
+    for ref, entry in lock.machines.items():
+        package = Path(entry.path)
+        if not package.is_absolute():
+            package = lock_path.parent / package
+        machine = load_pinned_machine(package, registry, lock_path, trust)
+        if f"{machine.name}@{machine.version}" != ref:
+            raise _fail(
+                Code.PIN_MISSING,
+                f"lock entry {ref} points to {package}, which holds "
+                f"{machine.name}@{machine.version}",
+                str(lock_path),
+                "fix the entry's path or re-lock the machine",
+            )
+        loaded[ref] = machine
+    return loaded
+
+
 def lock_entry(machine: Machine, publisher: str, package: Path, lock_dir: Path) -> LockEntry:
     """The lock entry pinning `machine` (validated) to its digest and `publisher`."""
     folder = package if package.is_dir() else package.parent
@@ -340,6 +366,7 @@ __all__ = [
     "dump_model",
     "key_id",
     "load_lock",
+    "load_locked_machines",
     "load_pinned_machine",
     "load_trusted_publishers",
     "lock_entry",

@@ -24,6 +24,7 @@ from machines.provenance import (
     TrustedPublishers,
     dump_model,
     load_lock,
+    load_locked_machines,
     load_pinned_machine,
     load_trusted_publishers,
     lock_entry,
@@ -189,3 +190,23 @@ def test_shipped_catalogue_is_pinned_and_signed_by_its_publisher(registry: Regis
         machine = load_pinned_machine(package, registry, lock, trust)
         assert pinned[f"{machine.name}@{machine.version}"].digest == machine.digest
     assert len(pinned) == len(packages) >= 5
+
+
+def test_load_locked_machines_loads_every_pinned_catalogue_machine(registry: Registry) -> None:
+    trust = load_trusted_publishers(CATALOGUE.parent / "trusted-publishers.yaml")
+    machines = load_locked_machines(CATALOGUE.parent / "machines.lock", registry, trust)
+    assert set(machines) == {f"{p.name}@1.0.0" for p in catalogue_packages()}
+
+
+def test_load_locked_machines_names_an_entry_pointing_at_another_machine(
+    package: Path, registry: Registry, key: Ed25519PrivateKey
+) -> None:
+    lock = _pin_and_sign(package, registry, key)
+    other = package.parent / "email-send"
+    shutil.copytree(CATALOGUE / "email-send", other)
+    data = json.loads(lock.read_text())
+    data["machines"]["procurement-request@1.0.0"]["path"] = "email-send"
+    lock.write_text(json.dumps(data))
+    with pytest.raises(ProvenanceError) as caught:
+        load_locked_machines(lock, registry, _trust(key))
+    assert caught.value.codes == (Code.PIN_MISSING,)
