@@ -1,5 +1,37 @@
-"""producers package."""
+"""Everything that writes to Kafka: topic names and provisioning, the client library
+tools, capability workers and approvers use, and an example capability worker. (The
+outbox relay joins this package.)"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from producers.client import RESULT_EVENTS, EventPublisher, RecoveryClient, event_record_id
+from producers.errors import DeliveryFailed, ProducersError, ProvisionError
+from producers.topics import ENV_TOPIC_PREFIX, TopicNames, TopicResult, provision
+from producers.worker import (
+    ActionResult,
+    CapabilityWorker,
+    Handler,
+    WorkerStats,
+    demo_handlers,
+    verify_outcome,
+)
+
+__all__ = [
+    "ENV_TOPIC_PREFIX",
+    "RESULT_EVENTS",
+    "ActionResult",
+    "CapabilityWorker",
+    "DeliveryFailed",
+    "EventPublisher",
+    "Handler",
+    "ProducersError",
+    "ProvisionError",
+    "RecoveryClient",
+    "TopicNames",
+    "TopicResult",
+    "WorkerStats",
+    "demo_handlers",
+    "event_record_id",
+    "provision",
+    "verify_outcome",
+]

@@ -1,0 +1,77 @@
+"""`recoveryctl topics create`: provision the recovery topics (idempotent).
+
+Creates recovery.events, recovery.commands, recovery.evidence, recovery.audit and
+recovery.dlq (names overridable with RECOVERY_TOPIC_EVENTS ... RECOVERY_TOPIC_DLQ) on
+the broker named by --bootstrap, RECOVERY_KAFKA_BOOTSTRAP, or the running local stack.
+Existing topics are left as they are. Exit status: 0 done, 1 the broker refused, 2 no
+broker known.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict
+from typing import TextIO
+
+from ops.errors import StackError
+from ops.settings import ENV_KAFKA_BOOTSTRAP
+from ops.stack import read_state
+from producers import ProvisionError, provision
+
+__all__ = ["register", "run_create"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `topics` subcommand and its `create` action."""
+    parser = subparsers.add_parser(
+        "topics",
+        help="provision the recovery Kafka topics",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = actions.add_parser("create", help="create the topics that do not exist yet")
+    create.add_argument("--partitions", type=int, default=6, metavar="N", help="default 6")
+    create.add_argument("--replication", type=int, default=1, metavar="R", help="default 1")
+    create.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
+    create.add_argument("--json", action="store_true", help="print a JSON list of topics")
+    create.set_defaults(handler=run_create)
+
+
+def _bootstrap(args: argparse.Namespace) -> str | None:
+    if args.bootstrap:
+        return str(args.bootstrap)
+    if os.environ.get(ENV_KAFKA_BOOTSTRAP):
+        return os.environ[ENV_KAFKA_BOOTSTRAP]
+    try:
+        state = read_state()
+    except StackError:
+        return None
+    return None if state is None else state.kafka.bootstrap
+
+
+def run_create(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """Provision the topics; print one line per topic (or JSON); return the exit status."""
+    bootstrap = _bootstrap(args)
+    if bootstrap is None:
+        print(
+            f"recoveryctl topics create: no broker known; pass --bootstrap, set "
+            f"{ENV_KAFKA_BOOTSTRAP}, or run `recoveryctl stack up` first",
+            file=err,
+        )
+        return 2
+    try:
+        results = provision(bootstrap, args.partitions, args.replication)
+    except ProvisionError as exc:
+        print(f"recoveryctl topics create: {exc}", file=err)
+        return 1
+    if args.json:
+        print(json.dumps([asdict(r) for r in results], indent=2), file=out)
+        return 0
+    for result in results:
+        verb = "created" if result.created else "exists "
+        print(f"{verb} {result.name} ({result.partitions} partitions)", file=out)
+    return 0

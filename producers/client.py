@@ -1,0 +1,389 @@
+"""The client library tools, capability workers and approvers use to publish events.
+
+`EventPublisher` owns one idempotent producer (`enable.idempotence`, `acks=all`) and
+publishes encoded records with the wire headers: `content-type`, `recovery-schema`
+(the writer schema's fingerprint), a deterministic `recovery-record-id`, and the W3C
+trace context of the current span (`traceparent`, `tracestate`), injected with
+OpenTelemetry's global propagator. Records are keyed by operation id, so one
+operation's events stay in order on one partition. Delivery is asynchronous: `flush`
+waits and raises `DeliveryFailed` for every record the broker did not acknowledge.
+
+`RecoveryClient` builds valid envelopes on top of it: any event (`publish_event`), the
+result of a capability command (`report_action_result`, causation = the command id) and
+a signed human decision (`publish_human_decision`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any, Final
+
+from confluent_kafka import KafkaError, Message, Producer
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from opentelemetry import propagate
+
+from machines.approvals import sign_decision
+from machines.event import (
+    ClassifierOutput,
+    Event,
+    EvidencePayload,
+    HumanDecision,
+    Lineage,
+    Verdict,
+)
+from producers.errors import DeliveryFailed, ProducersError
+from producers.topics import TopicNames
+from schemas import (
+    CONTENT_TYPE,
+    EVENT_ENVELOPE,
+    HEADER_RECORD_ID,
+    HEADER_SCHEMA,
+    AvroSingleObjectCodec,
+    CapabilityCommand,
+    JsonCodec,
+    WireCode,
+    WireError,
+    event_to_json,
+    event_to_record,
+    record_id,
+    record_to_event,
+)
+
+__all__ = ["RESULT_EVENTS", "EventPublisher", "RecoveryClient", "event_record_id"]
+
+# The result event a capability kind reports when the caller does not name one:
+# (on success, on failure). Verification is special: its success names what was found.
+RESULT_EVENTS: Final[Mapping[str, tuple[str, str]]] = {
+    "retry": ("RETRY_SUCCEEDED", "RETRY_FAILED"),
+    "compensate": ("COMPENSATION_SUCCEEDED", "COMPENSATION_FAILED"),
+    "stop": ("CONTAINMENT_SUCCEEDED", "CONTAINMENT_FAILED"),
+}
+_VERIFY_EVENTS: Final = {"applied": "VERIFICATION_FOUND", "not_applied": "VERIFICATION_NOT_FOUND"}
+_VERIFY_FAILED: Final = "VERIFICATION_UNAVAILABLE"
+
+# Producer settings that make publishing safe to retry: the broker dedupes the
+# producer's own retries (idempotence), a record counts as written only once all
+# in-sync replicas have it, and a stuck record fails within the timeout rather than
+# hanging a tool forever.
+_SAFE_PRODUCER: Final[Mapping[str, Any]] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 5,
+    "delivery.timeout.ms": 30000,
+}
+_BUFFER_RETRIES: Final = 50
+
+
+def event_record_id(event: Event) -> str:
+    """The deterministic record id of an event: the same event id on the same operation
+    always gets the same id, so a consumer can dedupe republished events by header."""
+    return record_id("event", event.operation_id, event.event_id)
+
+
+class EventPublisher:
+    """One idempotent producer and the wire format; use as a context manager, or call
+    `close` (which flushes). Not thread-safe: give each thread its own publisher."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        topics: TopicNames | None = None,
+        producer_config: Mapping[str, Any] | None = None,
+        use_json: bool = False,
+        codec: AvroSingleObjectCodec | None = None,
+    ) -> None:
+        config: dict[str, Any] = {"bootstrap.servers": bootstrap, **(producer_config or {})}
+        config.update(_SAFE_PRODUCER)  # never weakened by caller settings
+        self._producer = Producer(config)
+        self.topics = topics or TopicNames.from_env()
+        self._avro = codec or AvroSingleObjectCodec()
+        self._json = JsonCodec() if use_json else None
+        self._pending: dict[str, int] = {}
+        self._failures: list[tuple[str, str]] = []
+        self._closed = False
+
+    def publish(self, event: Event, *, topic: str | None = None) -> str:
+        """Encode `event` and hand it to the producer keyed by its operation id; returns
+        its record id. Raises `WireError` for an event that cannot be encoded (nothing
+        is sent) and `ProducersError` when the local queue stays full."""
+        if self._json is not None:
+            value = self._json.encode(event_to_json(event), EVENT_ENVELOPE)
+            content_type, fingerprint = self._json.content_type, None
+        else:
+            value = self._avro.encode(event_to_record(event), EVENT_ENVELOPE)
+            content_type = self._avro.content_type
+            fingerprint = self._avro.fingerprint(EVENT_ENVELOPE)
+        rid = event_record_id(event)
+        self.send(
+            topic or self.topics.events,
+            key=event.operation_id,
+            value=value,
+            record_id=rid,
+            content_type=content_type,
+            fingerprint=fingerprint,
+        )
+        return rid
+
+    def send(
+        self,
+        topic: str,
+        *,
+        key: str,
+        value: bytes,
+        record_id: str,
+        content_type: str,
+        fingerprint: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Produce one already-encoded record with the standard headers and the current
+        trace context. The lower-level door the relay and tests use."""
+        if self._closed:
+            raise ProducersError(f"record {record_id}: the publisher is closed")
+        headers: dict[str, str] = {CONTENT_TYPE: content_type, HEADER_RECORD_ID: record_id}
+        if fingerprint is not None:
+            headers[HEADER_SCHEMA] = fingerprint
+        headers.update(extra_headers or {})
+        propagate.inject(headers)
+        kafka_headers: list[tuple[str, str | bytes | None]] = [
+            (k, v.encode("utf-8")) for k, v in headers.items()
+        ]
+        self._pending[record_id] = self._pending.get(record_id, 0) + 1
+
+        def on_delivery(error: KafkaError | None, _message: Message[Any, Any]) -> None:
+            self._delivered(record_id, error)
+
+        for _ in range(_BUFFER_RETRIES):
+            try:
+                self._producer.produce(
+                    topic, value=value, key=key, headers=kafka_headers, on_delivery=on_delivery
+                )
+                break
+            except BufferError:
+                # The local queue is full: serve delivery reports to make room.
+                self._producer.poll(0.1)
+        else:
+            self._delivered(record_id, None, settled=False)
+            raise ProducersError(
+                f"record {record_id}: the producer queue stayed full; the broker is slow or "
+                "down, flush and retry later"
+            )
+        self._producer.poll(0)
+
+    def _delivered(self, rid: str, error: KafkaError | None, *, settled: bool = True) -> None:
+        left = self._pending.get(rid, 0) - 1
+        if left > 0:
+            self._pending[rid] = left
+        else:
+            self._pending.pop(rid, None)
+        if error is not None and settled:
+            self._failures.append((rid, str(error)))
+
+    @property
+    def pending(self) -> int:
+        """Records handed to the producer whose delivery report has not arrived."""
+        return sum(self._pending.values())
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait up to `timeout` seconds for every delivery report. Raises `DeliveryFailed`
+        listing each record the broker refused or that is still unacknowledged."""
+        self._producer.flush(timeout)
+        failures = self._failures + [(rid, "not acknowledged in time") for rid in self._pending]
+        self._failures = []
+        if failures:
+            self._pending.clear()
+            raise DeliveryFailed(failures)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Flush and release the producer; idempotent. Raises `DeliveryFailed` as `flush`."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            self._closed = True
+
+    def __enter__(self) -> EventPublisher:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            # Do not hide the original error behind a delivery failure.
+            try:
+                self.close()
+            except DeliveryFailed:
+                pass
+
+
+class RecoveryClient:
+    """Builds and publishes valid recovery events on behalf of one producer identity
+    (a tool, a capability worker or an approver)."""
+
+    def __init__(self, publisher: EventPublisher, producer: str) -> None:
+        self.publisher = publisher
+        self.producer = producer
+
+    def build_event(
+        self,
+        event_type: str,
+        *,
+        operation_id: str,
+        correlation_id: str,
+        machine_name: str,
+        machine_version: str,
+        lineage: Lineage,
+        evidence_ref: str,
+        event_id: str | None = None,
+        event_time: datetime | None = None,
+        evidence: EvidencePayload | None = None,
+        human_decision: HumanDecision | None = None,
+        classifier: ClassifierOutput | None = None,
+        causation: str | None = None,
+    ) -> Event:
+        """A validated `Event` (it goes through `parse_event`, as the controller will):
+        a random event id unless one is given, the time now (UTC) unless given. Raises
+        `WireError` (`envelope-invalid`) when the envelope would be refused."""
+        event = Event(
+            event_type=event_type,
+            event_id=event_id or f"evt-{secrets.token_hex(12)}",
+            operation_id=operation_id,
+            correlation_id=correlation_id,
+            machine_name=machine_name,
+            machine_version=machine_version,
+            event_time=event_time or datetime.now(UTC),
+            evidence_ref=evidence_ref,
+            producer=self.producer,
+            lineage=lineage,
+            evidence=evidence,
+            human_decision=human_decision,
+            classifier=classifier,
+            causation=causation,
+        )
+        # Round-trip through the edge validator so a tool learns of a bad envelope here,
+        # not from the dead-letter topic.
+        return record_to_event(event.content())
+
+    def publish_event(self, event_type: str, **fields: Any) -> Event:
+        """`build_event` and publish it; returns the event (flush to confirm delivery)."""
+        event = self.build_event(event_type, **fields)
+        self.publisher.publish(event)
+        return event
+
+    def report_action_result(
+        self,
+        command: CapabilityCommand,
+        succeeded: bool,
+        evidence: EvidencePayload | None = None,
+        *,
+        event_type: str | None = None,
+        evidence_ref: str | None = None,
+        event_time: datetime | None = None,
+    ) -> Event:
+        """Publish the result of `command` as an event whose causation is the command id
+        (SPEC §6.4: an action never advances state silently). The event id is derived
+        from the command id, so a worker that reports the same command twice produces
+        the same event id and the controller dedupes it. Without `event_type`, the
+        command's kind picks it (`RESULT_EVENTS`; verification by the evidence
+        outcome); a kind without a convention must name one."""
+        chosen = event_type or _result_event(command, succeeded, evidence)
+        return self.publish_event(
+            chosen,
+            event_id=f"result:{command.command_id}",
+            operation_id=command.operation_id,
+            correlation_id=command.correlation_id,
+            machine_name=command.machine_name,
+            machine_version=command.machine_version,
+            lineage=command.lineage,
+            evidence_ref=evidence_ref or f"command:{command.command_id}",
+            event_time=event_time,
+            evidence=evidence,
+            causation=command.command_id,
+        )
+
+    def publish_human_decision(
+        self,
+        *,
+        private_key: Ed25519PrivateKey,
+        verdict: Verdict,
+        operation_id: str,
+        correlation_id: str,
+        machine_name: str,
+        machine_version: str,
+        machine_digest: str,
+        state: str,
+        transition: str,
+        lineage: Lineage,
+        expires_at: datetime,
+        nonce: str | None = None,
+        event_time: datetime | None = None,
+    ) -> Event:
+        """Sign a decision with the approver's Ed25519 key (`machines.approvals`) and
+        publish it as HUMAN_APPROVED or HUMAN_REJECTED. The approver is this client's
+        producer identity; the decision binds the operation, the state the approver
+        looked at, the target state, the machine digest, an expiry and a fresh nonce.
+        `expires_at` must be in UTC: the signature covers its ISO-8601 form."""
+        if expires_at.utcoffset() != timedelta(0):
+            raise WireError(
+                WireCode.NON_UTC_TIME,
+                f"approval for operation {operation_id}: expires_at {expires_at.isoformat()} "
+                "is not UTC; pass datetime.now(UTC) + a duration",
+            )
+        nonce = nonce or secrets.token_hex(16)
+        decision = sign_decision(
+            HumanDecision(
+                approver=self.producer,
+                operation_id=operation_id,
+                state=state,
+                transition=transition,
+                machine_digest=machine_digest,
+                expires_at=expires_at,
+                nonce=nonce,
+                decision=verdict,
+            ),
+            private_key,
+        )
+        return self.publish_event(
+            "HUMAN_APPROVED" if verdict == "approved" else "HUMAN_REJECTED",
+            event_id=f"decision:{nonce}",
+            operation_id=operation_id,
+            correlation_id=correlation_id,
+            machine_name=machine_name,
+            machine_version=machine_version,
+            lineage=lineage,
+            evidence_ref=f"approval:{self.producer}:{nonce}",
+            event_time=event_time,
+            human_decision=decision,
+        )
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait for delivery of everything published; see `EventPublisher.flush`."""
+        self.publisher.flush(timeout)
+
+
+def _result_event(
+    command: CapabilityCommand, succeeded: bool, evidence: EvidencePayload | None
+) -> str:
+    if command.kind == "verify":
+        if not succeeded:
+            return _VERIFY_FAILED
+        outcome = evidence.outcome if evidence is not None else None
+        if outcome in _VERIFY_EVENTS:
+            return _VERIFY_EVENTS[str(outcome)]
+    elif command.kind in RESULT_EVENTS:
+        success, failure = RESULT_EVENTS[command.kind]
+        return success if succeeded else failure
+    raise ProducersError(
+        f"command {command.command_id} ({command.capability}, kind {command.kind}): no "
+        "conventional result event for this outcome; pass event_type= naming the event "
+        "the machine expects"
+    )

@@ -1,0 +1,279 @@
+"""An example capability worker: consumes commands, runs a handler, reports the result.
+
+It shows the contract a real worker keeps (DESIGN "Action results are events"):
+
+- it reads `recovery.commands` in a consumer group with auto-commit off, and commits a
+  batch's offsets only after every result event of the batch is acknowledged by the
+  broker, so a crash re-executes a command rather than losing its result;
+- it dedupes on the `recovery-command-id` header (bounded memory), and the result's
+  event id is derived from the command id, so a redelivered command that slips past the
+  in-memory window still produces the same event, which the controller dedupes;
+- it continues the command's trace (W3C headers) around the handler and the report.
+
+The handlers in `demo_handlers` are in-memory fakes for the demo and the tests. `run`
+returns when its `stop` event is set; nothing here loops forever or prints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from confluent_kafka import Consumer, KafkaError, Message
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind
+
+from machines.event import EvidencePayload
+from producers.client import RecoveryClient
+from producers.errors import ProducersError
+from producers.topics import TopicNames
+from schemas import (
+    CAPABILITY_COMMAND,
+    CONTENT_TYPE,
+    HEADER_COMMAND_ID,
+    CapabilityCommand,
+    WireCode,
+    WireDecoder,
+    WireError,
+    header_value,
+)
+
+__all__ = [
+    "ActionResult",
+    "CapabilityWorker",
+    "Handler",
+    "WorkerStats",
+    "demo_handlers",
+    "verify_outcome",
+]
+
+_log = logging.getLogger(__name__)
+_tracer = trace.get_tracer(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ActionResult:
+    """What a handler did. `event_type` overrides the conventional result event."""
+
+    succeeded: bool
+    evidence: EvidencePayload | None = None
+    event_type: str | None = None
+    evidence_ref: str | None = None
+
+
+# None means "nothing to report": the machine does not listen for this capability's
+# completion (an escalation ticket, a notification).
+Handler = Callable[[CapabilityCommand], ActionResult | None]
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """Counters of one `run`, returned when it stops."""
+
+    consumed: int = 0
+    executed: int = 0
+    reported: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    undecodable: int = 0
+
+
+class CapabilityWorker:
+    """Executes the commands of the capabilities it has handlers for."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        group_id: str,
+        client: RecoveryClient,
+        handlers: Mapping[str, Handler],
+        *,
+        topics: TopicNames | None = None,
+        batch_size: int = 100,
+        poll_timeout: float = 0.5,
+        dedupe_capacity: int = 10_000,
+        consumer_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id,
+            "auto.offset.reset": "earliest",
+            **(consumer_config or {}),
+        }
+        # Offsets are committed by hand after the results are durable (never ahead).
+        config["enable.auto.commit"] = False
+        self._config = config
+        self._client = client
+        self._handlers = dict(handlers)
+        self._topic = (topics or client.publisher.topics).commands
+        self._batch_size = batch_size
+        self._poll_timeout = poll_timeout
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._capacity = dedupe_capacity
+        self._decoder = WireDecoder()
+
+    def run(self, stop: threading.Event) -> WorkerStats:
+        """Consume and execute until `stop` is set; then finish the current batch, commit
+        and leave the group cleanly. Returns the counters of this run."""
+        stats = WorkerStats()
+        consumer = Consumer(self._config)
+        try:
+            consumer.subscribe([self._topic])
+            while not stop.is_set():
+                messages = consumer.consume(self._batch_size, self._poll_timeout)
+                if not messages:
+                    continue
+                for message in messages:
+                    self._handle(message, stats)
+                # Results first, offsets second: a crash between the two re-executes
+                # the batch, and the deterministic result ids make that harmless.
+                self._client.flush()
+                consumer.commit(asynchronous=False)
+        finally:
+            consumer.close()
+        return stats
+
+    def _handle(self, message: Message[Any, Any], stats: WorkerStats) -> None:
+        error = message.error()
+        if error is not None:
+            if error.fatal():
+                raise ProducersError(f"consumer of {self._topic} failed: {error}")
+            if error.code() != KafkaError._PARTITION_EOF:
+                _log.warning("consumer of %s: %s", self._topic, error)
+            return
+        stats.consumed += 1
+        pairs = _header_pairs(message.headers())
+        command_id = header_value(pairs, HEADER_COMMAND_ID)
+        if command_id is not None and self._already_seen(command_id):
+            stats.duplicates += 1
+            return
+        command = self._decode(message, header_value(pairs, CONTENT_TYPE), stats)
+        if command is None:
+            return
+        if command_id is None and self._already_seen(command.command_id):
+            stats.duplicates += 1
+            return
+        handler = self._handlers.get(command.capability)
+        if handler is None:
+            stats.skipped += 1  # another worker group serves this capability
+            return
+        carrier = {k: v.decode("utf-8", "replace") for k, v in pairs if v is not None}
+        with _tracer.start_as_current_span(
+            f"execute {command.capability}",
+            context=propagate.extract(carrier),
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "recovery.command_id": command.command_id,
+                "recovery.operation_id": command.operation_id,
+            },
+        ):
+            self._execute(command, handler, stats)
+
+    def _decode(
+        self, message: Message[Any, Any], content_type: str | None, stats: WorkerStats
+    ) -> CapabilityCommand | None:
+        try:
+            name, record = self._decoder.decode(message.value(), content_type)
+            if name != CAPABILITY_COMMAND:
+                raise WireError(WireCode.UNKNOWN_SCHEMA, f"a {name} record is not a command")
+            return CapabilityCommand.from_record(record)
+        except WireError as exc:
+            stats.undecodable += 1
+            where = f"{message.topic()}[{message.partition()}]@{message.offset()}"
+            _log.error("skipping undecodable command at %s: %s", where, exc)
+            return None
+
+    def _execute(self, command: CapabilityCommand, handler: Handler, stats: WorkerStats) -> None:
+        stats.executed += 1
+        try:
+            result = handler(command)
+        except Exception as exc:  # a failing handler is a failed action, reported as such
+            _log.exception("command %s (%s) failed", command.command_id, command.capability)
+            result = ActionResult(succeeded=False, evidence_ref=f"error:{type(exc).__name__}")
+        if result is None:
+            return
+        try:
+            self._client.report_action_result(
+                command,
+                result.succeeded,
+                result.evidence,
+                event_type=result.event_type,
+                evidence_ref=result.evidence_ref,
+            )
+        except ProducersError as exc:
+            _log.error("command %s: result not reported: %s", command.command_id, exc)
+            return
+        stats.reported += 1
+
+    def _already_seen(self, command_id: str) -> bool:
+        if command_id in self._seen:
+            self._seen.move_to_end(command_id)
+            return True
+        self._seen[command_id] = None
+        if len(self._seen) > self._capacity:
+            self._seen.popitem(last=False)
+        return False
+
+
+def _header_pairs(raw: Any) -> list[tuple[str, bytes | None]]:
+    items = raw.items() if isinstance(raw, Mapping) else (raw or [])
+    return [(k, v.encode() if isinstance(v, str) else v) for k, v in items]
+
+
+def verify_outcome(command: CapabilityCommand) -> str:
+    """The fake verifier's answer, deterministic from the command: `params["demo_outcome"]`
+    when given (`found` or `not_found`), otherwise from a hash of the operation id, so a
+    replayed demo gets the same answers."""
+    forced = command.params.get("demo_outcome")
+    if forced in ("found", "not_found"):
+        return str(forced)
+    return (
+        "found"
+        if hashlib.sha256(command.operation_id.encode()).digest()[0] % 2 == 0
+        else "not_found"
+    )
+
+
+def _verify(command: CapabilityCommand) -> ActionResult:
+    found = verify_outcome(command) == "found"
+    return ActionResult(
+        succeeded=True,
+        evidence=EvidencePayload(
+            outcome="applied" if found else "not_applied",
+            verifier=command.capability,
+            reference=f"demo-verifier:{command.command_id}",
+        ),
+    )
+
+
+def _succeed(_command: CapabilityCommand) -> ActionResult:
+    return ActionResult(succeeded=True)
+
+
+def _acknowledge(_command: CapabilityCommand) -> None:
+    return None
+
+
+_DEMO: Final[Mapping[str, Handler]] = {
+    "procurement.verify-request": _verify,
+    "payment.verify-refund": _verify,
+    "deploy.verify-steps": _verify,
+    "agent.stop-task": _succeed,
+    "credentials.revoke-delegation": _acknowledge,
+    "capability.isolate": _acknowledge,
+    "human.escalate": _acknowledge,
+    "email.quarantine-outbox": _acknowledge,
+    "deploy.freeze-pipeline": _acknowledge,
+}
+
+
+def demo_handlers() -> dict[str, Handler]:
+    """In-memory fake handlers for the catalogue's capabilities (demo and tests only):
+    verifiers answer `verify_outcome`, `agent.stop-task` succeeds (CONTAINMENT_SUCCEEDED),
+    the rest acknowledge without an event."""
+    return dict(_DEMO)
