@@ -1,5 +1,69 @@
-"""ledger package."""
+"""The Action Ledger: PostgreSQL (and an in-memory twin) holding operation state, events,
+evidence, decisions, approvals, hash-chained audit records, the transactional outbox,
+stored consumer offsets and partition epochs. Only this package imports psycopg."""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from ledger.audit import AuditRecord, ChainBreak, ChainHead, verify_chain
+from ledger.codec import view_from_json, view_to_json
+from ledger.errors import (
+    AuditChainError,
+    EventIdReused,
+    FencedError,
+    LedgerError,
+    LedgerUnavailable,
+    MigrationError,
+    NonceReused,
+    RetryableConflict,
+    UnknownOperation,
+    VersionConflict,
+)
+from ledger.interface import (
+    CommitResult,
+    Ledger,
+    OperationInfo,
+    OutboxLease,
+    OutboxRecord,
+    PartitionClaim,
+)
+from ledger.memory import MemoryLedger
+from ledger.migrations import MigrationReport, available_migrations, migrate, migrate_database
+from ledger.postgres import PostgresLedger
+from ledger.records import Batch, Entry, Position, Source, Topics, plan_batch
+
+__all__ = [
+    "AuditChainError",
+    "AuditRecord",
+    "Batch",
+    "ChainBreak",
+    "ChainHead",
+    "CommitResult",
+    "Entry",
+    "EventIdReused",
+    "FencedError",
+    "Ledger",
+    "LedgerError",
+    "LedgerUnavailable",
+    "MemoryLedger",
+    "MigrationError",
+    "MigrationReport",
+    "NonceReused",
+    "OperationInfo",
+    "OutboxLease",
+    "OutboxRecord",
+    "PartitionClaim",
+    "Position",
+    "PostgresLedger",
+    "RetryableConflict",
+    "Source",
+    "Topics",
+    "UnknownOperation",
+    "VersionConflict",
+    "available_migrations",
+    "migrate",
+    "migrate_database",
+    "plan_batch",
+    "verify_chain",
+    "view_from_json",
+    "view_to_json",
+]

@@ -13,6 +13,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+from ledger import migrate_database
+
 __all__ = ["clone_database", "drop_database", "prepare_template", "with_database"]
 
 
@@ -20,15 +22,13 @@ def prepare_template(conninfo: str) -> str:
     """Create the session's template database on the server of `conninfo` (an admin
     connection that may create databases) and return its name.
 
-    Today the template is empty. The ledger's migrations belong here: apply every
-    migration to the template once, and each test's clone starts fully migrated.
+    Every ledger migration is applied to the template once, so each test's clone starts
+    fully migrated.
     """
     name = f"recovery_template_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(conninfo, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    with psycopg.connect(with_database(conninfo, name), autocommit=True) as template:
-        # Schema set-up for every test database goes here (ledger migrations, issue 5).
-        template.execute("SELECT 1")
+    migrate_database(with_database(conninfo, name))
     return name
 
 

@@ -1,0 +1,189 @@
+"""The Action Ledger interface: what the controller, the relay and `recoveryctl` may ask.
+
+Two implementations, `PostgresLedger` (the real one) and `MemoryLedger` (for tests of the
+core and the consumer), run the same abstract test suite. The consumer's loop is:
+
+1. On assignment, `claim(group, topic, partitions, owner)`: bumps each partition's epoch
+   (fencing out the previous owner) and returns the stored next offsets to seek to.
+2. For each polled batch: `load_views(operation ids)`, decide every event with
+   `machines.decision.decide`, folding views with `apply` as it goes.
+3. `commit(Batch(...))`: one transaction that checks the epochs (a zombie gets
+   `FencedError`, nothing written), locks the operations in sorted order, checks their
+   versions (`VersionConflict`: reload and decide again), writes every row and the next
+   offsets. It is all-or-nothing, so after any error the batch is replayed from the
+   stored offsets, never half-applied.
+
+The relay uses `lease_outbox`; `recoveryctl audit verify` uses `verify_audit`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+from ledger.audit import AuditRecord, ChainBreak, ChainHead, verify_chain
+from ledger.records import Batch
+from machines.view import OperationView
+
+__all__ = [
+    "CommitResult",
+    "Ledger",
+    "OperationInfo",
+    "OutboxLease",
+    "OutboxRecord",
+    "PartitionClaim",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionClaim:
+    """A partition now owned at `epoch`; `next_offset` is where to resume (None: nothing
+    stored yet, start from the group's reset policy)."""
+
+    topic: str
+    partition: int
+    epoch: int
+    next_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """How many rows of each kind one committed batch wrote."""
+
+    events: int
+    decisions: int
+    evidence: int
+    approvals: int
+    audit_records: int
+    outbox_rows: int
+
+    @property
+    def rows(self) -> int:
+        """All rows written (operations and offsets not counted)."""
+        return (
+            self.events
+            + self.decisions
+            + self.evidence
+            + self.approvals
+            + self.audit_records
+            + self.outbox_rows
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OperationInfo:
+    """The identity and lineage of one operation as stored."""
+
+    operation_id: str
+    correlation_id: str
+    machine_name: str
+    machine_version: str
+    machine_digest: str
+    state: str
+    version: int
+    initiating_principal: str
+    agent: str
+    runtime: str | None
+    task: str
+    origin_operation: str | None
+    parent_operation: str | None
+    depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRecord:
+    """One unpublished outbox row; `position` is its place in the global insertion order."""
+
+    position: int
+    record_id: str
+    topic: str
+    key: str
+    headers: Mapping[str, str]
+    payload: Mapping[str, Any]
+
+
+class OutboxLease(abc.ABC):
+    """Unpublished rows leased to one relay instance, in insertion order.
+
+    A lease holds the oldest unpublished row of each of its keys, so no other relay
+    instance can publish any row of those keys until the lease ends: several relays run
+    side by side without reordering a key. Publish `records` in order, call
+    `mark_published` with what was acknowledged, and leave the context to commit."""
+
+    records: tuple[OutboxRecord, ...]
+
+    @abc.abstractmethod
+    def mark_published(self, record_ids: Sequence[str]) -> None:
+        """Mark rows of this lease as published (effective when the lease ends)."""
+
+
+class Ledger(abc.ABC):
+    """The Action Ledger. Every method is safe to call from several threads."""
+
+    @abc.abstractmethod
+    def claim(
+        self, group: str, topic: str, partitions: Sequence[int], owner: str
+    ) -> tuple[PartitionClaim, ...]:
+        """Take ownership of `partitions` of `topic` for `group`: bump each one's epoch,
+        record `owner`, and return the new epochs with the stored next offsets. Any
+        batch still in flight under an older epoch will fail with `FencedError`."""
+
+    @abc.abstractmethod
+    def load_views(self, operation_ids: Sequence[str]) -> dict[str, OperationView]:
+        """The stored views of the named operations; unknown ids are absent."""
+
+    @abc.abstractmethod
+    def commit(self, batch: Batch) -> CommitResult:
+        """Write everything `batch` caused in one transaction, or nothing. Raises
+        `FencedError` (stale epoch), `VersionConflict` (a view moved on),
+        `EventIdReused` / `NonceReused` (an id stored for something else), or
+        `LedgerUnavailable` (the database stayed unreachable)."""
+
+    @abc.abstractmethod
+    def offsets(self, group: str, topic: str) -> dict[int, int]:
+        """The stored next offset per partition of `topic` for `group`."""
+
+    @abc.abstractmethod
+    def operation(self, operation_id: str) -> OperationInfo:
+        """Identity and lineage of one operation; raises `UnknownOperation`."""
+
+    @abc.abstractmethod
+    def descendants(self, operation_id: str) -> tuple[str, ...]:
+        """Every operation whose parent chain leads to `operation_id`, sorted by depth
+        then id (the lineage walk containment cascades along)."""
+
+    @abc.abstractmethod
+    def decisions(self, operation_id: str) -> tuple[Mapping[str, Any], ...]:
+        """The operation's decision records in sequence order."""
+
+    @abc.abstractmethod
+    def lease_outbox(self, limit: int) -> AbstractContextManager[OutboxLease]:
+        """Lease up to `limit` keys' unpublished rows (see `OutboxLease`)."""
+
+    @abc.abstractmethod
+    def audit_operation_ids(self) -> tuple[str, ...]:
+        """Every operation that has an operation row or an audit record, sorted."""
+
+    @abc.abstractmethod
+    def audit_chain(self, operation_id: str) -> tuple[tuple[AuditRecord, ...], ChainHead | None]:
+        """The operation's stored audit records in sequence order, and the chain head its
+        operation row names (None when there is no operation row)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release connections; the ledger is unusable afterwards."""
+
+    def verify_audit(self, operation_id: str | None = None) -> tuple[ChainBreak, ...]:
+        """Recompute the audit chain of one operation, or of all; one `ChainBreak` per
+        broken chain (the first break in it), empty when every chain is intact."""
+        ids = (operation_id,) if operation_id is not None else self.audit_operation_ids()
+        breaks: list[ChainBreak] = []
+        for op in ids:
+            records, head = self.audit_chain(op)
+            found = verify_chain(op, records, head)
+            if found is not None:
+                breaks.append(found)
+        return tuple(breaks)

@@ -1,0 +1,324 @@
+"""The in-memory Action Ledger: the same plan, checks and chains as PostgreSQL, in dicts.
+
+It executes `ledger.records.plan_batch` exactly as `PostgresLedger` does and raises the
+same errors in the same situations (the abstract suite in `tests/unit/ledger` holds both
+to it), so tests of the core and of the consumer that run on it mean something. One lock
+serialises writers, which is the strongest form of the row locks PostgreSQL takes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_head
+from ledger.errors import (
+    EventIdReused,
+    FencedError,
+    NonceReused,
+    UnknownOperation,
+    VersionConflict,
+    fenced_message,
+    reuse_message,
+    version_message,
+)
+from ledger.interface import (
+    CommitResult,
+    Ledger,
+    OperationInfo,
+    OutboxLease,
+    OutboxRecord,
+    PartitionClaim,
+)
+from ledger.records import Batch, BatchPlan, OutboxRow, audit_bodies, finish_outbox, plan_batch
+from machines.view import OperationView
+
+__all__ = ["MemoryLedger"]
+
+
+@dataclass(slots=True)
+class _Operation:
+    info: OperationInfo
+    view: OperationView
+    head: ChainHead
+
+
+@dataclass(slots=True)
+class _Outbox:
+    position: int
+    row: OutboxRow
+    published: bool = False
+
+
+@dataclass(slots=True)
+class _State:
+    operations: dict[str, _Operation] = field(default_factory=dict)
+    events: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (op, digest)
+    decisions: dict[str, list[Mapping[str, Any]]] = field(default_factory=dict)
+    evidence: list[Any] = field(default_factory=list)
+    nonces: set[str] = field(default_factory=set)
+    audit: dict[str, list[AuditRecord]] = field(default_factory=dict)
+    outbox: list[_Outbox] = field(default_factory=list)
+    offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    epochs: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)
+    leased_keys: set[str] = field(default_factory=set)
+
+
+class _MemoryLease(OutboxLease):
+    def __init__(self, records: tuple[OutboxRecord, ...]) -> None:
+        self.records = records
+        self.published: set[str] = set()
+
+    def mark_published(self, record_ids: Sequence[str]) -> None:
+        self.published.update(record_ids)
+
+
+class MemoryLedger(Ledger):
+    """An Action Ledger held in memory; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._s = _State()
+
+    def claim(
+        self, group: str, topic: str, partitions: Sequence[int], owner: str
+    ) -> tuple[PartitionClaim, ...]:
+        """See `Ledger.claim`."""
+        out: list[PartitionClaim] = []
+        with self._lock:
+            for partition in sorted(set(partitions)):
+                key = (group, topic, partition)
+                epoch = self._s.epochs.get(key, (0, ""))[0] + 1
+                self._s.epochs[key] = (epoch, owner)
+                out.append(PartitionClaim(topic, partition, epoch, self._s.offsets.get(key)))
+        return tuple(out)
+
+    def load_views(self, operation_ids: Sequence[str]) -> dict[str, OperationView]:
+        """See `Ledger.load_views`."""
+        with self._lock:
+            ops = self._s.operations
+            return {op: ops[op].view for op in operation_ids if op in ops}
+
+    def commit(self, batch: Batch) -> CommitResult:
+        """See `Ledger.commit`."""
+        plan = plan_batch(batch)
+        with self._lock:
+            self._check_fences(batch)
+            self._check_versions(plan)
+            self._check_ids(plan)
+            return self._write(batch, plan)
+
+    def _check_fences(self, batch: Batch) -> None:
+        for pos in batch.positions:
+            key = (batch.group, pos.topic, pos.partition)
+            stored = self._s.epochs.get(key)
+            if stored is None or stored[0] != pos.epoch:
+                raise FencedError(
+                    fenced_message(
+                        batch.group,
+                        pos.topic,
+                        pos.partition,
+                        pos.epoch,
+                        None if stored is None else stored[0],
+                    )
+                )
+
+    def _check_versions(self, plan: BatchPlan) -> None:
+        for row in plan.operations:
+            stored = self._s.operations.get(row.operation_id)
+            version = 0 if stored is None else stored.info.version
+            if version != row.expected_version:
+                raise VersionConflict(
+                    version_message(row.operation_id, row.expected_version, version)
+                )
+
+    def _check_ids(self, plan: BatchPlan) -> None:
+        for event in plan.events:
+            stored = self._s.events.get(event.event_id)
+            if stored is not None:
+                raise EventIdReused(reuse_message(event.event_id, event.operation_id, stored[0]))
+        nonces = [a.nonce for a in plan.approvals]
+        for approval in plan.approvals:
+            if approval.nonce in self._s.nonces or nonces.count(approval.nonce) > 1:
+                raise NonceReused(
+                    f"approval nonce {approval.nonce} of event {approval.event_id} (operation "
+                    f"{approval.operation_id}) is already stored: dead-letter the replay"
+                )
+
+    def _write(self, batch: Batch, plan: BatchPlan) -> CommitResult:
+        s = self._s
+        chained: dict[str, list[AuditRecord]] = {}
+        for op, bodies in audit_bodies(plan).items():
+            existing = s.operations.get(op)
+            head = existing.head if existing is not None else genesis_head(op)
+            chained[op] = chain_records(op, head, bodies)
+        for row in plan.operations:
+            existing = s.operations.get(row.operation_id)
+            records = chained.get(row.operation_id, [])
+            head = (
+                ChainHead(records[-1].sequence, records[-1].hash)
+                if records
+                else (existing.head if existing is not None else genesis_head(row.operation_id))
+            )
+            info = (
+                existing.info
+                if existing is not None
+                else _new_info(row, self._depth(row.parent_operation))
+            )
+            info = replace(info, state=row.view.state, version=row.view.version)
+            s.operations[row.operation_id] = _Operation(info, row.view, head)
+        for event in plan.events:
+            s.events[event.event_id] = (event.operation_id, event.payload_digest)
+        for decision in plan.decisions:
+            s.decisions.setdefault(decision.operation_id, []).append(decision.decision)
+        s.evidence.extend(plan.evidence)
+        s.nonces.update(a.nonce for a in plan.approvals)
+        for op, records in chained.items():
+            s.audit.setdefault(op, []).extend(records)
+        outbox = finish_outbox(plan, chained)
+        for out in outbox:
+            s.outbox.append(_Outbox(len(s.outbox) + 1, out))
+        for pos in batch.positions:
+            s.offsets[(batch.group, pos.topic, pos.partition)] = pos.next_offset
+        return CommitResult(
+            events=len(plan.events),
+            decisions=len(plan.decisions),
+            evidence=len(plan.evidence),
+            approvals=len(plan.approvals),
+            audit_records=sum(len(r) for r in chained.values()),
+            outbox_rows=len(outbox),
+        )
+
+    def _depth(self, parent: str | None) -> int:
+        if parent is None:
+            return 0
+        stored = self._s.operations.get(parent)
+        return 1 if stored is None else stored.info.depth + 1
+
+    def offsets(self, group: str, topic: str) -> dict[int, int]:
+        """See `Ledger.offsets`."""
+        with self._lock:
+            return {
+                p: offset
+                for (g, t, p), offset in self._s.offsets.items()
+                if (g, t) == (group, topic)
+            }
+
+    def operation(self, operation_id: str) -> OperationInfo:
+        """See `Ledger.operation`."""
+        with self._lock:
+            stored = self._s.operations.get(operation_id)
+        if stored is None:
+            raise UnknownOperation(f"operation {operation_id} is not in the ledger")
+        return stored.info
+
+    def descendants(self, operation_id: str) -> tuple[str, ...]:
+        """See `Ledger.descendants`."""
+        with self._lock:
+            infos = [o.info for o in self._s.operations.values()]
+        found: dict[str, int] = {}
+        frontier = {operation_id}
+        level = 0
+        while frontier:
+            level += 1
+            children = {
+                i.operation_id
+                for i in infos
+                if i.parent_operation in frontier and i.operation_id not in found
+            }
+            found.update(dict.fromkeys(children, level))
+            frontier = children
+        return tuple(sorted(found, key=lambda op: (found[op], op)))
+
+    def decisions(self, operation_id: str) -> tuple[Mapping[str, Any], ...]:
+        """See `Ledger.decisions`."""
+        with self._lock:
+            return tuple(self._s.decisions.get(operation_id, ()))
+
+    @contextmanager
+    def lease_outbox(self, limit: int) -> Iterator[OutboxLease]:
+        """See `Ledger.lease_outbox`."""
+        with self._lock:
+            keys: list[str] = []
+            for item in self._s.outbox:
+                key = item.row.key
+                if len(keys) >= limit:
+                    break
+                if not item.published and key not in self._s.leased_keys and key not in keys:
+                    keys.append(key)
+            self._s.leased_keys.update(keys)
+            records = tuple(
+                OutboxRecord(
+                    i.position,
+                    i.row.record_id,
+                    i.row.topic,
+                    i.row.key,
+                    dict(i.row.headers),
+                    dict(i.row.payload),
+                )
+                for i in self._s.outbox
+                if not i.published and i.row.key in keys
+            )
+        lease = _MemoryLease(records)
+        try:
+            yield lease
+            with self._lock:
+                for item in self._s.outbox:
+                    if item.row.record_id in lease.published and item.row.key in keys:
+                        item.published = True
+        finally:
+            with self._lock:
+                self._s.leased_keys.difference_update(keys)
+
+    def audit_operation_ids(self) -> tuple[str, ...]:
+        """See `Ledger.audit_operation_ids`."""
+        with self._lock:
+            return tuple(sorted(set(self._s.operations) | set(self._s.audit)))
+
+    def audit_chain(self, operation_id: str) -> tuple[tuple[AuditRecord, ...], ChainHead | None]:
+        """See `Ledger.audit_chain`."""
+        with self._lock:
+            stored = self._s.operations.get(operation_id)
+            records = tuple(sorted(self._s.audit.get(operation_id, ()), key=lambda r: r.sequence))
+        return records, None if stored is None else stored.head
+
+    def tamper_audit(self, operation_id: str, sequence: int, record: Mapping[str, Any]) -> None:
+        """Test hook: overwrite a stored audit record's body, as an attacker with write
+        access to the store would (the PostgreSQL tests do it with UPDATE)."""
+        with self._lock:
+            records = self._s.audit[operation_id]
+            records[:] = [
+                replace(r, record=record) if r.sequence == sequence else r for r in records
+            ]
+
+    def delete_audit(self, operation_id: str, sequence: int) -> None:
+        """Test hook: remove a stored audit record (the PostgreSQL tests use DELETE)."""
+        with self._lock:
+            records = self._s.audit[operation_id]
+            records[:] = [r for r in records if r.sequence != sequence]
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _new_info(row: Any, depth: int) -> OperationInfo:
+    view: OperationView = row.view
+    return OperationInfo(
+        operation_id=row.operation_id,
+        correlation_id=row.correlation_id,
+        machine_name=view.machine_name,
+        machine_version=row.machine_version,
+        machine_digest=view.machine_digest,
+        state=view.state,
+        version=view.version,
+        initiating_principal=row.initiating_principal,
+        agent=row.agent,
+        runtime=row.runtime,
+        task=row.task,
+        origin_operation=row.origin_operation,
+        parent_operation=row.parent_operation,
+        depth=depth,
+    )

@@ -1,0 +1,533 @@
+"""The Action Ledger in PostgreSQL (psycopg 3 and psycopg_pool).
+
+One transaction per consumed batch (`commit`): check the partition epochs (share-locked,
+so a concurrent claim waits for us and a zombie gets `FencedError`), insert operations
+the batch opens, lock every touched operation in id order with `SELECT ... FOR UPDATE`
+(two writers never deadlock), check the optimistic versions, refuse event ids or nonces
+stored for something else, chain the audit records onto the locked heads, then write
+events, decisions, evidence, approvals, audit and outbox rows with COPY, the folded views
+with one `UPDATE ... FROM unnest(...)` and the offsets with one upsert. A batch of
+hundreds of events costs about a dozen round trips. `synchronous_commit` stays on: a
+committed batch survives a crash of the server.
+
+Driver errors are translated in one place, `_translate`. A lost connection is retried
+with exponential backoff; as the transaction is all-or-nothing, a retry replays the whole
+batch, and a batch that did commit before the connection dropped is refused on replay by
+the version check (`VersionConflict`), so the caller reloads and resumes from the stored
+offsets. Nothing is ever half-applied.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_hash
+from ledger.codec import facts_to_json, view_from_json, view_to_json
+from ledger.errors import (
+    EventIdReused,
+    FencedError,
+    LedgerError,
+    LedgerUnavailable,
+    NonceReused,
+    RetryableConflict,
+    UnknownOperation,
+    VersionConflict,
+    fenced_message,
+    reuse_message,
+    version_message,
+)
+from ledger.interface import (
+    CommitResult,
+    Ledger,
+    OperationInfo,
+    OutboxLease,
+    OutboxRecord,
+    PartitionClaim,
+)
+from ledger.jsonutil import dumps
+from ledger.queries import QUERIES
+from ledger.records import (
+    Batch,
+    BatchPlan,
+    EventRow,
+    OperationRow,
+    OutboxRow,
+    audit_bodies,
+    finish_outbox,
+    plan_batch,
+)
+from machines.view import OperationView
+
+__all__ = ["PostgresLedger"]
+
+T = TypeVar("T")
+Conn = psycopg.Connection[TupleRow]
+
+
+class _PgLease(OutboxLease):
+    def __init__(self, records: tuple[OutboxRecord, ...]) -> None:
+        self.records = records
+        self.published: list[str] = []
+
+    def mark_published(self, record_ids: Sequence[str]) -> None:
+        self.published.extend(record_ids)
+
+
+class PostgresLedger(Ledger):
+    """The Action Ledger on a PostgreSQL database whose schema `ledger.migrations`
+    created. `retries` and `backoff` bound how long a lost connection is retried."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 4,
+        retries: int = 5,
+        backoff: float = 0.2,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self._retries = retries
+        self._backoff = backoff
+        self._pool: ConnectionPool[Conn] = ConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=connect_timeout,
+            kwargs={"connect_timeout": max(1, int(connect_timeout))},
+            check=ConnectionPool.check_connection,
+            open=False,
+            name="ledger",
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise LedgerUnavailable(
+                f"cannot connect to the ledger database within {connect_timeout:.0f}s; check "
+                "that PostgreSQL is running and the URL is right"
+            ) from exc
+
+    # -- the one place driver errors become ledger errors ---------------------------
+
+    def _run(self, what: str, fn: Callable[[Conn], T]) -> T:
+        """Run `fn` on a pooled connection; retry a lost connection with backoff and
+        translate every other driver error."""
+        delay = self._backoff
+        for attempt in range(self._retries + 1):
+            try:
+                with self._pool.connection() as conn:
+                    return fn(conn)
+            except LedgerError:
+                raise
+            except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected) as exc:
+                raise RetryableConflict(
+                    f"{what}: concurrent writer on the same operations ({exc.sqlstate}); "
+                    "reload the views and decide the batch again"
+                ) from exc
+            except (psycopg.OperationalError, PoolTimeout) as exc:
+                if attempt == self._retries:
+                    raise LedgerUnavailable(
+                        f"{what}: the database stayed unreachable after {attempt + 1} attempts "
+                        f"({exc}); nothing was written; check PostgreSQL and replay from the "
+                        "stored offsets"
+                    ) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            except psycopg.Error as exc:
+                raise _translate(what, exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+    # -- fencing and offsets ----------------------------------------------------------
+
+    def claim(
+        self, group: str, topic: str, partitions: Sequence[int], owner: str
+    ) -> tuple[PartitionClaim, ...]:
+        """See `Ledger.claim`."""
+
+        def work(conn: Conn) -> tuple[PartitionClaim, ...]:
+            with conn.transaction():
+                epochs: dict[int, int] = {}
+                for partition in sorted(set(partitions)):
+                    row = conn.execute(
+                        QUERIES["claim_partition"],
+                        {"group": group, "topic": topic, "partition": partition, "owner": owner},
+                    ).fetchone()
+                    assert row is not None  # INSERT ... RETURNING always returns the row
+                    epochs[partition] = int(row[0])
+                stored = self._offsets(conn, group, topic)
+            return tuple(
+                PartitionClaim(topic, p, epoch, stored.get(p)) for p, epoch in epochs.items()
+            )
+
+        return self._run(f"claim {group} {topic}{list(partitions)}", work)
+
+    def offsets(self, group: str, topic: str) -> dict[int, int]:
+        """See `Ledger.offsets`."""
+        return self._run(f"offsets {group} {topic}", lambda c: self._offsets(c, group, topic))
+
+    @staticmethod
+    def _offsets(conn: Conn, group: str, topic: str) -> dict[int, int]:
+        rows = conn.execute(QUERIES["stored_offsets"], {"group": group, "topic": topic})
+        return {int(p): int(o) for p, o in rows.fetchall()}
+
+    # -- views --------------------------------------------------------------------------
+
+    def load_views(self, operation_ids: Sequence[str]) -> dict[str, OperationView]:
+        """See `Ledger.load_views`."""
+        if not operation_ids:
+            return {}
+
+        def work(conn: Conn) -> dict[str, OperationView]:
+            rows = conn.execute(QUERIES["load_views"], {"ids": list(operation_ids)}).fetchall()
+            return {op: view_from_json(view) for op, view in rows}
+
+        return self._run("load views", work)
+
+    # -- the batch transaction ----------------------------------------------------------
+
+    def commit(self, batch: Batch) -> CommitResult:
+        """See `Ledger.commit`."""
+        plan = plan_batch(batch)
+        return self._run(
+            f"commit batch of {len(batch.entries)} events for group {batch.group}",
+            lambda conn: self._commit(conn, batch, plan),
+        )
+
+    def _commit(self, conn: Conn, batch: Batch, plan: BatchPlan) -> CommitResult:
+        with conn.transaction(), conn.cursor() as cur:
+            _check_fences(cur, batch)
+            heads = _lock_operations(cur, plan)
+            _check_ids(cur, plan)
+            chained = {
+                op: chain_records(op, heads[op], bodies)
+                for op, bodies in audit_bodies(plan).items()
+            }
+            outbox = finish_outbox(plan, chained)
+            _copy_rows(cur, plan, chained, outbox)
+            _update_operations(cur, plan, heads, chained)
+            if batch.positions:
+                cur.execute(
+                    QUERIES["store_offsets"],
+                    {
+                        "group": batch.group,
+                        "topics": [p.topic for p in batch.positions],
+                        "partitions": [p.partition for p in batch.positions],
+                        "offsets": [p.next_offset for p in batch.positions],
+                    },
+                )
+        return CommitResult(
+            events=len(plan.events),
+            decisions=len(plan.decisions),
+            evidence=len(plan.evidence),
+            approvals=len(plan.approvals),
+            audit_records=sum(len(r) for r in chained.values()),
+            outbox_rows=len(outbox),
+        )
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def operation(self, operation_id: str) -> OperationInfo:
+        """See `Ledger.operation`."""
+
+        def work(conn: Conn) -> OperationInfo:
+            row = conn.execute(QUERIES["operation_info"], {"id": operation_id}).fetchone()
+            if row is None:
+                raise UnknownOperation(f"operation {operation_id} is not in the ledger")
+            return OperationInfo(*row)
+
+        return self._run(f"operation {operation_id}", work)
+
+    def descendants(self, operation_id: str) -> tuple[str, ...]:
+        """See `Ledger.descendants`."""
+
+        def work(conn: Conn) -> tuple[str, ...]:
+            rows = conn.execute(QUERIES["descendants"], {"id": operation_id}).fetchall()
+            return tuple(str(r[0]) for r in rows)
+
+        return self._run(f"descendants of {operation_id}", work)
+
+    def decisions(self, operation_id: str) -> tuple[Mapping[str, Any], ...]:
+        """See `Ledger.decisions`."""
+
+        def work(conn: Conn) -> tuple[Mapping[str, Any], ...]:
+            rows = conn.execute(QUERIES["decisions_of"], {"id": operation_id}).fetchall()
+            return tuple(r[0] for r in rows)
+
+        return self._run(f"decisions of {operation_id}", work)
+
+    @contextmanager
+    def lease_outbox(self, limit: int) -> Iterator[OutboxLease]:
+        """See `Ledger.lease_outbox`. The lease is one transaction: the keys' oldest rows
+        stay locked while the relay publishes, and the published marks commit at the end
+        (an exception rolls them back, so the rows are published again: at-least-once)."""
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                keys = [
+                    str(r[0]) for r in conn.execute(QUERIES["lease_outbox_heads"], {"limit": limit})
+                ]
+                rows = (
+                    conn.execute(QUERIES["lease_outbox_rows"], {"keys": keys}).fetchall()
+                    if keys
+                    else []
+                )
+                lease = _PgLease(tuple(OutboxRecord(*row) for row in rows))
+                yield lease
+                if lease.published:
+                    conn.execute(QUERIES["mark_published"], {"ids": lease.published, "keys": keys})
+        except LedgerError:
+            raise
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise LedgerUnavailable(
+                f"outbox lease: lost the database ({exc}); the rows stay unpublished and "
+                "will be leased again"
+            ) from exc
+        except psycopg.Error as exc:
+            raise _translate("outbox lease", exc) from exc
+
+    def audit_operation_ids(self) -> tuple[str, ...]:
+        """See `Ledger.audit_operation_ids`."""
+        return self._run(
+            "list audited operations",
+            lambda c: tuple(str(r[0]) for r in c.execute(QUERIES["audit_operation_ids"])),
+        )
+
+    def audit_chain(self, operation_id: str) -> tuple[tuple[AuditRecord, ...], ChainHead | None]:
+        """See `Ledger.audit_chain`."""
+
+        def work(conn: Conn) -> tuple[tuple[AuditRecord, ...], ChainHead | None]:
+            with conn.transaction():  # one snapshot for the records and the head
+                rows = conn.execute(QUERIES["audit_records_of"], {"id": operation_id})
+                records = tuple(AuditRecord(*row) for row in rows.fetchall())
+                head = conn.execute(QUERIES["audit_head_of"], {"id": operation_id}).fetchone()
+            return records, None if head is None else ChainHead(int(head[0]), str(head[1]))
+
+        return self._run(f"audit chain of {operation_id}", work)
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._pool.close()
+
+
+def _translate(what: str, exc: psycopg.Error) -> LedgerError:
+    """The ledger error for a driver error that is not a lost connection."""
+    if isinstance(exc, pg_errors.UniqueViolation):
+        constraint = exc.diag.constraint_name or ""
+        if "nonce" in constraint:
+            return NonceReused(
+                f"{what}: an approval nonce is already stored ({exc.diag.message_detail})"
+            )
+        if constraint.startswith("events"):
+            return EventIdReused(
+                f"{what}: an event id is already stored ({exc.diag.message_detail})"
+            )
+    return LedgerError(f"{what}: the database refused it: {exc}")
+
+
+def _check_fences(cur: psycopg.Cursor[TupleRow], batch: Batch) -> None:
+    if not batch.positions:
+        return
+    rows = cur.execute(
+        QUERIES["check_epochs"],
+        {
+            "group": batch.group,
+            "topics": [p.topic for p in batch.positions],
+            "partitions": [p.partition for p in batch.positions],
+        },
+    ).fetchall()
+    stored = {(str(t), int(p)): int(e) for t, p, e in rows}
+    for pos in batch.positions:
+        found = stored.get((pos.topic, pos.partition))
+        if found != pos.epoch:
+            raise FencedError(
+                fenced_message(batch.group, pos.topic, pos.partition, pos.epoch, found)
+            )
+
+
+def _insert_params(row: OperationRow) -> dict[str, Any]:
+    view = row.view
+    return {
+        "operation_id": row.operation_id,
+        "correlation_id": row.correlation_id,
+        "machine_name": view.machine_name,
+        "machine_version": row.machine_version,
+        "machine_digest": view.machine_digest,
+        "policy_digest": view.policy_digest,
+        "state": view.state,
+        "facts": dumps(facts_to_json(view.facts)),
+        "budget_limit": view.budget_limit,
+        "deadline": view.deadline,
+        "initiating_principal": row.initiating_principal,
+        "agent": row.agent,
+        "runtime": row.runtime,
+        "task": row.task,
+        "origin_operation": row.origin_operation,
+        "parent_operation": row.parent_operation,
+        "view": dumps(view_to_json(view)),
+        "audit_head": genesis_hash(row.operation_id),
+    }
+
+
+def _lock_operations(cur: psycopg.Cursor[TupleRow], plan: BatchPlan) -> dict[str, ChainHead]:
+    """Insert the operations the batch opens, lock every touched one in id order, check
+    versions; return each operation's audit chain head."""
+    opening = sorted((r for r in plan.operations if r.opens), key=lambda r: r.operation_id)
+    if opening:
+        cur.executemany(QUERIES["insert_operation"], [_insert_params(r) for r in opening])
+    ids = list(plan.operation_ids)
+    rows = cur.execute(QUERIES["lock_operations"], {"ids": ids}).fetchall()
+    stored = {str(op): (int(v), ChainHead(int(s), str(h))) for op, v, s, h in rows}
+    for row in plan.operations:
+        version = stored[row.operation_id][0] if row.operation_id in stored else 0
+        if row.operation_id not in stored or version != row.expected_version:
+            raise VersionConflict(version_message(row.operation_id, row.expected_version, version))
+    return {op: head for op, (_, head) in stored.items()}
+
+
+def _check_ids(cur: psycopg.Cursor[TupleRow], plan: BatchPlan) -> None:
+    if plan.events:
+        rows = cur.execute(
+            QUERIES["existing_events"], {"ids": [e.event_id for e in plan.events]}
+        ).fetchall()
+        if rows:
+            event_id, stored_op = str(rows[0][0]), str(rows[0][1])
+            mine = next(e.operation_id for e in plan.events if e.event_id == event_id)
+            raise EventIdReused(reuse_message(event_id, mine, stored_op))
+    if plan.approvals:
+        nonces = [a.nonce for a in plan.approvals]
+        rows = cur.execute(QUERIES["existing_nonces"], {"nonces": nonces}).fetchall()
+        if rows or len(set(nonces)) != len(nonces):
+            nonce = str(rows[0][0]) if rows else next(n for n in nonces if nonces.count(n) > 1)
+            raise NonceReused(
+                f"approval nonce {nonce} is already stored: the human decision is a replay; "
+                "dead-letter it and commit the batch without it"
+            )
+
+
+def _copy_rows(
+    cur: psycopg.Cursor[TupleRow],
+    plan: BatchPlan,
+    chained: Mapping[str, list[AuditRecord]],
+    outbox: Sequence[OutboxRow],
+) -> None:
+    """Write every append-only row with COPY: one round trip per table."""
+    records = [r for rs in chained.values() for r in rs]
+    tables: list[tuple[str, list[tuple[Any, ...]]]] = [
+        ("copy_events", [_event_tuple(e) for e in plan.events]),
+        (
+            "copy_decisions",
+            [
+                (
+                    d.operation_id,
+                    d.sequence,
+                    d.event_id,
+                    d.outcome,
+                    d.state_before,
+                    d.state_after,
+                    d.decided_at,
+                    dumps(d.decision),
+                )
+                for d in plan.decisions
+            ],
+        ),
+        (
+            "copy_evidence",
+            [
+                (
+                    v.operation_id,
+                    v.event_id,
+                    v.kind,
+                    v.source,
+                    v.trusted,
+                    v.reference,
+                    dumps(v.record),
+                )
+                for v in plan.evidence
+            ],
+        ),
+        (
+            "copy_approvals",
+            [
+                (
+                    a.event_id,
+                    a.operation_id,
+                    a.approver,
+                    a.verdict,
+                    a.state,
+                    a.transition,
+                    a.machine_digest,
+                    a.expires_at,
+                    a.nonce,
+                    dumps(a.record),
+                )
+                for a in plan.approvals
+            ],
+        ),
+        (
+            "copy_audit_records",
+            [
+                (r.operation_id, r.sequence, r.kind, r.prev_hash, r.hash, dumps(r.record))
+                for r in records
+            ],
+        ),
+        (
+            "copy_outbox",
+            [(o.record_id, o.topic, o.key, dumps(o.headers), dumps(o.payload)) for o in outbox],
+        ),
+    ]
+    for query, rows in tables:
+        if rows:
+            with cur.copy(QUERIES[query]) as copy:
+                for row in rows:
+                    copy.write_row(row)
+
+
+def _event_tuple(e: EventRow) -> tuple[Any, ...]:
+    src = e.source
+    return (
+        e.event_id,
+        e.payload_digest,
+        e.operation_id,
+        e.event_type,
+        dumps(e.envelope),
+        None if src is None else src.topic,
+        None if src is None else src.partition,
+        None if src is None else src.offset,
+    )
+
+
+def _update_operations(
+    cur: psycopg.Cursor[TupleRow],
+    plan: BatchPlan,
+    heads: Mapping[str, ChainHead],
+    chained: Mapping[str, list[AuditRecord]],
+) -> None:
+    rows = sorted(plan.operations, key=lambda r: r.operation_id)
+    new_heads = []
+    for row in rows:
+        records = chained.get(row.operation_id)
+        head = heads[row.operation_id]
+        new_heads.append(ChainHead(records[-1].sequence, records[-1].hash) if records else head)
+    views = [r.view for r in rows]
+    cur.execute(
+        QUERIES["update_operations"],
+        {
+            "ids": [r.operation_id for r in rows],
+            "states": [v.state for v in views],
+            "versions": [v.version for v in views],
+            "views": [dumps(view_to_json(v)) for v in views],
+            "retry_attempts": [v.retry_attempts for v in views],
+            "recovery_attempts": [v.recovery_attempts for v in views],
+            "budget_spent": [v.budget_spent for v in views],
+            "audit_sequences": [h.sequence for h in new_heads],
+            "audit_heads": [h.hash for h in new_heads],
+        },
+    )

@@ -1,0 +1,513 @@
+"""What one consumed batch writes: a pure plan of rows, shared by both ledgers.
+
+`plan_batch(batch)` turns the batch's (event, decision) pairs into every row the batch
+writes: operations (the folded view, via `machines.decision.apply`), events, decisions,
+evidence, approvals, the audit records SPEC §10 asks for, and the outbox rows (one per
+command, deterministic id = command id, key = operation id). Audit records are chained
+at commit time, under the operation lock, by `finish_outbox`/`ledger.audit`, because only
+then is the chain head known. Both ledger implementations execute the same plan, so the
+in-memory fake cannot write anything the real ledger would not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ledger.audit import AuditRecord
+from ledger.codec import facts_to_json
+from machines.decision import Decision, Outcome, apply
+from machines.event import Event
+from machines.view import OperationView
+
+__all__ = [
+    "ApprovalRow",
+    "AuditItem",
+    "Batch",
+    "BatchPlan",
+    "DecisionRow",
+    "Entry",
+    "EventRow",
+    "EvidenceRow",
+    "OperationRow",
+    "OutboxRow",
+    "Position",
+    "Source",
+    "Topics",
+    "audit_bodies",
+    "finish_outbox",
+    "plan_batch",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    """Where the relay publishes each kind of outbox row."""
+
+    commands: str = "recovery.commands"
+    audit: str = "recovery.audit"
+    dead_letters: str = "recovery.dlq"
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a consumed event came from."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """One partition the batch consumed: the epoch it was claimed at (checked at commit,
+    so a fenced consumer cannot write) and the next offset to store."""
+
+    topic: str
+    partition: int
+    epoch: int
+    next_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One decided event of the batch."""
+
+    event: Event
+    decision: Decision
+    source: Source | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Everything one consumed batch caused. `views` are the views the decisions were
+    made on (keyed by operation id; their `version` is the optimistic check); `entries`
+    are in consumption order; `runtime` names the agent runtime when the caller knows it."""
+
+    group: str
+    positions: tuple[Position, ...]
+    views: Mapping[str, OperationView]
+    entries: tuple[Entry, ...] = ()
+    runtime: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRow:
+    """An operation the batch touches: its expected version, the view after the batch,
+    and (used only when the batch opens it) who and what it is about."""
+
+    operation_id: str
+    expected_version: int
+    view: OperationView
+    correlation_id: str
+    machine_version: str
+    initiating_principal: str
+    agent: str
+    task: str
+    runtime: str | None
+    origin_operation: str | None
+    parent_operation: str | None
+
+    @property
+    def opens(self) -> bool:
+        """Whether this batch starts governing the operation (no decision before it)."""
+        return self.expected_version == 0
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """One accepted event with its full envelope."""
+
+    event_id: str
+    payload_digest: str
+    operation_id: str
+    event_type: str
+    envelope: Mapping[str, Any]
+    source: Source | None
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRow:
+    """One decision record of the core."""
+
+    operation_id: str
+    sequence: int
+    event_id: str
+    outcome: str
+    state_before: str
+    state_after: str
+    decided_at: datetime
+    decision: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceRow:
+    """One piece of evidence an event offered, with its source and whether it is trusted."""
+
+    operation_id: str
+    event_id: str
+    kind: str
+    source: str | None
+    trusted: bool
+    reference: str | None
+    record: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRow:
+    """One verified human decision; its nonce is unique across the ledger."""
+
+    event_id: str
+    operation_id: str
+    approver: str
+    verdict: str
+    state: str
+    transition: str
+    machine_digest: str
+    expires_at: datetime
+    nonce: str
+    record: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditItem:
+    """An audit record still to be chained; `dead_letter` is the record to send to the
+    dead-letter topic with it (a conflicting event), keyed by its audit sequence."""
+
+    operation_id: str
+    kind: str
+    body: Mapping[str, Any]
+    dead_letter: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    """One record for the relay to publish; `record_id` is deterministic."""
+
+    record_id: str
+    topic: str
+    key: str
+    headers: Mapping[str, str]
+    payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """Every row of one batch except the chained audit records and their outbox rows."""
+
+    operations: tuple[OperationRow, ...]
+    events: tuple[EventRow, ...] = ()
+    decisions: tuple[DecisionRow, ...] = ()
+    evidence: tuple[EvidenceRow, ...] = ()
+    approvals: tuple[ApprovalRow, ...] = ()
+    audit: tuple[AuditItem, ...] = ()
+    commands: tuple[OutboxRow, ...] = ()
+    new_event_ids: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def operation_ids(self) -> tuple[str, ...]:
+        """The touched operations in lock order (sorted: two writers never deadlock)."""
+        return tuple(sorted(op.operation_id for op in self.operations))
+
+
+def plan_batch(batch: Batch, topics: Topics = Topics()) -> BatchPlan:
+    """The rows `batch` writes. Raises `ValueError` for a batch that contradicts itself
+    (an entry whose operation has no base view, or whose decision is not for its event):
+    that is a bug in the caller, not a ledger outcome."""
+    views: dict[str, OperationView] = {}
+    firsts: dict[str, Event] = {}
+    events: list[EventRow] = []
+    decisions: list[DecisionRow] = []
+    evidence: list[EvidenceRow] = []
+    approvals: list[ApprovalRow] = []
+    audit: list[AuditItem] = []
+    commands: list[OutboxRow] = []
+    for entry in batch.entries:
+        event, decision = entry.event, entry.decision
+        op = _check_entry(batch, entry)
+        if op not in firsts:
+            firsts[op] = event
+            views[op] = batch.views[op]
+            if views[op].version == 0:
+                audit.append(_opened(views[op], event, batch.runtime))
+        if decision.outcome is Outcome.DUPLICATE:
+            continue  # already recorded: redelivery is idempotent
+        if decision.outcome is Outcome.CONFLICT:
+            audit.append(_conflict(views[op], entry))
+            continue
+        views[op] = apply(views[op], decision)
+        events.append(_event_row(entry))
+        decisions.append(_decision_row(decision))
+        evidence.extend(_evidence_rows(event, decision))
+        approval = _approval_row(event, decision)
+        if approval is not None:
+            approvals.append(approval)
+        audit.append(AuditItem(op, "decision", decision.to_dict()))
+        commands.extend(_command_rows(decision, topics))
+    operations = tuple(
+        _operation_row(batch.views[op], views[op], firsts[op], batch.runtime) for op in firsts
+    )
+    return BatchPlan(
+        operations=operations,
+        events=tuple(events),
+        decisions=tuple(decisions),
+        evidence=tuple(evidence),
+        approvals=tuple(approvals),
+        audit=tuple(audit),
+        commands=tuple(commands),
+        new_event_ids=frozenset(e.event_id for e in events),
+    )
+
+
+def _check_entry(batch: Batch, entry: Entry) -> str:
+    op = entry.decision.operation_id
+    if op not in batch.views:
+        raise ValueError(f"batch entry for operation {op} has no base view; load it first")
+    if entry.decision.event_id != entry.event.event_id or entry.event.operation_id != op:
+        raise ValueError(
+            f"decision for event {entry.decision.event_id} (operation {op}) is paired with "
+            f"event {entry.event.event_id} (operation {entry.event.operation_id})"
+        )
+    return op
+
+
+def _operation_row(
+    base: OperationView, final: OperationView, first: Event, runtime: str | None
+) -> OperationRow:
+    lineage = first.lineage
+    return OperationRow(
+        operation_id=base.operation_id,
+        expected_version=base.version,
+        view=final,
+        correlation_id=first.correlation_id,
+        machine_version=first.machine_version,
+        initiating_principal=lineage.initiating_principal,
+        agent=lineage.agent,
+        task=lineage.task,
+        runtime=runtime,
+        origin_operation=lineage.origin_operation,
+        parent_operation=lineage.parent_operation,
+    )
+
+
+def _opened(view: OperationView, event: Event, runtime: str | None) -> AuditItem:
+    lineage = event.lineage
+    body = {
+        "operation_id": view.operation_id,
+        "correlation_id": event.correlation_id,
+        "machine": {
+            "name": view.machine_name,
+            "version": event.machine_version,
+            "digest": view.machine_digest,
+        },
+        "policy_digest": view.policy_digest,
+        "initial_state": view.state,
+        "initiating_principal": lineage.initiating_principal,
+        "agent": lineage.agent,
+        "runtime": runtime,
+        "task": lineage.task,
+        "origin_operation": lineage.origin_operation,
+        "parent_operation": lineage.parent_operation,
+        "facts": facts_to_json(view.facts),
+        "budget_limit": view.budget_limit,
+        "deadline": None if view.deadline is None else view.deadline.isoformat(),
+        "opened_by_event": event.event_id,
+    }
+    return AuditItem(view.operation_id, "operation-opened", body)
+
+
+def _conflict(view: OperationView, entry: Entry) -> AuditItem:
+    event = entry.event
+    stored = view.seen_events.get(event.event_id)
+    reason = (
+        f"operation {view.operation_id}: event id {event.event_id} reused with payload "
+        f"{event.payload_digest}; the stored event has {stored}"
+    )
+    body = {
+        "event_id": event.event_id,
+        "event_type": event.event_type,
+        "producer": event.producer,
+        "stored_digest": stored,
+        "offered_digest": event.payload_digest,
+        "reason": reason,
+    }
+    dead_letter = {
+        "reason": reason,
+        "code": "event-id-conflict",
+        "envelope": event.to_dict(),
+        "source": None if entry.source is None else _source_json(entry.source),
+    }
+    return AuditItem(view.operation_id, "event-conflict", body, dead_letter)
+
+
+def _source_json(source: Source) -> dict[str, Any]:
+    return {"topic": source.topic, "partition": source.partition, "offset": source.offset}
+
+
+def _event_row(entry: Entry) -> EventRow:
+    event = entry.event
+    return EventRow(
+        event_id=event.event_id,
+        payload_digest=event.payload_digest,
+        operation_id=event.operation_id,
+        event_type=event.event_type,
+        envelope=event.to_dict(),
+        source=entry.source,
+    )
+
+
+def _decision_row(decision: Decision) -> DecisionRow:
+    return DecisionRow(
+        operation_id=decision.operation_id,
+        sequence=decision.sequence,
+        event_id=decision.event_id,
+        outcome=str(decision.outcome),
+        state_before=decision.state_before,
+        state_after=decision.state_after,
+        decided_at=decision.decided_at,
+        decision=decision.to_dict(),
+    )
+
+
+def _evidence_rows(event: Event, decision: Decision) -> list[EvidenceRow]:
+    """Every piece of evidence the event offered that the core looked at: trusted facts it
+    accepted, and classifier output, which is recorded but never trusted (SPEC §11)."""
+    op, eid = decision.operation_id, decision.event_id
+    delta = decision.evidence.to_dict()
+    rows: list[EvidenceRow] = []
+    ev = decision.evidence
+    if ev.verification is not None:
+        v = ev.verification
+        rows.append(
+            EvidenceRow(
+                op, eid, "verification", v.verifier, True, v.reference, delta["verification"]
+            )
+        )
+    if ev.approval is not None:
+        a = ev.approval
+        rows.append(EvidenceRow(op, eid, "approval", a.approver, True, None, delta["approval"]))
+    if ev.checkpoint is not None:
+        c = ev.checkpoint
+        rows.append(
+            EvidenceRow(
+                op, eid, "checkpoint", c.validator, c.validated, c.reference, delta["checkpoint"]
+            )
+        )
+    if ev.contained_ancestor is not None:
+        rows.append(
+            EvidenceRow(
+                op,
+                eid,
+                "contained-ancestor",
+                event.producer,
+                True,
+                event.evidence_ref,
+                {"contained_ancestor": ev.contained_ancestor},
+            )
+        )
+    if decision.classifier is not None:
+        c_rec = decision.classifier
+        rows.append(
+            EvidenceRow(
+                op, eid, "classifier", c_rec.identity, False, event.evidence_ref, c_rec.to_dict()
+            )
+        )
+    return rows
+
+
+def _approval_row(event: Event, decision: Decision) -> ApprovalRow | None:
+    approval = decision.evidence.approval
+    if approval is None:
+        return None
+    human = event.human_decision
+    record: dict[str, Any] = dict(decision.evidence.to_dict()["approval"])
+    record["signature"] = None if human is None else human.signature
+    return ApprovalRow(
+        event_id=event.event_id,
+        operation_id=decision.operation_id,
+        approver=approval.approver,
+        verdict=approval.decision,
+        state=approval.state,
+        transition=approval.transition,
+        machine_digest=approval.machine_digest,
+        expires_at=approval.expires_at,
+        nonce=approval.nonce,
+        record=record,
+    )
+
+
+def _command_rows(decision: Decision, topics: Topics) -> list[OutboxRow]:
+    rows: list[OutboxRow] = []
+    for invocation in decision.invocations:
+        payload = {
+            **invocation.to_dict(),
+            "operation_id": decision.operation_id,
+            "sequence": decision.sequence,
+            "correlation_id": decision.correlation_id,
+            "machine": {
+                "name": decision.machine_name,
+                "version": decision.machine_version,
+                "digest": decision.machine_digest,
+            },
+            "caused_by_event": decision.event_id,
+            "decided_at": decision.decided_at.isoformat(),
+        }
+        headers = {
+            "record_id": invocation.command_id,
+            "operation_id": decision.operation_id,
+            "capability": invocation.capability,
+        }
+        rows.append(
+            OutboxRow(
+                invocation.command_id, topics.commands, decision.operation_id, headers, payload
+            )
+        )
+    return rows
+
+
+def finish_outbox(
+    plan: BatchPlan, chained: Mapping[str, list[AuditRecord]], topics: Topics = Topics()
+) -> list[OutboxRow]:
+    """All outbox rows of the batch, in insertion order: the commands, then each audit
+    record (and the dead letter that goes with a conflict). `chained` holds, per
+    operation, the records `chain_records` built from `plan.audit` in the same order."""
+    rows = list(plan.commands)
+    cursor = {op: 0 for op in chained}
+    for item in plan.audit:
+        record = chained[item.operation_id][cursor[item.operation_id]]
+        cursor[item.operation_id] += 1
+        op, seq = record.operation_id, record.sequence
+        rows.append(
+            OutboxRow(
+                f"audit:{op}:{seq}",
+                topics.audit,
+                op,
+                {"record_id": f"audit:{op}:{seq}", "operation_id": op, "kind": record.kind},
+                record.to_dict(),
+            )
+        )
+        if item.dead_letter is not None:
+            rows.append(
+                OutboxRow(
+                    f"dlq:{op}:{seq}",
+                    topics.dead_letters,
+                    op,
+                    {
+                        "record_id": f"dlq:{op}:{seq}",
+                        "operation_id": op,
+                        "reason": "event-id-conflict",
+                    },
+                    item.dead_letter,
+                )
+            )
+    return rows
+
+
+def audit_bodies(plan: BatchPlan) -> dict[str, list[tuple[str, Mapping[str, Any]]]]:
+    """The plan's audit items grouped per operation, in order, ready for chaining."""
+    out: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+    for item in plan.audit:
+        out.setdefault(item.operation_id, []).append((item.kind, item.body))
+    return out

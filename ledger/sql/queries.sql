@@ -1,0 +1,200 @@
+-- Named queries of the Action Ledger, loaded by ledger.queries. Each block starts with
+-- a "-- name: <name>" line; the comment lines right after it describe the query.
+-- Parameters use psycopg's %(name)s style.
+
+-- name: create_migrations_table
+-- The tracking table of applied migrations.
+CREATE TABLE IF NOT EXISTS ledger_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    checksum   text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: lock_migrations
+-- Serialise concurrent `db migrate` runs for the rest of the transaction.
+SELECT pg_advisory_xact_lock(hashtext('ledger_migrations'));
+
+-- name: applied_migrations
+SELECT version, name, checksum FROM ledger_migrations ORDER BY version;
+
+-- name: record_migration
+INSERT INTO ledger_migrations (version, name, checksum)
+VALUES (%(version)s, %(name)s, %(checksum)s);
+
+-- name: claim_partition
+-- Bump the partition's ownership epoch; a batch holding the old epoch can no longer commit.
+INSERT INTO partition_owners (consumer_group, topic, partition, epoch, owner)
+VALUES (%(group)s, %(topic)s, %(partition)s, 1, %(owner)s)
+ON CONFLICT (consumer_group, topic, partition) DO UPDATE
+    SET epoch = partition_owners.epoch + 1, owner = EXCLUDED.owner, claimed_at = now()
+RETURNING epoch;
+
+-- name: stored_offsets
+SELECT partition, next_offset FROM consumer_offsets
+WHERE consumer_group = %(group)s AND topic = %(topic)s
+ORDER BY partition;
+
+-- name: check_epochs
+-- The epochs of the batch's partitions, share-locked until commit: a concurrent claim
+-- (an UPDATE of the same row) waits for this transaction, so the check holds at commit.
+SELECT o.topic, o.partition, o.epoch
+FROM partition_owners AS o
+JOIN unnest(%(topics)s::text[], %(partitions)s::integer[]) AS u (topic, partition)
+    ON o.topic = u.topic AND o.partition = u.partition
+WHERE o.consumer_group = %(group)s
+ORDER BY o.topic, o.partition
+FOR SHARE OF o;
+
+-- name: load_views
+SELECT operation_id, view FROM operations WHERE operation_id = ANY(%(ids)s);
+
+-- name: insert_operation
+-- A new operation, at version 0, before the lock; a concurrent opener's row wins and the
+-- version check then refuses the loser.
+INSERT INTO operations (
+    operation_id, correlation_id, machine_name, machine_version, machine_digest,
+    policy_digest, state, version, facts, budget_limit, deadline, initiating_principal,
+    agent, runtime, task, origin_operation, parent_operation, depth, view,
+    audit_sequence, audit_head
+)
+VALUES (
+    %(operation_id)s, %(correlation_id)s, %(machine_name)s, %(machine_version)s,
+    %(machine_digest)s, %(policy_digest)s, %(state)s, 0, %(facts)s, %(budget_limit)s,
+    %(deadline)s, %(initiating_principal)s, %(agent)s, %(runtime)s, %(task)s,
+    %(origin_operation)s, %(parent_operation)s,
+    COALESCE(
+        (SELECT p.depth + 1 FROM operations AS p WHERE p.operation_id = %(parent_operation)s),
+        CASE WHEN %(parent_operation)s::text IS NULL THEN 0 ELSE 1 END
+    ),
+    %(view)s, 0, %(audit_head)s
+)
+ON CONFLICT (operation_id) DO NOTHING;
+
+-- name: lock_operations
+-- Lock every operation the batch touches, in id order, so two writers never deadlock.
+SELECT operation_id, version, audit_sequence, audit_head
+FROM operations
+WHERE operation_id = ANY(%(ids)s)
+ORDER BY operation_id
+FOR UPDATE;
+
+-- name: existing_events
+SELECT event_id, operation_id FROM events WHERE event_id = ANY(%(ids)s);
+
+-- name: existing_nonces
+SELECT nonce, event_id FROM approvals WHERE nonce = ANY(%(nonces)s);
+
+-- name: copy_events
+COPY events (event_id, payload_digest, operation_id, event_type, envelope, source_topic,
+             source_partition, source_offset)
+FROM STDIN;
+
+-- name: copy_decisions
+COPY decisions (operation_id, sequence, event_id, outcome, state_before, state_after,
+                decided_at, decision)
+FROM STDIN;
+
+-- name: copy_evidence
+COPY evidence (operation_id, event_id, kind, source, trusted, reference, record)
+FROM STDIN;
+
+-- name: copy_approvals
+COPY approvals (event_id, operation_id, approver, verdict, state, transition,
+                machine_digest, expires_at, nonce, record)
+FROM STDIN;
+
+-- name: copy_audit_records
+COPY audit_records (operation_id, sequence, kind, prev_hash, hash, record)
+FROM STDIN;
+
+-- name: copy_outbox
+COPY outbox (record_id, topic, key, headers, payload)
+FROM STDIN;
+
+-- name: update_operations
+-- Every touched operation's folded view and chain head, in one statement.
+UPDATE operations AS o SET
+    state = u.state,
+    version = u.version,
+    view = u.view,
+    retry_attempts = u.retry_attempts,
+    recovery_attempts = u.recovery_attempts,
+    budget_spent = u.budget_spent,
+    audit_sequence = u.audit_sequence,
+    audit_head = u.audit_head,
+    updated_at = now()
+FROM unnest(
+    %(ids)s::text[], %(states)s::text[], %(versions)s::bigint[], %(views)s::jsonb[],
+    %(retry_attempts)s::integer[], %(recovery_attempts)s::integer[],
+    %(budget_spent)s::integer[], %(audit_sequences)s::bigint[], %(audit_heads)s::text[]
+) AS u (operation_id, state, version, view, retry_attempts, recovery_attempts,
+        budget_spent, audit_sequence, audit_head)
+WHERE o.operation_id = u.operation_id;
+
+-- name: store_offsets
+INSERT INTO consumer_offsets (consumer_group, topic, partition, next_offset)
+SELECT %(group)s, u.topic, u.partition, u.next_offset
+FROM unnest(%(topics)s::text[], %(partitions)s::integer[], %(offsets)s::bigint[])
+    AS u (topic, partition, next_offset)
+ON CONFLICT (consumer_group, topic, partition) DO UPDATE
+    SET next_offset = EXCLUDED.next_offset, updated_at = now();
+
+-- name: operation_info
+SELECT operation_id, correlation_id, machine_name, machine_version, machine_digest, state,
+       version, initiating_principal, agent, runtime, task, origin_operation,
+       parent_operation, depth
+FROM operations WHERE operation_id = %(id)s;
+
+-- name: descendants
+-- The lineage walk: every operation whose parent chain leads to the given one.
+WITH RECURSIVE tree (operation_id, level) AS (
+    SELECT operation_id, 1 FROM operations WHERE parent_operation = %(id)s
+    UNION
+    SELECT o.operation_id, t.level + 1
+    FROM operations AS o JOIN tree AS t ON o.parent_operation = t.operation_id
+    WHERE t.level < 64
+)
+SELECT operation_id, min(level) AS level FROM tree
+GROUP BY operation_id ORDER BY level, operation_id;
+
+-- name: decisions_of
+SELECT decision FROM decisions WHERE operation_id = %(id)s ORDER BY sequence;
+
+-- name: lease_outbox_heads
+-- The oldest unpublished row of up to %(limit)s keys, locked; rows already leased by
+-- another relay are skipped. Holding a key's oldest row blocks every other relay from
+-- that key (see lease_outbox_rows), so a key is never published out of order.
+SELECT o.key
+FROM outbox AS o
+WHERE o.published_at IS NULL
+  AND NOT EXISTS (
+      SELECT 1 FROM outbox AS p
+      WHERE p.key = o.key AND p.published_at IS NULL AND p.id < o.id
+  )
+ORDER BY o.id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: lease_outbox_rows
+SELECT id, record_id, topic, key, headers, payload
+FROM outbox
+WHERE published_at IS NULL AND key = ANY(%(keys)s)
+ORDER BY id;
+
+-- name: mark_published
+UPDATE outbox SET published_at = now()
+WHERE record_id = ANY(%(ids)s) AND key = ANY(%(keys)s) AND published_at IS NULL;
+
+-- name: audit_operation_ids
+SELECT operation_id FROM operations
+UNION
+SELECT DISTINCT operation_id FROM audit_records
+ORDER BY 1;
+
+-- name: audit_records_of
+SELECT operation_id, sequence, kind, prev_hash, hash, record
+FROM audit_records WHERE operation_id = %(id)s ORDER BY sequence;
+
+-- name: audit_head_of
+SELECT audit_sequence, audit_head FROM operations WHERE operation_id = %(id)s;

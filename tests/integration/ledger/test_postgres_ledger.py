@@ -1,0 +1,39 @@
+"""The abstract ledger suite against PostgreSQL, tampering with the real tables."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from ledger import Ledger, PostgresLedger
+from tests.unit.ledger.contract import LedgerContract
+
+pytestmark = pytest.mark.integration
+
+
+class TestPostgresLedger(LedgerContract):
+    @pytest.fixture
+    def ledger(self, database_url: str) -> Iterator[PostgresLedger]:
+        self.url = database_url
+        ledger = PostgresLedger(database_url, max_size=3)
+        yield ledger
+        ledger.close()
+
+    def tamper_audit(self, ledger: Ledger, operation_id: str, sequence: int) -> None:
+        with psycopg.connect(self.url) as conn:
+            changed = conn.execute(
+                "UPDATE audit_records SET record = jsonb_set(record, '{state_after}', "
+                "'\"done\"') WHERE operation_id = %s AND sequence = %s",
+                (operation_id, sequence),
+            ).rowcount
+        assert changed == 1
+
+    def delete_audit(self, ledger: Ledger, operation_id: str, sequence: int) -> None:
+        with psycopg.connect(self.url) as conn:
+            deleted = conn.execute(
+                "DELETE FROM audit_records WHERE operation_id = %s AND sequence = %s",
+                (operation_id, sequence),
+            ).rowcount
+        assert deleted == 1

@@ -1,0 +1,273 @@
+"""The abstract ledger suite: every behaviour the controller relies on, stated once and
+run against both implementations (`TestMemoryLedger` here, `TestPostgresLedger` in
+tests/integration/ledger), so the in-memory fake cannot drift from PostgreSQL.
+
+A concrete class provides the `ledger` fixture and the two tampering hooks an attacker
+with write access to the store would use.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import replace
+
+import pytest
+
+from ledger import (
+    EventIdReused,
+    FencedError,
+    Ledger,
+    UnknownOperation,
+    VersionConflict,
+)
+from tests.unit.ledger.ledger_support import GROUP, TOPIC, decide_batch, event, feed, sequence
+
+
+class LedgerContract(abc.ABC):
+    """Behaviour shared by every `Ledger` implementation."""
+
+    @abc.abstractmethod
+    def tamper_audit(self, ledger: Ledger, operation_id: str, sequence: int) -> None:
+        """Alter the body of one stored audit record behind the ledger's back."""
+
+    @abc.abstractmethod
+    def delete_audit(self, ledger: Ledger, operation_id: str, sequence: int) -> None:
+        """Delete one stored audit record behind the ledger's back."""
+
+    # -- claims and offsets ------------------------------------------------------------
+
+    def test_first_claim_starts_at_epoch_one_with_no_stored_offset(self, ledger: Ledger) -> None:
+        claims = ledger.claim(GROUP, TOPIC, [1, 0], "controller-a")
+        assert [(c.partition, c.epoch, c.next_offset) for c in claims] == [
+            (0, 1, None),
+            (1, 1, None),
+        ]
+
+    def test_claim_bumps_epoch_and_returns_the_committed_next_offset(self, ledger: Ledger) -> None:
+        (first,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, sequence("op-1"), epoch=first.epoch, first_offset=0)
+        (second,) = ledger.claim(GROUP, TOPIC, [0], "controller-b")
+        assert (second.epoch, second.next_offset) == (first.epoch + 1, 3)
+        assert ledger.offsets(GROUP, TOPIC) == {0: 3}
+
+    # -- one batch -----------------------------------------------------------------------
+
+    def test_committed_batch_stores_the_folded_view_and_every_row(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        batch = decide_batch(ledger, sequence("op-1"), epoch=claim.epoch)
+        result = ledger.commit(batch)
+        view = ledger.load_views(["op-1"])["op-1"]
+        assert view.version == 3
+        assert view.state == batch.entries[-1].decision.state_after
+        assert len(view.verifications) == 1
+        assert [d["sequence"] for d in ledger.decisions("op-1")] == [1, 2, 3]
+        commands = [i.command_id for e in batch.entries for i in e.decision.invocations]
+        assert (result.events, result.decisions, result.evidence) == (3, 3, 1)
+        # One audit record opens the operation, then one per decision.
+        assert result.audit_records == 4
+        assert result.outbox_rows == len(commands) + 4
+        with ledger.lease_outbox(100) as lease:
+            ids = [r.record_id for r in lease.records]
+        assert ids[: len(commands)] == commands
+        assert ids[len(commands) :] == [f"audit:op-1:{n}" for n in range(1, 5)]
+
+    def test_operation_row_keeps_identity_and_lineage(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, [event("root", 0, "TOOL_TIMEOUT")], epoch=claim.epoch)
+        feed(ledger, [event("child", 0, "TOOL_TIMEOUT", parent="root")], epoch=claim.epoch)
+        feed(ledger, [event("grand", 0, "TOOL_TIMEOUT", parent="child")], epoch=claim.epoch)
+        info = ledger.operation("grand")
+        assert (info.parent_operation, info.origin_operation, info.depth) == ("child", "child", 2)
+        assert (info.agent, info.task, info.initiating_principal) == ("agent-1", "task-1", "alice")
+        assert (info.runtime, info.correlation_id, info.version) == ("runtime-1", "corr-grand", 1)
+        assert ledger.descendants("root") == ("child", "grand")
+        assert ledger.descendants("grand") == ()
+
+    def test_unknown_operation_is_reported_by_id(self, ledger: Ledger) -> None:
+        with pytest.raises(UnknownOperation, match="op-missing"):
+            ledger.operation("op-missing")
+        assert ledger.load_views(["op-missing"]) == {}
+
+    # -- duplicates and conflicts ------------------------------------------------------------
+
+    def test_redelivered_events_are_duplicates_and_write_no_decision(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, sequence("op-1"), epoch=claim.epoch)
+        again = feed(ledger, sequence("op-1"), epoch=claim.epoch, first_offset=3)
+        assert (again.events, again.decisions, again.audit_records, again.outbox_rows) == (0,) * 4
+        assert len(ledger.decisions("op-1")) == 3
+        assert ledger.offsets(GROUP, TOPIC) == {0: 6}
+
+    def test_duplicate_event_id_inside_one_batch_is_applied_once(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        first = event("op-1", 0, "TOOL_TIMEOUT")
+        result = feed(ledger, [first, first], epoch=claim.epoch)
+        assert (result.events, result.decisions) == (1, 1)
+        assert ledger.load_views(["op-1"])["op-1"].version == 1
+
+    def test_conflicting_reuse_is_audited_and_dead_lettered_not_applied(
+        self, ledger: Ledger
+    ) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, [event("op-1", 0, "TOOL_TIMEOUT")], epoch=claim.epoch)
+        forged = event("op-1", 5, "VERIFICATION_FOUND", outcome="applied", event_id="op-1-e0")
+        result = feed(ledger, [forged], epoch=claim.epoch, first_offset=1)
+        assert (result.events, result.decisions, result.audit_records) == (0, 0, 1)
+        assert ledger.load_views(["op-1"])["op-1"].version == 1
+        records, _ = ledger.audit_chain("op-1")
+        assert records[-1].kind == "event-conflict"
+        assert records[-1].record["offered_digest"] == forged.payload_digest
+        with ledger.lease_outbox(100) as lease:
+            dead = [r for r in lease.records if r.topic == "recovery.dlq"]
+        assert [r.record_id for r in dead] == [f"dlq:op-1:{records[-1].sequence}"]
+        assert dead[0].payload["envelope"]["event_id"] == "op-1-e0"
+        assert ledger.verify_audit("op-1") == ()
+
+    def test_event_id_stored_for_another_operation_is_refused_whole(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, [event("op-1", 0, "TOOL_TIMEOUT")], epoch=claim.epoch)
+        reused = event("op-2", 0, "TOOL_TIMEOUT", event_id="op-1-e0")
+        batch = decide_batch(
+            ledger, [event("op-3", 0, "TOOL_TIMEOUT"), reused], epoch=claim.epoch, first_offset=1
+        )
+        with pytest.raises(EventIdReused, match="op-1-e0"):
+            ledger.commit(batch)
+        assert ledger.load_views(["op-2", "op-3"]) == {}
+        assert ledger.offsets(GROUP, TOPIC) == {0: 1}
+
+    # -- optimistic versions and fencing ------------------------------------------------------
+
+    def test_batch_decided_on_a_stale_version_is_refused_and_writes_nothing(
+        self, ledger: Ledger
+    ) -> None:
+        ledger.claim(GROUP, TOPIC, [0, 1], "controller-a")
+        feed(ledger, [event("op-1", 0, "TOOL_TIMEOUT")], epoch=1)
+        late = decide_batch(
+            ledger, [event("op-1", 1, "VERIFICATION_FOUND", outcome="applied")], epoch=1
+        )
+        feed(ledger, [event("op-1", 2, "RETRY_SUCCEEDED")], epoch=1, partition=1)
+        with pytest.raises(VersionConflict, match="op-1"):
+            ledger.commit(late)
+        assert [d["event"]["id"] for d in ledger.decisions("op-1")] == ["op-1-e0", "op-1-e2"]
+        assert ledger.offsets(GROUP, TOPIC) == {0: 1, 1: 1}
+
+    def test_batch_opening_an_operation_another_writer_opened_is_refused(
+        self, ledger: Ledger
+    ) -> None:
+        ledger.claim(GROUP, TOPIC, [0, 1], "controller-a")
+        late = decide_batch(ledger, [event("op-1", 0, "TOOL_TIMEOUT")], epoch=1)
+        feed(ledger, [event("op-1", 1, "TOOL_TIMEOUT")], epoch=1, partition=1)
+        with pytest.raises(VersionConflict, match="op-1"):
+            ledger.commit(late)
+        assert len(ledger.decisions("op-1")) == 1
+
+    def test_stale_epoch_is_fenced_and_nothing_of_the_batch_is_written(
+        self, ledger: Ledger
+    ) -> None:
+        (old,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        zombie = decide_batch(ledger, sequence("op-1"), epoch=old.epoch)
+        (new,) = ledger.claim(GROUP, TOPIC, [0], "controller-b")
+        with pytest.raises(FencedError, match=rf"{TOPIC}\[0\]"):
+            ledger.commit(zombie)
+        assert ledger.load_views(["op-1"]) == {}
+        assert ledger.offsets(GROUP, TOPIC) == {}
+        feed(ledger, sequence("op-1"), epoch=new.epoch)
+        assert ledger.offsets(GROUP, TOPIC) == {0: 3}
+
+    def test_batch_for_an_unclaimed_partition_is_fenced(self, ledger: Ledger) -> None:
+        batch = decide_batch(ledger, sequence("op-1"), epoch=1, partition=7)
+        with pytest.raises(FencedError):
+            ledger.commit(batch)
+
+    # -- audit chains -------------------------------------------------------------------------
+
+    def test_audit_chains_of_every_operation_verify_intact(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, sequence("op-1") + sequence("op-2"), epoch=claim.epoch)
+        feed(ledger, [event("op-1", 3, "TOOL_TIMEOUT")], epoch=claim.epoch, first_offset=6)
+        assert ledger.verify_audit() == ()
+        records, head = ledger.audit_chain("op-1")
+        assert [r.sequence for r in records] == [1, 2, 3, 4, 5]
+        assert head is not None
+        assert (head.sequence, head.hash) == (5, records[-1].hash)
+        assert records[0].record["agent"] == "agent-1"
+        assert records[1].record["state_before"] == "failure-reported"
+
+    def test_tampered_audit_record_is_detected_at_its_sequence(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, sequence("op-1") + sequence("op-2"), epoch=claim.epoch)
+        self.tamper_audit(ledger, "op-1", 3)
+        (found,) = ledger.verify_audit()
+        assert (found.operation_id, found.sequence, found.reason) == ("op-1", 3, "was altered")
+        assert found.expected != found.found
+        assert ledger.verify_audit("op-2") == ()
+
+    def test_deleted_audit_record_in_the_middle_is_detected(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, sequence("op-1"), epoch=claim.epoch)
+        self.delete_audit(ledger, "op-1", 2)
+        (found,) = ledger.verify_audit("op-1")
+        assert (found.sequence, found.reason) == (2, "is missing")
+
+    def test_deleted_newest_audit_record_is_detected_by_the_head(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, sequence("op-1"), epoch=claim.epoch)
+        self.delete_audit(ledger, "op-1", 4)
+        (found,) = ledger.verify_audit("op-1")
+        assert (found.sequence, found.reason) == (4, "is missing at the end of the chain")
+
+    # -- outbox -----------------------------------------------------------------------------------
+
+    def test_outbox_rows_published_are_not_leased_again(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, sequence("op-1"), epoch=claim.epoch)
+        with ledger.lease_outbox(10) as lease:
+            first = lease.records
+            lease.mark_published([first[0].record_id])
+        with ledger.lease_outbox(10) as lease:
+            rest = lease.records
+        assert [r.record_id for r in rest] == [r.record_id for r in first[1:]]
+        assert [r.position for r in rest] == sorted(r.position for r in rest)
+
+    def test_a_failed_lease_leaves_its_rows_unpublished(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        written = feed(ledger, sequence("op-1"), epoch=claim.epoch)
+
+        def publish_then_fail() -> None:
+            with ledger.lease_outbox(10) as lease:
+                lease.mark_published([r.record_id for r in lease.records])
+                raise RuntimeError("broker down")
+
+        with pytest.raises(RuntimeError, match="broker down"):
+            publish_then_fail()
+        with ledger.lease_outbox(10) as lease:
+            assert len(lease.records) == written.outbox_rows
+
+    def test_concurrent_leases_never_share_a_key(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, sequence("op-1") + sequence("op-2"), epoch=claim.epoch)
+        with ledger.lease_outbox(1) as first, ledger.lease_outbox(10) as second:
+            first_keys = {r.key for r in first.records}
+            second_keys = {r.key for r in second.records}
+        assert first_keys == {"op-1"}
+        assert second_keys == {"op-2"}
+
+    def test_rows_of_a_key_behind_an_unpublished_row_wait_for_it(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, sequence("op-1")[:1], epoch=claim.epoch)
+        with ledger.lease_outbox(10) as holder:
+            feed(ledger, sequence("op-1")[1:], epoch=claim.epoch, first_offset=1)
+            with ledger.lease_outbox(10) as other:
+                assert other.records == ()
+            holder.mark_published([r.record_id for r in holder.records])
+        with ledger.lease_outbox(10) as later:
+            assert {r.key for r in later.records} == {"op-1"}
+            assert all(
+                r.record_id not in {h.record_id for h in holder.records} for r in later.records
+            )
+
+    def test_batch_without_a_known_runtime_stores_none(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        batch = decide_batch(ledger, sequence("op-1"), epoch=claim.epoch)
+        ledger.commit(replace(batch, runtime=None))
+        assert ledger.operation("op-1").runtime is None

@@ -1,0 +1,145 @@
+"""A tiny controller loop over any `Ledger`, for the ledger tests.
+
+It does what the consumer will do per batch: load the views of the batch's operations
+(opening new ones with conservative defaults), decide every event with the real decision
+core on a catalogue machine, fold the views with `apply`, and commit one `Batch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from functools import cache
+
+from ledger import Batch, CommitResult, Entry, Ledger, Position, Source
+from machines import CATALOGUE, Machine, Registry, load_catalogue, load_registry
+from machines.decision import apply, decide
+from machines.event import Event, EvidencePayload, Lineage
+from machines.policy import Policy
+from machines.view import LineageStatus, OperationView, ToolFacts, new_view
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+GROUP = "controllers"
+TOPIC = "recovery.events"
+VERIFIER = "verifier-1"
+POLICY = Policy(id="ledger-tests", trusted_verifiers=(VERIFIER,))
+
+
+@cache
+def core() -> tuple[Machine, Registry]:
+    """The pinned catalogue machine every ledger test drives, and its registry."""
+    registry = load_registry()
+    return load_catalogue(registry, CATALOGUE)["delegated-research"], registry
+
+
+def event(
+    op: str,
+    index: int,
+    kind: str,
+    *,
+    outcome: str | None = None,
+    event_id: str | None = None,
+    parent: str | None = None,
+    producer: str = "tool-integration",
+) -> Event:
+    """A well-formed event for operation `op`; `outcome` adds a trusted verification."""
+    machine, _ = core()
+    evidence = (
+        EvidencePayload(outcome=outcome, verifier=VERIFIER, reference=f"ref://{op}/{index}")  # type: ignore[arg-type]
+        if outcome is not None
+        else None
+    )
+    return Event(
+        event_type=kind,
+        event_id=event_id or f"{op}-e{index}",
+        operation_id=op,
+        correlation_id=f"corr-{op}",
+        machine_name=machine.name,
+        machine_version=machine.version,
+        event_time=T0 + timedelta(seconds=index),
+        evidence_ref=f"evidence://{op}/{index}",
+        producer=VERIFIER if outcome is not None else producer,
+        lineage=Lineage(
+            agent="agent-1",
+            task="task-1",
+            initiating_principal="alice",
+            parent_operation=parent,
+            origin_operation=parent,
+        ),
+        evidence=evidence,
+    )
+
+
+def sequence(op: str, *, parent: str | None = None) -> list[Event]:
+    """Three events: a timeout (one command), a trusted verification, a rejected event
+    (escalation command)."""
+    return [
+        event(op, 0, "TOOL_TIMEOUT", parent=parent),
+        event(op, 1, "VERIFICATION_FOUND", outcome="applied", parent=parent),
+        event(op, 2, "RETRY_SUCCEEDED", parent=parent),
+    ]
+
+
+def opened_view(op: str, agent: str) -> OperationView:
+    """The view of an operation the controller starts governing."""
+    machine, _ = core()
+    return new_view(
+        operation_id=op,
+        machine_name=machine.name,
+        machine_digest=machine.digest,
+        policy_digest=POLICY.digest,
+        initial_state=machine.initial,
+        lineage=LineageStatus(agent=agent),
+        facts=ToolFacts(idempotency_key=f"key-{op}", status_api=True),
+        budget_limit=3,
+        deadline=T0 + timedelta(hours=1),
+    )
+
+
+def decide_batch(
+    ledger: Ledger,
+    events: Sequence[Event],
+    *,
+    epoch: int,
+    partition: int = 0,
+    first_offset: int = 0,
+    group: str = GROUP,
+) -> Batch:
+    """Decide `events` (consumed from `partition` from `first_offset`) over the ledger's
+    current views and return the batch to commit."""
+    machine, registry = core()
+    ids = sorted({e.operation_id for e in events})
+    stored = ledger.load_views(ids)
+    base = {op: stored.get(op) for op in ids}
+    views: dict[str, OperationView] = {}
+    entries: list[Entry] = []
+    for offset, ev in enumerate(events, start=first_offset):
+        view = views.get(ev.operation_id) or base[ev.operation_id]
+        if view is None:
+            view = base[ev.operation_id] = opened_view(ev.operation_id, ev.lineage.agent)
+        decision = decide(machine, view, ev, POLICY, registry, ev.event_time)
+        views[ev.operation_id] = apply(view, decision)
+        entries.append(Entry(ev, decision, Source(TOPIC, partition, offset)))
+    position = Position(TOPIC, partition, epoch, first_offset + len(events))
+    return Batch(
+        group=group,
+        positions=(position,),
+        views={op: v for op, v in base.items() if v is not None},
+        entries=tuple(entries),
+        runtime="runtime-1",
+    )
+
+
+def feed(
+    ledger: Ledger,
+    events: Sequence[Event],
+    *,
+    epoch: int,
+    partition: int = 0,
+    first_offset: int = 0,
+) -> CommitResult:
+    """Decide and commit `events` as one batch."""
+    batch = decide_batch(
+        ledger, events, epoch=epoch, partition=partition, first_offset=first_offset
+    )
+    return ledger.commit(batch)

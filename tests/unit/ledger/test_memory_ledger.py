@@ -1,0 +1,25 @@
+"""The abstract ledger suite against the in-memory ledger."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger import Ledger, MemoryLedger
+from tests.unit.ledger.contract import LedgerContract
+
+
+class TestMemoryLedger(LedgerContract):
+    @pytest.fixture
+    def ledger(self) -> MemoryLedger:
+        return MemoryLedger()
+
+    def tamper_audit(self, ledger: Ledger, operation_id: str, sequence: int) -> None:
+        assert isinstance(ledger, MemoryLedger)
+        records, _ = ledger.audit_chain(operation_id)
+        body = dict(records[sequence - 1].record)
+        body["state_after"] = "done"
+        ledger.tamper_audit(operation_id, sequence, body)
+
+    def delete_audit(self, ledger: Ledger, operation_id: str, sequence: int) -> None:
+        assert isinstance(ledger, MemoryLedger)
+        ledger.delete_audit(operation_id, sequence)
