@@ -124,11 +124,78 @@ def check_document(data: Any, file: str, lines: Lines, registry: Registry) -> li
     for code, path, message, hint in content.scan(data):
         out.add(code, path, message, hint)
     _check_schema(data, out)
-    if out.has_errors:
+    # Structure and registry checks also run on a document with schema errors, over its
+    # well-formed parts, so that the author sees every problem at once; a finding at or
+    # around a path already reported is left out (one defect, one report).
+    shaped = _well_formed(data)
+    if shaped is None:
         return out.problems
-    _check_structure(data, out)
-    _check_registry(data, registry, out)
+    semantic = _Collector(file, lines)
+    _check_structure(shaped, semantic)
+    _check_registry(shaped, registry, semantic)
+    reported = {p.location.path for p in out.problems if p.severity is Severity.ERROR}
+    out.problems.extend(p for p in semantic.problems if not _covered(p.location.path, reported))
     return out.problems
+
+
+def _is_action(raw: Any) -> bool:
+    if isinstance(raw, str):
+        return True
+    return (
+        isinstance(raw, dict)
+        and isinstance(raw.get("capability"), str)
+        and isinstance(raw.get("params", {}), dict)
+    )
+
+
+def _shaped_transition(raw: Any) -> dict[str, Any] | None:
+    if not isinstance(raw, dict) or not isinstance(raw.get("target"), str):
+        return None
+    shaped: dict[str, Any] = {"target": raw["target"]}
+    if "guard" in raw:
+        if not isinstance(raw["guard"], str):
+            return None
+        shaped["guard"] = raw["guard"]
+    actions = raw.get("actions", [])
+    if isinstance(actions, list) and all(_is_action(a) for a in actions):
+        shaped["actions"] = actions
+    return shaped
+
+
+def _shaped_state(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        return {}
+    shaped: dict[str, Any] = {}
+    if isinstance(raw.get("type"), str):
+        shaped["type"] = raw["type"]
+    entry = raw.get("entry")
+    if isinstance(entry, list) and all(_is_action(a) for a in entry):
+        shaped["entry"] = entry
+    on = raw.get("on")
+    if isinstance(on, dict):
+        shaped["on"] = {}
+        for event, spec in on.items():
+            if isinstance(spec, list) and spec:
+                items = [_shaped_transition(t) for t in spec]
+                if all(items):
+                    shaped["on"][event] = items
+            elif (single := _shaped_transition(spec)) is not None:
+                shaped["on"][event] = single
+    return shaped
+
+
+def _well_formed(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The parts of a document that have the schema's shape, paths unchanged (malformed
+    events and action lists are dropped whole, so no list index shifts), or None when
+    there are no states to check."""
+    states = data.get("states")
+    if not isinstance(states, dict) or not states:
+        return None
+    initial = data.get("initial")
+    return {
+        "initial": initial if isinstance(initial, str) else None,
+        "states": {name: _shaped_state(state) for name, state in states.items()},
+    }
 
 
 def _check_version(data: Any, out: _Collector) -> bool:
@@ -305,7 +372,7 @@ def _check_schema(data: Any, out: _Collector) -> None:
 
 
 def iter_transitions(data: Mapping[str, Any]) -> Iterator[tuple[str, str, int, str, Any]]:
-    """(state, event, index, path, transition) of a schema-valid document, in order."""
+    """(state, event, index, path, transition) of a schema-shaped document, in order."""
     for name, state in data["states"].items():
         for event, spec in (state.get("on") or {}).items():
             base = f"states.{name}.on.{event}"
@@ -319,7 +386,7 @@ def iter_transitions(data: Mapping[str, Any]) -> Iterator[tuple[str, str, int, s
 def _check_structure(data: dict[str, Any], out: _Collector) -> None:
     states: dict[str, Any] = data["states"]
     known = ", ".join(sorted(states))
-    if data["initial"] not in states:
+    if data["initial"] is not None and data["initial"] not in states:
         out.add(
             Code.INITIAL_NOT_A_STATE,
             "initial",

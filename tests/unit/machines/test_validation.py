@@ -163,3 +163,19 @@ def test_registry_marks_exactly_the_not_applied_guards(registry: Registry) -> No
     marked = {g.id for g in registry.guards.values() if g.requires_not_applied}
     assert marked == {"evidence.not-applied", "retry.permitted"}
     assert registry.guards["resume.permitted"].implementation == "standard.resume_permitted"
+
+
+def test_registry_problems_are_reported_alongside_schema_problems(registry: Registry) -> None:
+    text = VALID.replace("guard: approval.granted", "guard: approval.maybe").replace(
+        "retention_days: 30", "retention_days: thirty"
+    )
+    report = validate_text(text, registry)
+    assert {p.code for p in report.errors} == {Code.GUARD_UNKNOWN, Code.SCHEMA_TYPE}
+
+
+def test_semantic_finding_on_a_path_with_a_schema_error_is_not_repeated(
+    registry: Registry,
+) -> None:
+    text = VALID.replace("guard: approval.granted", "guard: outcome == found")
+    report = validate_text(text, registry)
+    assert [p.code for p in report.errors] == [Code.EXEC_EXPRESSION]
