@@ -23,7 +23,14 @@ from machines.compiled import CompiledTransition, GuardEvaluation, compile_machi
 from machines.event import Event
 from machines.evidence import NO_EVIDENCE, EvidenceDelta, intake, with_evidence
 from machines.guards import STANDARD_GUARDS, GuardContext, GuardFn, valid_approval
-from machines.invariants import Notice, action_refusal, authority_refusal, needs_approval
+from machines.invariants import (
+    ANSWERED_KINDS,
+    Notice,
+    action_refusal,
+    authority_refusal,
+    causation_refusal,
+    needs_approval,
+)
 from machines.model import ActionRef, CapabilityKind, CapabilitySpec, Machine, Registry, Transition
 from machines.policy import Policy
 from machines.view import OperationView
@@ -225,7 +232,7 @@ def _decide(
         )
         return
     draft.classifier, refusal = classifier_refusal(event, policy)
-    refusal = refusal or authority_refusal(event, view)
+    refusal = refusal or authority_refusal(event, view) or causation_refusal(event, view)
     if refusal is None:
         draft.evidence, refusal = intake(event, view, policy, now)
     if refusal is not None:
@@ -443,6 +450,14 @@ def _withhold(
     draft.invocations = (_invocation(view, draft.sequence, 0, action, spec, "escalation"),)
 
 
+def _open_commands(current: frozenset[str], decision: Decision) -> frozenset[str]:
+    issued = {i.command_id for i in decision.invocations if i.kind in ANSWERED_KINDS}
+    answered = {decision.causation} if decision.causation is not None else set()
+    if not issued and not (answered & current):
+        return current
+    return (current - answered) | issued
+
+
 def apply(view: OperationView, decision: Decision) -> OperationView:
     """The next ledger view after `decision`. Duplicates and conflicts change nothing
     (a conflict keeps the first payload's digest); every other decision records the
@@ -463,6 +478,7 @@ def apply(view: OperationView, decision: Decision) -> OperationView:
         entry_approval = None if decision.approval_consumed else used
     return replace(
         folded,
+        open_commands=_open_commands(folded.open_commands, decision),
         state=decision.state_after,
         version=decision.sequence,
         approvals=approvals,

@@ -65,6 +65,39 @@ _REVOKE_PARAMS = frozenset({"revoke", "revoke_credentials", "revoke_authority", 
 _STOP_PARAMS = frozenset({"stop", "stop_task", "stop_execution", "and_stop"})
 
 
+# Capability kinds whose outcome comes back as an event naming the command (SPEC §6.4);
+# their command ids stay open until then.
+ANSWERED_KINDS: frozenset[str] = frozenset(
+    str(k)
+    for k in (
+        CapabilityKind.VERIFY,
+        CapabilityKind.RETRY,
+        CapabilityKind.COMPENSATE,
+        CapabilityKind.STOP,
+        CapabilityKind.REVOKE,
+        CapabilityKind.ISOLATE,
+        CapabilityKind.RESUME,
+    )
+)
+
+
+def causation_refusal(event: Event, view: OperationView) -> Notice | None:
+    """An action result or verification that names a command must name one this
+    operation issued and that is still open; a result for a command never issued (or
+    already answered) is not evidence of anything. Events without causation are decided
+    on their own, for producers that do not report command ids."""
+    causation = event.causation
+    if causation is None or event.event_type not in AUTHORITY_EVENTS:
+        return None
+    if causation in view.open_commands:
+        return None
+    return Notice(
+        "unknown-command",
+        f"{event.event_type} {event.event_id} answers command {causation}, which operation "
+        f"{view.operation_id} has not issued or has already had answered",
+    )
+
+
 def authority_refusal(event: Event, view: OperationView) -> Notice | None:
     """Why the event's producer may not say what it says, or None. Checks SPEC §7.7."""
     lineage = view.lineage

@@ -104,7 +104,8 @@ class OperationView:
     `entry_approval` is the event id of the approval that authorised the transition into
     the current state, if one did: a human who approves "escalated -> resume-pending"
     approves the route, so the resume gate in resume-pending may rely on that approval
-    while it is unexpired and unused. Leaving the state forgets it."""
+    while it is unexpired and unused. Leaving the state forgets it. `open_commands` are
+    the command ids issued whose result event has not come back yet."""
 
     operation_id: str
     machine_name: str
@@ -125,6 +126,7 @@ class OperationView:
     used_nonces: frozenset[str] = frozenset()
     checkpoints: tuple[Checkpoint, ...] = ()
     entry_approval: str | None = None
+    open_commands: frozenset[str] = frozenset()
     seen_events: Mapping[str, str] = field(default_factory=lambda: _NO_EVENTS)
 
     def current_outcomes(self) -> frozenset[Outcome]:

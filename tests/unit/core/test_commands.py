@@ -31,15 +31,19 @@ def _package_with_case(tmp_path: Path, case: str) -> Path:
     return package
 
 
-def test_failing_case_exits_1_with_expected_and_actual(tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str]):
-    package = _package_with_case(tmp_path, """
+def test_failing_case_exits_1_with_expected_and_actual(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    package = _package_with_case(
+        tmp_path,
+        """
 name: wrong expectation
 scenario: timeout before a side effect
 steps:
   - event: TOOL_TIMEOUT
     expect: {state: completed, invocations: []}
-""")
+""",
+    )
     assert main(["test", str(package)]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out
@@ -48,27 +52,42 @@ steps:
     assert 'actual   ["procurement.verify-request"]' in out
 
 
-def test_malformed_case_exits_2_naming_the_file(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]):
+def test_malformed_case_exits_2_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     package = _package_with_case(tmp_path, "name: x\nscenario: not a scenario\nsteps: []\n")
     assert main(["test", str(package)]) == 2
     assert "case.yaml" in capsys.readouterr().err
 
 
-def test_simulate_prints_one_decision_per_event_line(tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]):
+def test_simulate_prints_one_decision_per_event_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
     base = {
-        "operation_id": "op-9", "correlation_id": "c-9", "machine_name": "procurement-request",
-        "machine_version": "1.0.0", "evidence_ref": "ev://1", "producer": "coupa-adapter",
+        "operation_id": "op-9",
+        "correlation_id": "c-9",
+        "machine_name": "procurement-request",
+        "machine_version": "1.0.0",
+        "evidence_ref": "ev://1",
+        "producer": "coupa-adapter",
         "lineage": {"agent": "agent-1", "task": "t-1", "initiating_principal": "alice"},
     }
     lines = [
-        {"operation": {"id": "op-9", "agent": "agent-1", "start": "2026-01-01T00:00:00Z",
-                       "facts": {"idempotency_key": "k-9", "status_api": True}}},
+        {
+            "operation": {
+                "id": "op-9",
+                "agent": "agent-1",
+                "start": "2026-01-01T00:00:00Z",
+                "facts": {"idempotency_key": "k-9", "status_api": True},
+            }
+        },
         dict(base, event_type="TOOL_TIMEOUT", event_id="e1", event_time="2026-01-01T00:00:01Z"),
-        dict(base, event_type="VERIFICATION_NOT_FOUND", event_id="e2",
-             event_time="2026-01-01T00:00:02Z", producer="status-api",
-             evidence={"verifier": "status-api", "outcome": "not_applied"}),
+        dict(
+            base,
+            event_type="VERIFICATION_NOT_FOUND",
+            event_id="e2",
+            event_time="2026-01-01T00:00:02Z",
+            producer="status-api",
+            evidence={"verifier": "status-api", "outcome": "not_applied"},
+        ),
         dict(base, event_type="TOOL_TIMEOUT", event_id="e1", event_time="2026-01-01T00:00:01Z"),
     ]
     events = tmp_path / "events.jsonl"
@@ -83,8 +102,9 @@ def test_simulate_prints_one_decision_per_event_line(tmp_path: Path,
     assert records[1]["invocations"][0]["capability"] == "procurement.create-request"
 
 
-def test_simulate_reports_invalid_lines_and_exits_1(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]):
+def test_simulate_reports_invalid_lines_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
     events = tmp_path / "events.jsonl"
     events.write_text('{"event_type": "TOOL_TIMEOUT"}\nnot json\n')
     assert main(["simulate", str(PROCUREMENT), "--events", str(events)]) == 1

@@ -195,3 +195,17 @@ def test_old_not_applied_evidence_cannot_authorise_a_second_retry():
 
 def test_registry_guard_table_covers_every_standard_implementation():
     assert set(GUARD_IMPLS.values()) == set(STANDARD_GUARDS)
+
+
+def test_action_result_must_answer_an_open_command_of_this_operation():
+    v0 = view("verifying")
+    d = _decide(v0, verification("VERIFICATION_NOT_FOUND"))
+    retry_command = d.invocations[0].command_id
+    v1 = apply(v0, d)
+    assert retry_command in v1.open_commands
+    forged = _decide(v1, event("RETRY_SUCCEEDED", "r0", causation="op-1:99:0"))
+    assert forged.outcome is Outcome.REFUSED
+    assert forged.refusals[0].code == "unknown-command"
+    answer = _decide(v1, event("RETRY_SUCCEEDED", "r1", causation=retry_command))
+    assert answer.state_after == "done"
+    assert retry_command not in apply(v1, answer).open_commands
