@@ -13,7 +13,8 @@ from machines.applicability import (
     select_machine,
 )
 from machines.approvals import ApprovalRejection, check_decision, sign_decision
-from machines.decision import Decision, GuardEvaluation, Invocation, Outcome, apply, decide
+from machines.compiled import GuardEvaluation
+from machines.decision import Decision, Invocation, Outcome, apply, decide
 from machines.digest import canonical_json, digest_of
 from machines.errors import (
     Code,
