@@ -102,7 +102,10 @@ class AvroSingleObjectCodec:
         schema = self._catalog.current(schema_name)
         try:
             avro_validate(record, schema.parsed, raise_errors=True, strict=True)
-        except AvroValidationError as exc:
+            # fastavro ignores fields the schema lacks; a misspelt optional field would
+            # then vanish silently, so refuse them.
+            _refuse_unknown_fields(record, schema.parsed, {}, schema_name)
+        except (AvroValidationError, _UnknownField) as exc:
             raise WireError(
                 WireCode.RECORD_INVALID,
                 f"record does not match {schema_name} v{schema.version}: {exc}",
@@ -147,6 +150,61 @@ class AvroSingleObjectCodec:
         if not isinstance(record, dict):
             _corrupt(writer.name, writer.version, TypeError("not a record"))
         return writer.name, record
+
+
+class _UnknownField(ValueError):
+    """A record holds a field its schema does not declare."""
+
+
+def _refuse_unknown_fields(value: Any, schema: Any, named: dict[str, Any], path: str) -> None:
+    """Raise `_UnknownField` naming the first field of `value` that `schema` does
+    not declare, at any depth."""
+    if isinstance(schema, str):
+        schema = named.get(schema)
+    if isinstance(schema, list):
+        _refuse_in_union(value, schema, named, path)
+    elif isinstance(schema, dict):
+        kind = schema.get("type")
+        if kind == "record":
+            _refuse_in_record(value, schema, named, path)
+        elif kind == "array" and isinstance(value, (list, tuple)):
+            for index, item in enumerate(value):
+                _refuse_unknown_fields(item, schema["items"], named, f"{path}[{index}]")
+        elif kind == "map" and isinstance(value, Mapping):
+            for key, item in value.items():
+                _refuse_unknown_fields(item, schema["values"], named, f"{path}[{key}]")
+
+
+def _refuse_in_record(value: Any, schema: dict[str, Any], named: dict[str, Any], path: str) -> None:
+    named[schema["name"]] = schema
+    declared = {f["name"]: f["type"] for f in schema["fields"]}
+    if not isinstance(value, Mapping):
+        return
+    unknown = sorted(set(value) - set(declared))
+    if unknown:
+        raise _UnknownField(f"{path}: unknown field(s) {', '.join(unknown)}")
+    for name, field_type in declared.items():
+        _refuse_unknown_fields(value.get(name), field_type, named, f"{path}.{name}")
+
+
+def _refuse_in_union(value: Any, branches: list[Any], named: dict[str, Any], path: str) -> None:
+    # Only structured branches can hold fields; fastavro already checked that the value
+    # matches some branch, so a value that fits a record branch is checked against it.
+    structured = [
+        b
+        for b in (named.get(b, b) if isinstance(b, str) else b for b in branches)
+        if isinstance(b, dict) and b.get("type") in ("record", "array", "map")
+    ]
+    if value is None or not structured:
+        return
+    errors: list[_UnknownField] = []
+    for branch in structured:
+        try:
+            _refuse_unknown_fields(value, branch, named, path)
+            return
+        except _UnknownField as exc:
+            errors.append(exc)
+    raise errors[0]
 
 
 def _corrupt(name: str, version: int, exc: BaseException) -> NoReturn:
