@@ -10,6 +10,7 @@ resolved. After every step the checks below must hold.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
@@ -31,7 +32,13 @@ from machines.event import (
     Lineage,
 )
 from machines.evidence import with_evidence
-from machines.guards import STANDARD_GUARDS, GuardContext, retry_permitted, valid_approval
+from machines.guards import (
+    STANDARD_GUARDS,
+    GuardContext,
+    GuardResult,
+    retry_permitted,
+    valid_approval,
+)
 from machines.model import CapabilityKind, Transition
 from machines.policy import Policy, parse_policy
 from machines.view import LineageStatus, OperationView, ToolFacts, new_view
@@ -108,11 +115,24 @@ move = st.fixed_dictionaries(
 )
 # Steer a sequence towards the states where the invariants bite (or not at all).
 goals = st.sampled_from(("resume-pending", "retrying", None))
+# A guard may raise, be unresolvable, or lie by always saying yes: the core's own retry
+# and resume gates must hold even then.
 faults = st.dictionaries(
     st.sampled_from(sorted(REGISTRY.guards)),
-    st.sampled_from(("raise", "unavailable")),
+    st.sampled_from(("raise", "unavailable", "true")),
     max_size=2,
 )
+
+
+def _always_true(ctx: GuardContext) -> GuardResult:
+    return GuardResult(True, ("fault:always-true",))
+
+
+def _faulted(fault: dict[str, str]) -> tuple[Any, dict[str, Any]]:
+    registry, table = faulted(REGISTRY, fault)
+    return registry, {**table, "fault.true": _always_true}
+
+
 facts = st.builds(
     ToolFacts,
     idempotency_key=st.sampled_from(("key-1", "key-1", None)),
@@ -341,12 +361,14 @@ def _check(
 @given(moves=st.lists(move, min_size=1, max_size=30), fault=faults, fact=facts, goal=goals)
 def test_random_sequences_never_break_an_invariant(name, moves, fault, fact, goal):  # type: ignore[no-untyped-def]
     machine = MACHINES[name]
-    registry, table = faulted(REGISTRY, fault)
+    registry, table = _faulted(fault)
     driver = Driver(machine, fact, goal)
+    trace: list[tuple[Event, datetime, Decision]] = []
     for index, m in enumerate(moves):
         event = driver.event(m, index)
         before = driver.view
         d = decide(machine, before, event, POLICY, registry, driver.now, guard_table=table)
+        trace.append((event, driver.now, d))
         _check(machine, before, event, d, driver.now, registry, table)
         after = apply(before, d)
         assert after.retry_attempts >= before.retry_attempts
@@ -355,6 +377,13 @@ def test_random_sequences_never_break_an_invariant(name, moves, fault, fact, goa
         assert after.used_nonces >= before.used_nonces
         assert after.retry_attempts <= POLICY.max_retry_attempts
         driver.view = after
+    # Replaying the whole sequence from the initial view yields the same decisions.
+    view = Driver(machine, fact, goal).view
+    for event, now, d in trace:
+        again = decide(machine, view, event, POLICY, registry, now, guard_table=table)
+        assert again == d
+        view = apply(view, again)
+    assert view == driver.view
 
 
 def _auto(**spec: Any) -> dict[str, Any]:
@@ -401,3 +430,42 @@ def test_driver_can_steer_into_a_permitted_resume(name):  # type: ignore[no-unty
     moves = [_auto(checkpoint="eligible") for _ in range(4)]
     moves += [_auto(checkpoint="eligible", pick=p) for p in (0, 1, 2)]
     assert CapabilityKind.RESUME in _run(MACHINES[name], "resume-pending", moves)
+
+
+@pytest.mark.parametrize("name", ["procurement-request", "payment-refund", "multistep-deployment"])
+def test_a_lying_retry_guard_cannot_cause_a_retry(name):  # type: ignore[no-untyped-def]
+    machine = MACHINES[name]
+    registry, table = _faulted({"retry.permitted": "true"})
+    driver = Driver(machine, ToolFacts(idempotency_key=None), "retrying")
+    outcomes = []
+    for index, m in enumerate([_auto(), _auto()]):
+        event = driver.event(m, index)
+        d = decide(machine, driver.view, event, POLICY, registry, driver.now, guard_table=table)
+        outcomes.append((d.outcome, [n.code for n in d.refusals]))
+        assert CapabilityKind.RETRY not in [i.kind for i in d.invocations]
+        driver.view = apply(driver.view, d)
+    assert outcomes[-1] == (Outcome.REFUSED, ["retry-not-permitted"])
+
+
+@pytest.mark.parametrize("name", sorted(MACHINES))
+def test_a_lying_resume_guard_cannot_cause_a_resume(name):  # type: ignore[no-untyped-def]
+    # Verified state and an eligible checkpoint, but no approval: the machine's guard says
+    # yes, the core's own resume gate says no.
+    machine = MACHINES[name]
+    registry, table = _faulted({"resume.permitted": "true"})
+    driver = Driver(machine, ToolFacts(idempotency_key="key-1"), None)
+    driver.view = replace(driver.view, state="resume-pending")
+    evidence = _auto(event="VERIFICATION_FOUND", checkpoint="eligible", seek=False)
+    request = _auto(event="RESUME_REQUESTED", seek=False)
+    decisions = []
+    for index, m in enumerate([evidence, request]):
+        event = driver.event(m, index)
+        d = decide(machine, driver.view, event, POLICY, registry, driver.now, guard_table=table)
+        decisions.append(d)
+        driver.view = apply(driver.view, d)
+    assert driver.view.newest_eligible_checkpoint(driver.now) is not None
+    resume = decisions[-1]
+    assert resume.guards[0].value is True  # the lying guard
+    assert resume.outcome is Outcome.REFUSED
+    assert [n.code for n in resume.refusals] == ["resume-not-permitted"]
+    assert CapabilityKind.RESUME not in [i.kind for i in resume.invocations]
