@@ -34,7 +34,7 @@ from machines.event import (
 )
 from machines.guards import STANDARD_GUARDS, GuardContext, GuardFn, GuardResult
 from machines.model import GuardSpec, Machine, Registry
-from machines.policy import Policy, PolicyError, parse_policy
+from machines.policy import Policy, PolicyError, check_policy_against_registry, parse_policy
 from machines.simulation import OperationSetup, Simulation
 from machines.view import ToolFacts
 
@@ -281,6 +281,7 @@ class _Runner:
         self.machine = machine
         registry_used, table = faulted(registry, case.guard_faults)
         self.policy = case_policy(case, registry)
+        check_policy_against_registry(self.policy, registry)
         self.sim = Simulation(machine, registry_used, self.policy, guard_table=table)
         op = case.operation
         self.sim.open(

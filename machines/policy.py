@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from machines.event import sha256_digest
@@ -221,5 +222,15 @@ def check_policy_against_registry(policy: Policy, registry: Registry) -> None:
         )
     if policy.escalation_capability in policy.forbidden_capabilities:
         problems.append(f"escalation_capability {policy.escalation_capability} is forbidden")
+    if spec is not None:
+        # The core adds `reason` (a refusal code) to the policy's static params; the
+        # result must satisfy the capability's registered params schema.
+        sample = {**policy.escalation_params, "reason": "retry-not-permitted"}
+        errors = list(Draft202012Validator(dict(spec.params_schema)).iter_errors(sample))
+        if errors:
+            problems.append(
+                f"escalation_params {sample} do not fit {spec.id}'s params schema: "
+                + "; ".join(e.message for e in errors[:3])
+            )
     if problems:
         raise PolicyError(f"policy {policy.id}: " + "; ".join(problems))

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from machines import DEFAULT_REGISTRY, MachineError, load_machine, load_registry
 from machines.event import EventError, parse_event
-from machines.policy import Policy, PolicyError, load_policy
+from machines.policy import Policy, PolicyError, check_policy_against_registry, load_policy
 from machines.simulation import OperationSetup, Simulation, SimulationError
 from machines.view import ToolFacts
 
@@ -74,6 +74,7 @@ def _run(args: argparse.Namespace) -> int:
         registry = load_registry(args.registry)
         machine = load_machine(args.path, registry)
         policy = load_policy(args.policy) if args.policy else Policy(id="simulate-default")
+        check_policy_against_registry(policy, registry)
         lines = args.events.read_text(encoding="utf-8").splitlines()
     except (MachineError, PolicyError, OSError) as exc:
         print(f"recoveryctl simulate: {exc}", file=sys.stderr)

@@ -72,3 +72,24 @@ def test_valid_policy_passes_registry_check_and_loads_from_yaml(tmp_path: Path):
         ).digest
     )
     assert loaded.digest != policy().digest
+
+
+def test_escalation_params_must_fit_the_capability_schema():
+    from dataclasses import replace
+    from types import MappingProxyType
+
+    reg = registry()
+    caps = dict(reg.capabilities)
+    schema = {
+        "type": "object",
+        "required": ["queue"],
+        "properties": {"queue": {"type": "string"}, "reason": {"type": "string"}},
+        "additionalProperties": False,
+    }
+    caps["operator.escalate"] = replace(
+        caps["operator.escalate"], params_schema=MappingProxyType(schema)
+    )
+    reg = replace(reg, capabilities=MappingProxyType(caps))
+    with pytest.raises(PolicyError, match="params schema"):
+        check_policy_against_registry(policy(), reg)
+    check_policy_against_registry(policy(escalation_params={"queue": "ops"}), reg)
