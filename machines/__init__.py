@@ -69,7 +69,14 @@ from machines.policy import (
 )
 from machines.registry import DEFAULT_REGISTRY, load_registry, parse_registry
 from machines.simulation import OperationSetup, Simulation
-from machines.view import LineageStatus, OperationView, ToolFacts, new_view
+from machines.view import (
+    LineageStatus,
+    OperationView,
+    ToolFacts,
+    new_view,
+    view_from_json,
+    view_to_json,
+)
 
 __all__ = [
     "CATALOGUE",
@@ -142,4 +149,6 @@ __all__ = [
     "sign_decision",
     "validate_path",
     "validate_text",
+    "view_from_json",
+    "view_to_json",
 ]

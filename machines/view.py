@@ -11,9 +11,12 @@ there is no field to put them in. The view changes only through `machines.decisi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
+from typing import Any
+
+from pydantic import TypeAdapter
 
 from machines.event import Outcome, Verdict
 
@@ -180,3 +183,28 @@ def new_view(
         budget_limit=budget_limit,
         deadline=deadline,
     )
+
+
+_VIEW_ADAPTER: TypeAdapter[OperationView] | None = None
+
+
+def _adapter() -> TypeAdapter[OperationView]:
+    # Built on first use: the schema walk costs milliseconds that `decide` never needs.
+    global _VIEW_ADAPTER
+    if _VIEW_ADAPTER is None:
+        _VIEW_ADAPTER = TypeAdapter(OperationView)
+    return _VIEW_ADAPTER
+
+
+def view_to_json(view: OperationView) -> dict[str, Any]:
+    """The view as JSON-ready data, for a ledger that stores it (or a snapshot of it)."""
+    # The serializer knows dicts, not read-only mapping proxies.
+    plain = replace(view, seen_events=dict(view.seen_events))
+    data: dict[str, Any] = _adapter().dump_python(plain, mode="json")
+    return data
+
+
+def view_from_json(data: Mapping[str, Any]) -> OperationView:
+    """The view `view_to_json` produced, validated; equal to the original."""
+    view = _adapter().validate_python(data)
+    return replace(view, seen_events=MappingProxyType(dict(view.seen_events)))

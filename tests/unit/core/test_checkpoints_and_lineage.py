@@ -102,3 +102,23 @@ def test_checkpoint_validation_relayed_by_the_affected_agent_is_not_trusted():
     e = replace(checkpoint_event("cp-a", T0), producer=AGENT, payload_digest="")
     v = _feed(view("resume-pending"), e)
     assert v.checkpoints[0].validated is False
+
+
+def test_view_survives_a_json_round_trip_with_every_part_filled():
+    import json
+
+    from core_support import approval
+
+    from machines.view import view_from_json, view_to_json
+
+    v = _feed(
+        view("resume-pending"),
+        verification("VERIFICATION_FOUND"),
+        checkpoint_event("cp-a", T0),
+        event("ANCESTOR_CONTAINED", "a1", producer="recovery-controller"),
+        approval("resume-pending", "resuming", "h9"),
+    )
+    data = json.loads(json.dumps(view_to_json(v)))
+    assert view_from_json(data) == v
+    assert v.approvals
+    assert v.used_nonces

@@ -10,6 +10,7 @@ resolved. After every step the checks below must hold.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
@@ -41,7 +42,14 @@ from machines.guards import (
 )
 from machines.model import CapabilityKind, Transition
 from machines.policy import Policy, parse_policy
-from machines.view import LineageStatus, OperationView, ToolFacts, new_view
+from machines.view import (
+    LineageStatus,
+    OperationView,
+    ToolFacts,
+    new_view,
+    view_from_json,
+    view_to_json,
+)
 
 REGISTRY = load_registry()
 MACHINES = load_catalogue(REGISTRY, CATALOGUE)
@@ -384,6 +392,8 @@ def test_random_sequences_never_break_an_invariant(name, moves, fault, fact, goa
         assert again == d
         view = apply(view, again)
     assert view == driver.view
+    # And the view a ledger would store round-trips through JSON unchanged.
+    assert view_from_json(json.loads(json.dumps(view_to_json(view)))) == view
 
 
 def _auto(**spec: Any) -> dict[str, Any]:
