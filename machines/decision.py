@@ -221,7 +221,16 @@ def _decide(
         draft.outcome, draft.refusals = Outcome.REFUSED, (envelope,)
         return
     state = machine.states.get(view.state)
-    if state is None or state.final:
+    if state is None:
+        # Only a ledger written under another machine can get here; pinning prevents it.
+        notice = Notice(
+            "unknown-state",
+            f"operation {view.operation_id} is in state {view.state}, which machine "
+            f"{machine.name} {machine.version} does not define; check the pinned machine",
+        )
+        draft.outcome, draft.refusals = Outcome.REFUSED, (notice,)
+        return
+    if state.final:
         draft.outcome = Outcome.FINAL
         draft.refusals = (
             Notice(

@@ -209,3 +209,10 @@ def test_action_result_must_answer_an_open_command_of_this_operation():
     answer = _decide(v1, event("RETRY_SUCCEEDED", "r1", causation=retry_command))
     assert answer.state_after == "done"
     assert retry_command not in apply(v1, answer).open_commands
+
+
+def test_view_in_a_state_the_machine_does_not_define_is_refused():
+    d = _decide(view("nowhere"), event("TOOL_TIMEOUT"))
+    assert d.outcome is Outcome.REFUSED
+    assert d.refusals[0].code == "unknown-state"
+    assert d.invocations == ()
