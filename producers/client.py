@@ -64,16 +64,13 @@ RESULT_EVENTS: Final[Mapping[str, tuple[str, str]]] = {
 _VERIFY_EVENTS: Final = {"applied": "VERIFICATION_FOUND", "not_applied": "VERIFICATION_NOT_FOUND"}
 _VERIFY_FAILED: Final = "VERIFICATION_UNAVAILABLE"
 
-# Producer settings that make publishing safe to retry: the broker dedupes the
-# producer's own retries (idempotence), a record counts as written only once all
-# in-sync replicas have it, and a stuck record fails within the timeout rather than
-# hanging a tool forever.
-_SAFE_PRODUCER: Final[Mapping[str, Any]] = {
-    "enable.idempotence": True,
-    "acks": "all",
-    "linger.ms": 5,
-    "delivery.timeout.ms": 30000,
-}
+# Producer settings that make publishing safe to retry, which callers cannot weaken:
+# the broker dedupes the producer's own retries (idempotence), and a record counts as
+# written only once all in-sync replicas have it.
+_SAFE_PRODUCER: Final[Mapping[str, Any]] = {"enable.idempotence": True, "acks": "all"}
+# Defaults callers may change: a short linger batches a burst of events, and a stuck
+# record fails within the timeout rather than hanging a tool forever.
+_DEFAULT_PRODUCER: Final[Mapping[str, Any]] = {"linger.ms": 5, "delivery.timeout.ms": 30000}
 _BUFFER_RETRIES: Final = 50
 
 
@@ -96,7 +93,11 @@ class EventPublisher:
         use_json: bool = False,
         codec: AvroSingleObjectCodec | None = None,
     ) -> None:
-        config: dict[str, Any] = {"bootstrap.servers": bootstrap, **(producer_config or {})}
+        config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            **_DEFAULT_PRODUCER,
+            **(producer_config or {}),
+        }
         config.update(_SAFE_PRODUCER)  # never weakened by caller settings
         self._producer = Producer(config)
         self.topics = topics or TopicNames.from_env()

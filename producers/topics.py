@@ -8,6 +8,7 @@ Names default to `recovery.events`, `recovery.commands`, `recovery.evidence`,
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -101,10 +102,25 @@ def provision(
 def _partition_counts(
     admin: AdminClient, topics: tuple[str, ...], timeout: float
 ) -> dict[str, int]:
-    try:
-        metadata = admin.list_topics(timeout=timeout)
-    except KafkaException as exc:
-        raise ProvisionError(f"listing topics failed after provisioning: {exc}") from exc
-    return {
-        name: len(metadata.topics[name].partitions) for name in topics if name in metadata.topics
-    }
+    # A topic just created may take a moment to appear in every broker's metadata;
+    # wait (bounded) so that the counts reported are the real ones, not zero.
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            metadata = admin.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            raise ProvisionError(f"listing topics failed after provisioning: {exc}") from exc
+        counts = {
+            name: len(metadata.topics[name].partitions)
+            for name in topics
+            if name in metadata.topics and metadata.topics[name].error is None
+        }
+        if all(counts.get(name, 0) > 0 for name in topics):
+            return counts
+        if time.monotonic() >= deadline:
+            missing = [name for name in topics if counts.get(name, 0) == 0]
+            raise ProvisionError(
+                f"topics {', '.join(missing)} do not show in the broker's metadata "
+                f"{timeout:.0f} s after creation; check the broker's logs"
+            )
+        time.sleep(0.2)

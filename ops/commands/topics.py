@@ -53,8 +53,13 @@ def _bootstrap(args: argparse.Namespace) -> str | None:
     return None if state is None else state.kafka.bootstrap
 
 
-def run_create(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run_create(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
     """Provision the topics; print one line per topic (or JSON); return the exit status."""
+    # Resolved per call, not at import, so that redirected streams are honoured.
+    out = out or sys.stdout
+    err = err or sys.stderr
     bootstrap = _bootstrap(args)
     if bootstrap is None:
         print(

@@ -1,0 +1,124 @@
+"""The example capability worker against the real broker: it consumes a command once,
+ignores its redelivery, and reports the result as an event caused by the command."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+
+import pytest
+
+from machines.event import Lineage
+from producers import (
+    CapabilityWorker,
+    EventPublisher,
+    RecoveryClient,
+    TopicNames,
+    WorkerStats,
+    demo_handlers,
+    verify_outcome,
+)
+from schemas import (
+    CAPABILITY_COMMAND,
+    HEADER_COMMAND_ID,
+    AvroSingleObjectCodec,
+    CapabilityCommand,
+    WireDecoder,
+    record_to_event,
+)
+from tests.integration.wire.kafka_read import read_messages
+from tests.support.kafka import TopicFactory
+
+pytestmark = pytest.mark.integration
+
+
+def _command(command_id: str, capability: str, kind: str, **params: object) -> CapabilityCommand:
+    return CapabilityCommand(
+        command_id=command_id,
+        capability=capability,
+        kind=kind,
+        material=False,
+        params=params,
+        origin="transition",
+        operation_id="op-refund-1",
+        correlation_id="corr-1",
+        causation_event_id="evt-1",
+        machine_name="payment-refund",
+        machine_version="1.0.0",
+        machine_digest="sha256:m",
+        sequence=1,
+        lineage=Lineage(agent="agent-7", task="task-3", initiating_principal="alice"),
+        issued_at=datetime(2026, 11, 30, 3, 0, tzinfo=UTC),
+    )
+
+
+def _send(publisher: EventPublisher, topic: str, command: CapabilityCommand) -> None:
+    codec = AvroSingleObjectCodec()
+    publisher.send(
+        topic,
+        key=command.operation_id,
+        value=codec.encode(command.to_record(), CAPABILITY_COMMAND),
+        record_id=command.command_id,
+        content_type=codec.content_type,
+        fingerprint=codec.fingerprint(CAPABILITY_COMMAND),
+        extra_headers={HEADER_COMMAND_ID: command.command_id},
+    )
+
+
+def test_the_worker_executes_a_command_once_and_reports_its_result_as_an_event(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    topics = TopicNames(events=topic_factory(), commands=topic_factory(2))
+    verify = _command("op-refund-1/1/0", "payment.verify-refund", "verify", demo_outcome="found")
+    escalate = _command("op-refund-1/1/1", "human.escalate", "escalate", queue="review")
+    foreign = _command("op-refund-1/1/2", "someone.elses-capability", "other")
+    with EventPublisher(kafka_bootstrap, topics=topics) as publisher:
+        for command in (verify, verify, escalate, foreign):  # verify is redelivered
+            _send(publisher, topics.commands, command)
+
+    stop = threading.Event()
+    stats: list[WorkerStats] = []
+    with EventPublisher(kafka_bootstrap, topics=topics) as publisher:
+        worker = CapabilityWorker(
+            kafka_bootstrap,
+            "workers-payments",
+            RecoveryClient(publisher, producer="worker-payments"),
+            demo_handlers(),
+            poll_timeout=0.2,
+        )
+        thread = threading.Thread(target=lambda: stats.append(worker.run(stop)))
+        thread.start()
+        try:
+            results = read_messages(kafka_bootstrap, topics.events, 1)
+            # Give a wrongly repeated report time to show up before stopping.
+            extra = read_messages(kafka_bootstrap, topics.events, 2, timeout=3)
+        finally:
+            stop.set()
+            thread.join(timeout=30)
+    assert not thread.is_alive()
+
+    assert len(results) == 1
+    assert len(extra) == 1
+    event = record_to_event(WireDecoder().decode(results[0].value(), None)[1])
+    assert event.event_type == "VERIFICATION_FOUND"
+    assert event.causation == verify.command_id
+    assert event.event_id == f"result:{verify.command_id}"
+    assert event.operation_id == verify.operation_id
+    assert event.evidence is not None
+    assert event.evidence.outcome == "applied"
+    assert event.producer == "worker-payments"
+    [run] = stats
+    assert (run.consumed, run.executed, run.duplicates, run.skipped, run.reported) == (
+        4,
+        2,
+        1,
+        1,
+        1,
+    )
+
+
+def test_the_demo_verifier_is_deterministic_per_operation() -> None:
+    first = _command("c1", "deploy.verify-steps", "verify")
+    again = _command("c2", "deploy.verify-steps", "verify")
+    assert verify_outcome(first) == verify_outcome(again)
+    assert verify_outcome(_command("c3", "x", "verify", demo_outcome="not_found")) == "not_found"
