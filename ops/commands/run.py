@@ -1,0 +1,259 @@
+"""`recoveryctl run [--role controller|relay|all]`: run the runtime against configured
+services.
+
+Services come from `--bootstrap` / `--database-url`, else RECOVERY_KAFKA_BOOTSTRAP /
+RECOVERY_DATABASE_URL, else the running local stack (`recoveryctl stack up`). Before
+anything starts, the ledger schema is checked: pending migrations stop the run (exit 2)
+unless `--migrate` applies them. The roles then run as threads of this process, each
+with its own clients: the controller (`consumer.run_controller`) and `--relays N`
+outbox relay instances. SIGTERM or SIGINT sets one stop event: every role finishes or
+abandons its current batch without loss and the process exits 0. A role that dies
+stops the others and the process exits 1, so a supervisor (compose, systemd,
+Kubernetes) restarts it. Exit 2: no services known, or the schema is not current.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Final, TextIO
+
+from ledger import LedgerError, PostgresLedger, migrate_database
+from ledger.schema_check import pending_migrations
+from ops.errors import StackError
+from ops.settings import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, RUNTIME_ROLES
+from ops.stack import read_state
+from producers.relay import OutboxRelay, RelaySettings
+from producers.topics import TopicNames
+
+__all__ = ["Runtime", "Services", "register", "resolve_services", "run_roles"]
+
+_log = logging.getLogger("recoveryctl.run")
+ROLE_CHOICES: Final = (*RUNTIME_ROLES, "all")
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """Where the runtime's services are."""
+
+    bootstrap: str
+    database_url: str
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `run` subcommand."""
+    parser = subparsers.add_parser(
+        "run",
+        help="run the controller and/or the outbox relay against configured services",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--role", choices=ROLE_CHOICES, default="all", help="default: all")
+    parser.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
+    parser.add_argument("--database-url", metavar="URL", help="ledger database URL")
+    parser.add_argument(
+        "--migrate", action="store_true", help="apply pending ledger migrations first"
+    )
+    parser.add_argument(
+        "--relays", type=int, default=1, metavar="N", help="relay instances (default 1)"
+    )
+    parser.add_argument(
+        "--relay-wake",
+        choices=("notify", "poll"),
+        default="notify",
+        help="how an idle relay learns of new rows (default notify; see docs/relay.md)",
+    )
+    parser.add_argument(
+        "--log-level", default=os.environ.get("RECOVERY_LOG_LEVEL", "INFO"), metavar="LEVEL"
+    )
+    parser.set_defaults(handler=_run)
+
+
+def resolve_services(bootstrap: str | None, database_url: str | None) -> Services | None:
+    """The services named by the flags, else the environment, else the running local
+    stack; None when one of the two is known nowhere."""
+    bootstrap = bootstrap or os.environ.get(ENV_KAFKA_BOOTSTRAP) or None
+    database_url = database_url or os.environ.get(ENV_DATABASE_URL) or None
+    if bootstrap is None or database_url is None:
+        try:
+            state = read_state()
+        except StackError:
+            state = None
+        if state is not None:
+            bootstrap = bootstrap or state.kafka.bootstrap
+            database_url = database_url or state.postgres.url
+    if bootstrap is None or database_url is None:
+        return None
+    return Services(bootstrap, database_url)
+
+
+@dataclass
+class Runtime:
+    """Role threads sharing one stop event; `failures` names the roles that died."""
+
+    stop: threading.Event
+    threads: list[threading.Thread] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def start(self, name: str, target: Callable[[threading.Event], object]) -> None:
+        """Run `target(stop)` in a thread named `name`; if it raises, record the failure
+        and stop every other role (a half-running runtime hides the outage)."""
+
+        def main() -> None:
+            try:
+                target(self.stop)
+            except Exception:
+                _log.exception("role %s failed; stopping the runtime", name)
+                self.failures.append(name)
+                self.stop.set()
+
+        thread = threading.Thread(target=main, name=name, daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for every role to return (after `stop` is set), then release clients."""
+        for thread in self.threads:
+            thread.join(timeout)
+        for close in reversed(self.closers):
+            close()
+        self.closers.clear()
+
+
+def run_roles(
+    roles: Sequence[str],
+    services: Services,
+    stop: threading.Event,
+    *,
+    relays: int = 1,
+    relay_settings: RelaySettings | None = None,
+    topics: TopicNames | None = None,
+) -> Runtime:
+    """Start `roles` (`controller`, `relay`) as threads against `services`; returns the
+    running `Runtime`. Set `stop` and call `join` to end them cleanly."""
+    runtime = Runtime(stop)
+    names = topics or TopicNames.from_env()
+    if "relay" in roles:
+        ledger = PostgresLedger(services.database_url, max_size=max(2, relays + 1))
+        runtime.closers.append(ledger.close)
+        for index in range(relays):
+            relay = OutboxRelay(
+                ledger,
+                services.bootstrap,
+                database_url=services.database_url,
+                topics=names,
+                settings=relay_settings,
+                instance=f"relay-{os.getpid()}-{index}",
+            )
+            runtime.start(relay.instance, relay.run)
+    if "controller" in roles:
+        runtime.start("controller", _controller_target(services))
+    return runtime
+
+
+def _controller_target(services: Services) -> Callable[[threading.Event], object]:
+    # Imported here: the relay role must run even where the controller's dependencies
+    # (the machine catalogue, the lock file) are not deployed.
+    from consumer import ControllerSettings, run_controller  # type: ignore[attr-defined]
+
+    settings = ControllerSettings.from_env(
+        bootstrap=services.bootstrap, database_url=services.database_url
+    )
+
+    def target(stop: threading.Event) -> object:
+        return run_controller(settings, stop)
+
+    return target
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """Set `stop` on SIGTERM and SIGINT while inside (main thread only); the previous
+    handlers come back afterwards."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        _log.info("received %s: stopping after the current batches", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def check_schema(database_url: str, migrate: bool, err: TextIO) -> bool:
+    """Apply (with `migrate`) or check the ledger migrations; False (after saying why
+    on `err`) when the schema is not current or the database is unreachable."""
+    try:
+        if migrate:
+            report = migrate_database(database_url)
+            if report.applied:
+                print(f"recoveryctl run: applied {', '.join(report.applied)}", file=err)
+        pending = pending_migrations(database_url)
+    except LedgerError as exc:
+        print(f"recoveryctl run: {exc}", file=err)
+        return False
+    if pending:
+        print(
+            f"recoveryctl run: the ledger database lacks migrations {', '.join(pending)}; "
+            "run `recoveryctl db migrate` (or pass --migrate)",
+            file=err,
+        )
+        return False
+    return True
+
+
+def _run(args: argparse.Namespace, err: TextIO = sys.stderr) -> int:
+    logging.basicConfig(
+        level=str(args.log_level).upper(),
+        format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
+    )
+    services = resolve_services(args.bootstrap, args.database_url)
+    if services is None:
+        print(
+            f"recoveryctl run: no services known; pass --bootstrap and --database-url, set "
+            f"{ENV_KAFKA_BOOTSTRAP} and {ENV_DATABASE_URL}, or run `recoveryctl stack up`",
+            file=err,
+        )
+        return 2
+    if args.relays < 1:
+        print("recoveryctl run: --relays must be at least 1", file=err)
+        return 2
+    if not check_schema(services.database_url, args.migrate, err):
+        return 2
+    roles = RUNTIME_ROLES if args.role == "all" else (args.role,)
+    stop = threading.Event()
+    with stop_on_signals(stop):
+        try:
+            runtime = run_roles(
+                roles,
+                services,
+                stop,
+                relays=args.relays,
+                relay_settings=RelaySettings(wake=args.relay_wake),
+            )
+        except LedgerError as exc:
+            print(f"recoveryctl run: {exc}", file=err)
+            return 1
+        print(f"recoveryctl run: {', '.join(roles)} running; SIGTERM stops", file=err)
+        # Wake up now and then: signal handlers run only between bytecodes of the main
+        # thread, which a plain wait() without a timeout would never reach.
+        while not stop.wait(0.5):
+            pass
+        runtime.join(timeout=60.0)
+    if runtime.failures:
+        print(f"recoveryctl run: role(s) failed: {', '.join(runtime.failures)}", file=err)
+        return 1
+    print("recoveryctl run: stopped cleanly", file=err)
+    return 0

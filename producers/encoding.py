@@ -1,0 +1,234 @@
+"""How the relay turns an outbox row into a Kafka record: value bytes and headers.
+
+The ledger stores outbox payloads as JSON; each topic has its own wire format:
+
+- `recovery.commands`: a `recovery.CapabilityCommand` Avro single object. The ledger's
+  command payload (`ledger.records._command_rows`) carries the invocation, the machine
+  and the causing event; the operation's lineage comes from the payload when present,
+  otherwise from the ledger's operation row (looked up once per operation per lease).
+- `recovery.evidence`: a `recovery.EvidenceEvent` Avro single object.
+- `recovery.dlq`: a `recovery.DeadLetter` Avro single object. Either the payload is the
+  record already (it has `reason_code`), or it is the ledger's conflict form
+  (`reason`, `code`, `envelope`, `source`).
+- `recovery.audit`: OCSF API Activity JSON (`schemas.ocsf`), readable by a SIEM without
+  our code.
+
+Every record gets `content-type`, `recovery-record-id` (the row's deterministic id),
+`recovery-schema` for Avro, `recovery-command-id` for commands, the row's own headers as
+`recovery-<name>`, and the W3C trace context the row carries (`traceparent`,
+`tracestate`), which the relay continues rather than replaces.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from ledger import OutboxRecord
+from machines.decision import Invocation
+from machines.event import Lineage
+from producers.errors import ProducersError
+from producers.topics import TopicNames
+from schemas import (
+    CAPABILITY_COMMAND,
+    CONTENT_TYPE_JSON,
+    DEAD_LETTER,
+    EVIDENCE_EVENT,
+    HEADER_COMMAND_ID,
+    TRACEPARENT,
+    TRACESTATE,
+    AvroSingleObjectCodec,
+    CapabilityCommand,
+    WireError,
+    audit_to_ocsf,
+)
+
+__all__ = ["EncodedRecord", "LineageLookup", "RecordEncoder", "UnpublishableRow"]
+
+# Row headers that the relay maps to standard Kafka headers instead of copying.
+_RESERVED: Final = frozenset({"record_id", TRACEPARENT, TRACESTATE})
+_CONTROLLER: Final = "recovery-controller"
+
+LineageLookup = Callable[[str], Lineage]
+
+
+class UnpublishableRow(ProducersError):
+    """An outbox row cannot be encoded for its topic; it stays unpublished (and blocks
+    its key, so that later rows are never published ahead of it): fix the writer."""
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedRecord:
+    """One row ready for the producer."""
+
+    record_id: str
+    topic: str
+    key: str
+    value: bytes
+    content_type: str
+    fingerprint: str | None
+    headers: Mapping[str, str]
+    trace_carrier: Mapping[str, str]
+
+
+class RecordEncoder:
+    """Encodes outbox rows for their topics (see the module docstring)."""
+
+    def __init__(
+        self,
+        topics: TopicNames,
+        lineage_of: LineageLookup,
+        codec: AvroSingleObjectCodec | None = None,
+    ) -> None:
+        self._topics = topics
+        self._lineage_of = lineage_of
+        self._codec = codec or AvroSingleObjectCodec()
+
+    def encode(self, row: OutboxRecord) -> EncodedRecord:
+        """The Kafka record for `row`; raises `UnpublishableRow` naming the row when the
+        payload does not fit its topic's schema or the topic is not a recovery topic."""
+        try:
+            value, content_type, fingerprint, extra = self._value(row)
+        except (WireError, KeyError, TypeError, ValueError) as exc:
+            raise UnpublishableRow(
+                f"outbox row {row.record_id} (position {row.position}, key {row.key}, topic "
+                f"{row.topic}): cannot be encoded: {exc}; it stays unpublished and holds back "
+                "its key; fix the row's writer"
+            ) from exc
+        headers = {
+            f"recovery-{name.replace('_', '-')}": str(v)
+            for name, v in row.headers.items()
+            if name not in _RESERVED
+        }
+        headers.update(extra)
+        carrier = {k: str(row.headers[k]) for k in (TRACEPARENT, TRACESTATE) if k in row.headers}
+        return EncodedRecord(
+            row.record_id, row.topic, row.key, value, content_type, fingerprint, headers, carrier
+        )
+
+    def _value(self, row: OutboxRecord) -> tuple[bytes, str, str | None, dict[str, str]]:
+        topics, payload = self._topics, row.payload
+        if row.topic == topics.audit:
+            body = json.dumps(audit_to_ocsf(payload), sort_keys=True, separators=(",", ":"))
+            return body.encode("utf-8"), CONTENT_TYPE_JSON, None, {}
+        if row.topic == topics.commands:
+            command = self._command(payload)
+            extra = {HEADER_COMMAND_ID: command.command_id}
+            return (*self._avro(command.to_record(), CAPABILITY_COMMAND), extra)
+        if row.topic == topics.dlq:
+            return (*self._avro(_dead_letter(row), DEAD_LETTER), {})
+        if row.topic == topics.evidence:
+            return (*self._avro(_evidence(payload), EVIDENCE_EVENT), {})
+        raise ValueError(
+            f"topic {row.topic} is none of the configured recovery topics {', '.join(topics.all())}"
+        )
+
+    def _avro(self, record: Mapping[str, Any], schema: str) -> tuple[bytes, str, str]:
+        value = self._codec.encode(record, schema)
+        return value, self._codec.content_type, self._codec.fingerprint(schema)
+
+    def _command(self, payload: Mapping[str, Any]) -> CapabilityCommand:
+        operation_id = str(payload["operation_id"])
+        raw = payload.get("lineage")
+        lineage = _lineage(raw) if isinstance(raw, Mapping) else self._lineage_of(operation_id)
+        machine = payload["machine"]
+        invocation = Invocation(
+            command_id=str(payload["command_id"]),
+            capability=str(payload["capability"]),
+            kind=str(payload["kind"]),
+            material=bool(payload["material"]),
+            params=dict(payload.get("params") or {}),
+            origin=str(payload["origin"]),
+        )
+        deadline = payload.get("deadline")
+        return CapabilityCommand.from_invocation(
+            invocation,
+            operation_id=operation_id,
+            correlation_id=str(payload["correlation_id"]),
+            causation_event_id=str(payload["caused_by_event"]),
+            machine_name=str(machine["name"]),
+            machine_version=str(machine["version"]),
+            machine_digest=str(machine["digest"]),
+            sequence=int(payload["sequence"]),
+            lineage=lineage,
+            issued_at=_time(payload["decided_at"]),
+            deadline=None if deadline is None else _time(deadline),
+            idempotency_key=payload.get("idempotency_key"),
+        )
+
+
+def _lineage(raw: Mapping[str, Any]) -> Lineage:
+    return Lineage(
+        agent=str(raw["agent"]),
+        task=str(raw["task"]),
+        initiating_principal=str(raw["initiating_principal"]),
+        origin_operation=raw.get("origin_operation"),
+        parent_operation=raw.get("parent_operation"),
+        delegated_credentials=tuple(raw.get("delegated_credentials") or ()),
+    )
+
+
+def _time(value: Any) -> datetime:
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    if moment.tzinfo is None:
+        raise ValueError(f"time {value!r} has no UTC offset")
+    return moment.astimezone(UTC)
+
+
+def _bytes(value: Any) -> bytes | None:
+    # JSON cannot hold bytes: writers store them base64-encoded.
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value
+    return base64.b64decode(str(value), validate=True)
+
+
+def _dead_letter(row: OutboxRecord) -> dict[str, Any]:
+    payload = row.payload
+    if "reason_code" in payload:
+        record = dict(payload)
+        record["original_key"] = _bytes(record.get("original_key"))
+        record["original_value"] = _bytes(record.get("original_value"))
+        record["original_headers"] = [
+            {"key": str(h["key"]), "value": _bytes(h.get("value"))}
+            for h in record.get("original_headers") or ()
+        ]
+        record["dead_lettered_at"] = _time(record["dead_lettered_at"])
+        stamp = record.get("source_timestamp")
+        record["source_timestamp"] = None if stamp is None else _time(stamp)
+        return record
+    # The ledger's conflict form: the refused envelope is the original value, as JSON.
+    envelope = payload.get("envelope") or {}
+    source = payload.get("source") or {}
+    when = envelope.get("event_time") if isinstance(envelope, Mapping) else None
+    return {
+        "reason_code": str(payload["code"]),
+        "reason": str(payload["reason"]),
+        "source_topic": str(source.get("topic", "")),
+        "source_partition": int(source.get("partition", -1)),
+        "source_offset": int(source.get("offset", -1)),
+        "source_timestamp": None,
+        "original_key": row.key.encode("utf-8"),
+        "original_value": json.dumps(envelope, sort_keys=True).encode("utf-8"),
+        "original_headers": [],
+        "event_id": envelope.get("event_id") if isinstance(envelope, Mapping) else None,
+        "operation_id": row.key,
+        # Deterministic (a republished dead letter is byte-identical): the refused
+        # event's own time stands in when the writer recorded none.
+        "dead_lettered_at": _time(payload.get("dead_lettered_at") or when or _EPOCH),
+        "controller": str(payload.get("controller") or _CONTROLLER),
+    }
+
+
+_EPOCH: Final = "1970-01-01T00:00:00+00:00"
+
+
+def _evidence(payload: Mapping[str, Any]) -> dict[str, Any]:
+    record = dict(payload)
+    record["recorded_at"] = _time(record["recorded_at"])
+    return record

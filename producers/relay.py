@@ -1,0 +1,369 @@
+"""The outbox relay: publishes committed outbox rows to Kafka, in order per key.
+
+One pass (`OutboxRelay.relay_once`):
+
+1. lease up to `lease_keys` keys' unpublished rows (`Ledger.lease_outbox`): the lease
+   holds each key's oldest row, so another relay instance skips those keys entirely and
+   several instances never reorder a key;
+2. encode each row for its topic (`producers.encoding`) and hand the records to one
+   idempotent producer (`enable.idempotence`, `acks=all`, at most 5 requests in flight,
+   which librdkafka needs to keep order across its own retries), in lease order;
+3. wait for every delivery report, then mark published, per key, the acknowledged
+   prefix of its rows: a key's row after a failed one is never marked ahead of it;
+4. leave the lease, which commits the marks.
+
+A crash anywhere before 4 leaves the rows unpublished: they are published again, with
+the same `recovery-record-id`, so consumers of the output topics dedupe (at-least-once
+with deterministic ids). `run` loops until its stop event is set, waking on
+LISTEN/NOTIFY (`ledger.outbox_watch`) with a polling fallback, and backs off when the
+broker or the database is down. Run it as its own process with `recoveryctl run --role
+relay` (`python -m ops.cli run --role relay`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind
+
+from ledger import Ledger, LedgerError, OutboxRecord
+from ledger.outbox_watch import OutboxWatch
+from machines.event import Lineage
+from producers.client import EventPublisher
+from producers.encoding import EncodedRecord, RecordEncoder, UnpublishableRow
+from producers.errors import DeliveryFailed, ProducersError
+from producers.relay_metrics import RelayMetrics
+from producers.topics import TopicNames
+
+__all__ = ["OutboxRelay", "PassResult", "RelaySettings", "RelayStats", "lineage_from_ledger"]
+
+_log = logging.getLogger(__name__)
+_tracer = trace.get_tracer(__name__)
+
+# librdkafka keeps per-partition order across retries with idempotence only with at
+# most 5 requests in flight; the client's settings add idempotence and acks=all.
+_ORDERED_PRODUCER: Final[Mapping[str, Any]] = {"max.in.flight.requests.per.connection": 5}
+
+
+@dataclass(frozen=True, slots=True)
+class RelaySettings:
+    """How one relay instance works. `wake` is `notify` (LISTEN/NOTIFY, with
+    `idle_poll` as the fallback poll interval) or `poll` (lease every `idle_poll`)."""
+
+    lease_keys: int = 200
+    wake: str = "notify"
+    idle_poll: float = 1.0
+    delivery_timeout: float = 30.0
+    backoff_initial: float = 0.2
+    backoff_max: float = 10.0
+    backlog_every: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.wake not in ("notify", "poll"):
+            raise ValueError(f"relay wake mode {self.wake!r}: use 'notify' or 'poll'")
+        if self.lease_keys < 1 or self.idle_poll <= 0 or self.delivery_timeout <= 0:
+            raise ValueError("lease_keys, idle_poll and delivery_timeout must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class PassResult:
+    """What one lease did: rows leased, published (acknowledged and marked), failed."""
+
+    leased: int
+    published: int
+    failed: int
+    unpublishable: int
+
+
+@dataclass(slots=True)
+class RelayStats:
+    """Counters of one `run`, returned when it stops."""
+
+    passes: int = 0
+    published: int = 0
+    failed: int = 0
+    unpublishable: int = 0
+    outages: int = 0
+
+
+def lineage_from_ledger(ledger: Ledger) -> Callable[[str], Lineage]:
+    """A lineage lookup for command rows whose payload has none: the operation row's
+    lineage (delegated credentials are not stored there, so they are empty)."""
+
+    def lookup(operation_id: str) -> Lineage:
+        info = ledger.operation(operation_id)
+        return Lineage(
+            agent=info.agent,
+            task=info.task,
+            initiating_principal=info.initiating_principal,
+            origin_operation=info.origin_operation,
+            parent_operation=info.parent_operation,
+        )
+
+    return lookup
+
+
+class OutboxRelay:
+    """One relay instance over one ledger and one producer; `run` in its own thread or
+    process. Several instances may share an outbox."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        bootstrap: str,
+        *,
+        database_url: str | None = None,
+        topics: TopicNames | None = None,
+        settings: RelaySettings | None = None,
+        producer_config: Mapping[str, Any] | None = None,
+        instance: str | None = None,
+    ) -> None:
+        self.settings = settings or RelaySettings()
+        self.instance = instance or f"relay-{uuid.uuid4().hex[:8]}"
+        self._ledger = ledger
+        self._database_url = database_url
+        self._topics = topics or TopicNames.from_env()
+        self._publisher = EventPublisher(
+            bootstrap,
+            topics=self._topics,
+            producer_config={
+                "client.id": self.instance,
+                "delivery.timeout.ms": int(self.settings.delivery_timeout * 1000),
+                **(producer_config or {}),
+                **_ORDERED_PRODUCER,
+            },
+        )
+        self._encoder = RecordEncoder(self._topics, _cached(lineage_from_ledger(ledger)))
+        self._metrics = RelayMetrics(self.instance)
+
+    # -- one pass ---------------------------------------------------------------------
+
+    def relay_once(self) -> PassResult:
+        """Lease, publish, wait for the acknowledgements and mark what was acknowledged.
+        Raises `LedgerError` (database) or `ProducersError` (broker) when the pass could
+        not finish; nothing unacknowledged is ever marked."""
+        with _tracer.start_as_current_span("relay pass", kind=SpanKind.INTERNAL) as span:
+            with self._ledger.lease_outbox(self.settings.lease_keys) as lease:
+                records = lease.records
+                if not records:
+                    return PassResult(0, 0, 0, 0)
+                sent, blocked = self._send_all(records)
+                failed = self._await_delivery()
+                marked = _acknowledged_prefixes(records, sent, failed, blocked)
+                if marked:
+                    lease.mark_published([r.record_id for r in marked])
+            # The lease committed: only now are the rows published as far as anyone knows.
+            self._metrics.published(marked)
+            result = PassResult(len(records), len(marked), len(failed), len(blocked))
+            span.set_attribute("recovery.relay.leased", result.leased)
+            span.set_attribute("recovery.relay.published", result.published)
+            return result
+
+    def _send_all(self, records: Sequence[OutboxRecord]) -> tuple[set[str], set[str]]:
+        """Hand every row to the producer in lease order. A row that cannot be encoded
+        blocks the rest of its key for this pass (and every pass, until it is fixed)."""
+        sent: set[str] = set()
+        blocked_keys: set[str] = set()
+        unpublishable: set[str] = set()
+        for row in records:
+            if row.key in blocked_keys:
+                continue
+            try:
+                encoded = self._encoder.encode(row)
+            except (UnpublishableRow, LedgerError) as exc:
+                _log.error("%s", exc)
+                blocked_keys.add(row.key)
+                unpublishable.add(row.record_id)
+                continue
+            self._send(encoded)
+            sent.add(row.record_id)
+        if unpublishable:
+            self._metrics.unpublishable(len(unpublishable))
+        return sent, unpublishable
+
+    def _send(self, record: EncodedRecord) -> None:
+        # Continue the trace of whoever caused the row (the controller's decision span):
+        # the publish span is its child, and the record's traceparent names this span.
+        parent = propagate.extract(dict(record.trace_carrier)) if record.trace_carrier else None
+        with _tracer.start_as_current_span(
+            f"publish {record.topic}",
+            context=parent,
+            kind=SpanKind.PRODUCER,
+            attributes={
+                "messaging.system": "kafka",
+                "messaging.destination.name": record.topic,
+                "recovery.record_id": record.record_id,
+                "recovery.operation_id": record.key,
+            },
+        ):
+            self._publisher.send(
+                record.topic,
+                key=record.key,
+                value=record.value,
+                record_id=record.record_id,
+                content_type=record.content_type,
+                fingerprint=record.fingerprint,
+                extra_headers=record.headers,
+            )
+
+    def _await_delivery(self) -> set[str]:
+        try:
+            self._publisher.flush(self.settings.delivery_timeout)
+        except DeliveryFailed as exc:
+            for rid, why in exc.failures[:5]:
+                _log.warning("relay %s: record %s not acknowledged: %s", self.instance, rid, why)
+            return {rid for rid, _ in exc.failures}
+        return set()
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> RelayStats:
+        """Relay until `stop` is set, then finish the current pass and return. Passes
+        follow each other without waiting while rows keep coming; when idle the relay
+        waits for a notification (or `idle_poll`). Broker and database outages are
+        logged and retried with exponential backoff; nothing is lost meanwhile."""
+        stats = RelayStats()
+        backoff = self.settings.backoff_initial
+        last_backlog = 0.0
+        waker = _Waker(self.settings, self._database_url, stop, self.instance)
+        try:
+            while not stop.is_set():
+                try:
+                    result = self.relay_once()
+                    if time.monotonic() - last_backlog >= self.settings.backlog_every:
+                        last_backlog = time.monotonic()
+                        self._refresh_backlog(waker)
+                except (LedgerError, ProducersError) as exc:
+                    stats.outages += 1
+                    _log.warning("relay %s: %s; retrying in %.1fs", self.instance, exc, backoff)
+                    stop.wait(backoff)
+                    backoff = min(backoff * 2, self.settings.backoff_max)
+                    continue
+                backoff = self.settings.backoff_initial
+                _count(stats, result)
+                if result.failed:
+                    stop.wait(backoff)  # the broker refused some: do not spin on it
+                elif result.leased < self.settings.lease_keys and not result.unpublishable:
+                    waker.wait(self.settings.idle_poll)
+                elif result.unpublishable and result.published == 0:
+                    waker.wait(self.settings.idle_poll)  # only poison left: no hurry
+        finally:
+            waker.close()
+        try:
+            self._publisher.close(self.settings.delivery_timeout)
+        except DeliveryFailed as exc:  # pragma: no cover - every pass flushed already
+            _log.warning("relay %s: %s", self.instance, exc)
+        return stats
+
+    def _refresh_backlog(self, waker: _Waker) -> None:
+        rows = waker.backlog()
+        if rows is not None:
+            self._metrics.backlog(rows)
+
+
+class _Waker:
+    """How an idle relay waits: on LISTEN/NOTIFY when configured and a database URL is
+    known (reconnected after a loss, polling meanwhile), otherwise an interruptible sleep.
+    Its connection also measures the backlog."""
+
+    def __init__(
+        self, settings: RelaySettings, database_url: str | None, stop: threading.Event, name: str
+    ) -> None:
+        self._settings = settings
+        self._url = database_url if settings.wake == "notify" else None
+        self._stop = stop
+        self._name = name
+        self._watch: OutboxWatch | None = None
+        self._connect()
+
+    def _connect(self) -> None:
+        if self._watch is None and self._url is not None:
+            try:
+                self._watch = OutboxWatch(self._url)
+            except LedgerError as exc:
+                _log.warning("relay %s: %s", self._name, exc)
+
+    def _lost(self, exc: LedgerError) -> None:
+        _log.warning("relay %s: %s", self._name, exc)
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+
+    def wait(self, timeout: float) -> None:
+        """Return at the next notification, after `timeout`, or when stopping."""
+        self._connect()
+        if self._watch is None:
+            self._stop.wait(timeout)
+            return
+        # Short slices so that a stop request is seen within a quarter second.
+        deadline = time.monotonic() + timeout
+        while not self._stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            try:
+                if self._watch.wait(min(left, 0.25)):
+                    return
+            except LedgerError as exc:
+                self._lost(exc)
+                self._stop.wait(min(left, self._settings.backoff_initial))
+                return
+
+    def backlog(self) -> int | None:
+        """Unpublished rows now, or None when not measurable (no watch connection)."""
+        if self._watch is None:
+            return None
+        try:
+            return self._watch.backlog()
+        except LedgerError as exc:
+            self._lost(exc)
+            return None
+
+    def close(self) -> None:
+        """Close the watch connection."""
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+
+
+def _acknowledged_prefixes(
+    records: Sequence[OutboxRecord], sent: set[str], failed: set[str], blocked: set[str]
+) -> list[OutboxRecord]:
+    """Per key, the rows before its first unsent, unacknowledged or blocked row: marking
+    a later row of a key without an earlier one would let the earlier one be published
+    after it on the next pass."""
+    stopped: set[str] = set()
+    marked: list[OutboxRecord] = []
+    for row in records:
+        if row.key in stopped:
+            continue
+        if row.record_id in failed or row.record_id in blocked or row.record_id not in sent:
+            stopped.add(row.key)
+            continue
+        marked.append(row)
+    return marked
+
+
+def _count(stats: RelayStats, result: PassResult) -> None:
+    stats.passes += 1
+    stats.published += result.published
+    stats.failed += result.failed
+    stats.unpublishable += result.unpublishable
+
+
+def _cached(lookup: Callable[[str], Lineage]) -> Callable[[str], Lineage]:
+    # An operation's lineage never changes, so a bounded cache saves a query per command.
+    cache: dict[str, Lineage] = {}
+
+    def cached(operation_id: str) -> Lineage:
+        if operation_id not in cache:
+            if len(cache) >= 10_000:
+                cache.clear()
+            cache[operation_id] = lookup(operation_id)
+        return cache[operation_id]
+
+    return cached

@@ -1,0 +1,82 @@
+"""The relay's OpenTelemetry metrics: records published, rows it cannot encode, and the
+outbox backlog.
+
+Instruments come from the global meter provider: without an SDK configured they are
+no-ops (the API's default), and `recoveryctl run` installs the configured exporter
+(OTLP, console or none). Names follow the OpenTelemetry convention of dotted,
+lower-case names with a unit.
+
+- `recovery.relay.published` (counter, `{record}`): records acknowledged by the broker
+  and marked published, by `topic`;
+- `recovery.relay.unpublishable` (counter, `{row}`): rows that could not be encoded
+  (each one holds back its key until fixed: alert on any);
+- `recovery.outbox.backlog` (gauge, `{row}`): unpublished outbox rows, all relays
+  together, sampled every few seconds by each relay.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterable
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from ledger import OutboxRecord
+
+__all__ = ["RelayMetrics"]
+
+_meter = metrics.get_meter("producers.relay")
+
+
+class RelayMetrics:
+    """The instruments of one relay instance (its id is the `relay` attribute)."""
+
+    def __init__(self, instance: str) -> None:
+        self._attributes = {"relay": instance}
+        self._published = _meter.create_counter(
+            "recovery.relay.published",
+            unit="{record}",
+            description="Outbox records acknowledged by the broker and marked published",
+        )
+        self._unpublishable = _meter.create_counter(
+            "recovery.relay.unpublishable",
+            unit="{row}",
+            description="Outbox rows that could not be encoded for their topic",
+        )
+        self._lock = threading.Lock()
+        self._backlog: int | None = None
+        _meter.create_observable_gauge(
+            "recovery.outbox.backlog",
+            callbacks=[self._observe_backlog],
+            unit="{row}",
+            description="Unpublished outbox rows (all relays together)",
+        )
+        self.published_total = 0
+
+    def published(self, rows: Iterable[OutboxRecord]) -> None:
+        """Count rows marked published, per topic."""
+        per_topic = Counter(row.topic for row in rows)
+        for topic, count in per_topic.items():
+            self._published.add(count, {**self._attributes, "topic": topic})
+            self.published_total += count
+
+    def unpublishable(self, count: int) -> None:
+        """Count rows that could not be encoded in a pass."""
+        self._unpublishable.add(count, self._attributes)
+
+    def backlog(self, rows: int) -> None:
+        """Record the latest backlog measurement (reported at the next collection)."""
+        with self._lock:
+            self._backlog = rows
+
+    @property
+    def last_backlog(self) -> int | None:
+        """The latest backlog measurement, None before the first."""
+        with self._lock:
+            return self._backlog
+
+    def _observe_backlog(self, _options: CallbackOptions) -> Iterable[Observation]:
+        value = self.last_backlog
+        return [] if value is None else [Observation(value, self._attributes)]
