@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ledger.audit import AuditRecord, ChainBreak, ChainHead, verify_chain
 from ledger.codec import view_from_json, view_to_json
+from ledger.deadletters import DeadLetter, intake_chain_id
 from ledger.errors import (
     AuditChainError,
     EventIdReused,
@@ -38,6 +39,7 @@ __all__ = [
     "ChainBreak",
     "ChainHead",
     "CommitResult",
+    "DeadLetter",
     "Entry",
     "EventIdReused",
     "FencedError",
@@ -60,6 +62,7 @@ __all__ = [
     "UnknownOperation",
     "VersionConflict",
     "available_migrations",
+    "intake_chain_id",
     "migrate",
     "migrate_database",
     "plan_batch",

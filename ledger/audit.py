@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.jsonutil import dumps
@@ -47,6 +47,21 @@ class AuditRecord:
     prev_hash: str
     hash: str
     record: Mapping[str, Any]
+    # The canonical JSON of `record` when the chain was built, kept so that storing and
+    # publishing the record does not encode it again.
+    record_json: str = field(default="", compare=False, repr=False)
+
+    def body_json(self) -> str:
+        """The canonical JSON text of `record`."""
+        return self.record_json or dumps(self.record)
+
+    def published_json(self) -> str:
+        """`to_dict()` as canonical JSON text, without encoding the body twice."""
+        return (
+            f'{{"hash":{dumps(self.hash)},"kind":{dumps(self.kind)},'
+            f'"operation_id":{dumps(self.operation_id)},"prev_hash":{dumps(self.prev_hash)},'
+            f'"record":{self.body_json()},"sequence":{self.sequence}}}'
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The record as published on the audit topic: body plus its chain links."""
@@ -94,31 +109,31 @@ def genesis_head(operation_id: str) -> ChainHead:
 
 
 def record_hash(
-    operation_id: str, sequence: int, kind: str, prev_hash: str, record: Mapping[str, Any]
+    operation_id: str, sequence: int, kind: str, prev_hash: str, record_json: str
 ) -> str:
-    """The hash of one record: over its operation, sequence, kind, link and body."""
-    return _sha256(
-        {
-            "operation_id": operation_id,
-            "sequence": sequence,
-            "kind": kind,
-            "prev_hash": prev_hash,
-            "record": record,
-        }
+    """The hash of one record: SHA-256 over the canonical JSON object of its kind,
+    operation, link, body (`record_json`, the canonical JSON of the body) and sequence."""
+    text = (
+        f'{{"kind":{dumps(kind)},"operation_id":{dumps(operation_id)},'
+        f'"prev_hash":{dumps(prev_hash)},"record":{record_json},"sequence":{sequence}}}'
     )
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def chain_records(
-    operation_id: str, head: ChainHead, bodies: Iterable[tuple[str, Mapping[str, Any]]]
+    operation_id: str,
+    head: ChainHead,
+    bodies: Iterable[tuple[str, Mapping[str, Any], str]],
 ) -> list[AuditRecord]:
-    """Chain `(kind, body)` pairs onto `head`, in order. Pure: the caller persists the
+    """Chain `(kind, body, body_json)` triples onto `head`, in order (`body_json` is
+    `dumps(body)`, passed in so it is encoded once). Pure: the caller persists the
     records and the new head in the same transaction that read `head` under lock."""
     out: list[AuditRecord] = []
     sequence, prev = head.sequence, head.hash
-    for kind, body in bodies:
+    for kind, body, body_json in bodies:
         sequence += 1
-        digest = record_hash(operation_id, sequence, kind, prev, body)
-        out.append(AuditRecord(operation_id, sequence, kind, prev, digest, body))
+        digest = record_hash(operation_id, sequence, kind, prev, body_json)
+        out.append(AuditRecord(operation_id, sequence, kind, prev, digest, body, body_json))
         prev = digest
     return out
 
@@ -142,7 +157,7 @@ def verify_chain(
             )
         if rec.prev_hash != prev:
             return ChainBreak(operation_id, rec.sequence, "has a broken link", prev, rec.prev_hash)
-        digest = record_hash(operation_id, rec.sequence, rec.kind, rec.prev_hash, rec.record)
+        digest = record_hash(operation_id, rec.sequence, rec.kind, rec.prev_hash, dumps(rec.record))
         if digest != rec.hash:
             return ChainBreak(operation_id, rec.sequence, "was altered", digest, rec.hash)
         prev = rec.hash

@@ -12,6 +12,8 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+from ledger.jsonutil import dumps
+from machines.event import Event
 from machines.view import (
     Approval,
     Checkpoint,
@@ -21,7 +23,7 @@ from machines.view import (
     Verification,
 )
 
-__all__ = ["view_from_json", "view_to_json"]
+__all__ = ["envelope_json", "facts_to_json", "view_from_json", "view_to_json"]
 
 
 def _time(value: datetime | None) -> str | None:
@@ -154,4 +156,53 @@ def view_from_json(data: dict[str, Any]) -> OperationView:
         ),
         entry_approval=data["entry_approval"],
         seen_events=MappingProxyType(dict(data["seen_events"])),
+    )
+
+
+def envelope_json(event: Event) -> str:
+    """The canonical JSON of `event.to_dict()` (the full envelope, SPEC §6.2), written
+    field by field for the common shapes because `to_dict`'s generic walk dominated the
+    cost of a batch; rarer shapes (human decisions, classifier output, checkpoints) go
+    through `to_dict`. A unit test holds both paths to the same result."""
+    evidence = event.evidence
+    if (
+        event.human_decision is not None
+        or event.classifier is not None
+        or (evidence is not None and evidence.checkpoint is not None)
+    ):
+        return dumps(event.to_dict())
+    lineage = event.lineage
+    return dumps(
+        {
+            "event_type": event.event_type,
+            "event_id": event.event_id,
+            "operation_id": event.operation_id,
+            "correlation_id": event.correlation_id,
+            "machine_name": event.machine_name,
+            "machine_version": event.machine_version,
+            "event_time": event.event_time.isoformat(),
+            "evidence_ref": event.evidence_ref,
+            "producer": event.producer,
+            "lineage": {
+                "agent": lineage.agent,
+                "task": lineage.task,
+                "initiating_principal": lineage.initiating_principal,
+                "origin_operation": lineage.origin_operation,
+                "parent_operation": lineage.parent_operation,
+                "delegated_credentials": list(lineage.delegated_credentials),
+            },
+            "evidence": None
+            if evidence is None
+            else {
+                "outcome": evidence.outcome,
+                "verifier": evidence.verifier,
+                "reference": evidence.reference,
+                "checkpoint": None,
+                "ancestor_operation": evidence.ancestor_operation,
+            },
+            "human_decision": None,
+            "classifier": None,
+            "causation": event.causation,
+            "payload_digest": event.payload_digest,
+        }
     )

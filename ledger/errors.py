@@ -49,9 +49,19 @@ class EventIdReused(LedgerError):
     """An event id the batch treats as new is already stored for another operation:
     dead-letter that event as a conflicting reuse and commit the batch without it."""
 
+    def __init__(self, message: str | None = None, *, event_id: str | None = None) -> None:
+        super().__init__(message)
+        # Which event to dead-letter; None when the database reported the clash without
+        # naming it (a concurrent writer): decide the batch again and it will be named.
+        self.event_id = event_id
+
 
 class NonceReused(LedgerError):
     """An approval nonce is already stored: a replayed human decision; dead-letter it."""
+
+    def __init__(self, message: str | None = None, *, nonce: str | None = None) -> None:
+        super().__init__(message)
+        self.nonce = nonce  # the replayed nonce, when known
 
 
 class UnknownOperation(LedgerError):

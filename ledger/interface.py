@@ -59,6 +59,7 @@ class CommitResult:
     approvals: int
     audit_records: int
     outbox_rows: int
+    dead_letters: int = 0
 
     @property
     def rows(self) -> int:

@@ -26,8 +26,13 @@ def _default(value: Any) -> Any:
     raise TypeError(f"cannot store {type(value).__name__} in the ledger as JSON")
 
 
+# One encoder for the process: building a JSONEncoder per call cost more than encoding
+# the small values most rows hold.
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default
+)
+
+
 def dumps(value: Any) -> str:
     """Canonical JSON text of `value` (see the module docstring)."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_default
-    )
+    return _ENCODER.encode(value)

@@ -8,6 +8,7 @@ serialises writers, which is the strongest form of the row locks PostgreSQL take
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_head
+from ledger.deadletters import plan_dead_letters
 from ledger.errors import (
     EventIdReused,
     FencedError,
@@ -33,10 +35,21 @@ from ledger.interface import (
     OutboxRecord,
     PartitionClaim,
 )
-from ledger.records import Batch, BatchPlan, OutboxRow, audit_bodies, finish_outbox, plan_batch
+from ledger.jsonutil import dumps
+from ledger.records import (
+    Batch,
+    BatchPlan,
+    OutboxRow,
+    Topics,
+    audit_bodies,
+    finish_outbox,
+    plan_batch,
+)
 from machines.view import OperationView
 
 __all__ = ["MemoryLedger"]
+
+_TOPICS = Topics()
 
 
 @dataclass(slots=True)
@@ -65,6 +78,7 @@ class _State:
     offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
     epochs: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)
     leased_keys: set[str] = field(default_factory=set)
+    chains: dict[str, ChainHead] = field(default_factory=dict)  # intake chain heads
 
 
 class _MemoryLease(OutboxLease):
@@ -139,13 +153,17 @@ class MemoryLedger(Ledger):
         for event in plan.events:
             stored = self._s.events.get(event.event_id)
             if stored is not None:
-                raise EventIdReused(reuse_message(event.event_id, event.operation_id, stored[0]))
+                raise EventIdReused(
+                    reuse_message(event.event_id, event.operation_id, stored[0]),
+                    event_id=event.event_id,
+                )
         nonces = [a.nonce for a in plan.approvals]
         for approval in plan.approvals:
             if approval.nonce in self._s.nonces or nonces.count(approval.nonce) > 1:
                 raise NonceReused(
                     f"approval nonce {approval.nonce} of event {approval.event_id} (operation "
-                    f"{approval.operation_id}) is already stored: dead-letter the replay"
+                    f"{approval.operation_id}) is already stored: dead-letter the replay",
+                    nonce=approval.nonce,
                 )
 
     def _write(self, batch: Batch, plan: BatchPlan) -> CommitResult:
@@ -181,6 +199,7 @@ class MemoryLedger(Ledger):
         outbox = finish_outbox(plan, chained)
         for out in outbox:
             s.outbox.append(_Outbox(len(s.outbox) + 1, out))
+        letters = self._write_dead_letters(batch)
         for pos in batch.positions:
             s.offsets[(batch.group, pos.topic, pos.partition)] = pos.next_offset
         return CommitResult(
@@ -188,9 +207,28 @@ class MemoryLedger(Ledger):
             decisions=len(plan.decisions),
             evidence=len(plan.evidence),
             approvals=len(plan.approvals),
-            audit_records=sum(len(r) for r in chained.values()),
-            outbox_rows=len(outbox),
+            audit_records=sum(len(r) for r in chained.values()) + letters[0],
+            outbox_rows=len(outbox) + letters[1],
+            dead_letters=len(batch.dead_letters),
         )
+
+    def _write_dead_letters(self, batch: Batch) -> tuple[int, int]:
+        """The same rows `ledger.deadletters.write_dead_letters` writes on PostgreSQL."""
+        s = self._s
+        heads = {
+            d.chain_id: s.chains.get(d.chain_id, genesis_head(d.chain_id))
+            for d in batch.dead_letters
+        }
+        chained, rows = plan_dead_letters(
+            batch.dead_letters, heads, _TOPICS.audit, _TOPICS.dead_letters
+        )
+        for chain, records in chained.items():
+            s.audit.setdefault(chain, []).extend(records)
+            s.chains[chain] = ChainHead(records[-1].sequence, records[-1].hash)
+        for row in rows:
+            out = OutboxRow(row.record_id, row.topic, row.key, row.headers, dumps(row.payload))
+            s.outbox.append(_Outbox(len(s.outbox) + 1, out))
+        return sum(len(r) for r in chained.values()), len(rows)
 
     def _depth(self, parent: str | None) -> int:
         if parent is None:
@@ -257,7 +295,7 @@ class MemoryLedger(Ledger):
                     i.row.topic,
                     i.row.key,
                     dict(i.row.headers),
-                    dict(i.row.payload),
+                    json.loads(i.row.payload_json),
                 )
                 for i in self._s.outbox
                 if not i.published and i.row.key in keys
@@ -283,7 +321,8 @@ class MemoryLedger(Ledger):
         with self._lock:
             stored = self._s.operations.get(operation_id)
             records = tuple(sorted(self._s.audit.get(operation_id, ()), key=lambda r: r.sequence))
-        return records, None if stored is None else stored.head
+            head = stored.head if stored is not None else self._s.chains.get(operation_id)
+        return records, head
 
     def tamper_audit(self, operation_id: str, sequence: int, record: Mapping[str, Any]) -> None:
         """Test hook: overwrite a stored audit record's body, as an attacker with write

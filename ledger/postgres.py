@@ -19,6 +19,7 @@ offsets. Nothing is ever half-applied.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -31,6 +32,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_hash
 from ledger.codec import facts_to_json, view_from_json, view_to_json
+from ledger.deadletters import write_dead_letters
 from ledger.errors import (
     EventIdReused,
     FencedError,
@@ -60,6 +62,7 @@ from ledger.records import (
     EventRow,
     OperationRow,
     OutboxRow,
+    Topics,
     audit_bodies,
     finish_outbox,
     plan_batch,
@@ -67,6 +70,8 @@ from ledger.records import (
 from machines.view import OperationView
 
 __all__ = ["PostgresLedger"]
+
+_TOPICS = Topics()
 
 T = TypeVar("T")
 Conn = psycopg.Connection[TupleRow]
@@ -214,6 +219,11 @@ class PostgresLedger(Ledger):
             outbox = finish_outbox(plan, chained)
             _copy_rows(cur, plan, chained, outbox)
             _update_operations(cur, plan, heads, chained)
+            # Dead letters after the batch's own rows: their intake chains are locked
+            # after the operations, always in this order, so writers never deadlock.
+            letters = write_dead_letters(
+                cur, batch.dead_letters, _TOPICS.audit, _TOPICS.dead_letters
+            )
             if batch.positions:
                 cur.execute(
                     QUERIES["store_offsets"],
@@ -229,8 +239,9 @@ class PostgresLedger(Ledger):
             decisions=len(plan.decisions),
             evidence=len(plan.evidence),
             approvals=len(plan.approvals),
-            audit_records=sum(len(r) for r in chained.values()),
-            outbox_rows=len(outbox),
+            audit_records=sum(len(r) for r in chained.values()) + letters[0],
+            outbox_rows=len(outbox) + letters[1],
+            dead_letters=len(batch.dead_letters),
         )
 
     # -- reads ----------------------------------------------------------------------------
@@ -279,7 +290,7 @@ class PostgresLedger(Ledger):
                     if keys
                     else []
                 )
-                lease = _PgLease(tuple(OutboxRecord(*row) for row in rows))
+                lease = _PgLease(tuple(_outbox_record(row) for row in rows))
                 yield lease
                 if lease.published:
                     conn.execute(QUERIES["mark_published"], {"ids": lease.published, "keys": keys})
@@ -317,6 +328,11 @@ class PostgresLedger(Ledger):
         self._pool.close()
 
 
+def _outbox_record(row: TupleRow) -> OutboxRecord:
+    position, record_id, topic, key, headers, payload = row
+    return OutboxRecord(position, record_id, topic, key, headers, json.loads(bytes(payload)))
+
+
 def _translate(what: str, exc: psycopg.Error) -> LedgerError:
     """The ledger error for a driver error that is not a lost connection."""
     if isinstance(exc, pg_errors.UniqueViolation):
@@ -352,7 +368,7 @@ def _check_fences(cur: psycopg.Cursor[TupleRow], batch: Batch) -> None:
             )
 
 
-def _insert_params(row: OperationRow) -> dict[str, Any]:
+def _insert_record(row: OperationRow) -> dict[str, Any]:
     view = row.view
     return {
         "operation_id": row.operation_id,
@@ -362,7 +378,7 @@ def _insert_params(row: OperationRow) -> dict[str, Any]:
         "machine_digest": view.machine_digest,
         "policy_digest": view.policy_digest,
         "state": view.state,
-        "facts": dumps(facts_to_json(view.facts)),
+        "facts": facts_to_json(view.facts),
         "budget_limit": view.budget_limit,
         "deadline": view.deadline,
         "initiating_principal": row.initiating_principal,
@@ -371,7 +387,7 @@ def _insert_params(row: OperationRow) -> dict[str, Any]:
         "task": row.task,
         "origin_operation": row.origin_operation,
         "parent_operation": row.parent_operation,
-        "view": dumps(view_to_json(view)),
+        "view": view_to_json(view),
         "audit_head": genesis_hash(row.operation_id),
     }
 
@@ -381,7 +397,9 @@ def _lock_operations(cur: psycopg.Cursor[TupleRow], plan: BatchPlan) -> dict[str
     versions; return each operation's audit chain head."""
     opening = sorted((r for r in plan.operations if r.opens), key=lambda r: r.operation_id)
     if opening:
-        cur.executemany(QUERIES["insert_operation"], [_insert_params(r) for r in opening])
+        cur.execute(
+            QUERIES["insert_operations"], {"rows": dumps([_insert_record(r) for r in opening])}
+        )
     ids = list(plan.operation_ids)
     rows = cur.execute(QUERIES["lock_operations"], {"ids": ids}).fetchall()
     stored = {str(op): (int(v), ChainHead(int(s), str(h))) for op, v, s, h in rows}
@@ -400,7 +418,7 @@ def _check_ids(cur: psycopg.Cursor[TupleRow], plan: BatchPlan) -> None:
         if rows:
             event_id, stored_op = str(rows[0][0]), str(rows[0][1])
             mine = next(e.operation_id for e in plan.events if e.event_id == event_id)
-            raise EventIdReused(reuse_message(event_id, mine, stored_op))
+            raise EventIdReused(reuse_message(event_id, mine, stored_op), event_id=event_id)
     if plan.approvals:
         nonces = [a.nonce for a in plan.approvals]
         rows = cur.execute(QUERIES["existing_nonces"], {"nonces": nonces}).fetchall()
@@ -408,7 +426,8 @@ def _check_ids(cur: psycopg.Cursor[TupleRow], plan: BatchPlan) -> None:
             nonce = str(rows[0][0]) if rows else next(n for n in nonces if nonces.count(n) > 1)
             raise NonceReused(
                 f"approval nonce {nonce} is already stored: the human decision is a replay; "
-                "dead-letter it and commit the batch without it"
+                "dead-letter it and commit the batch without it",
+                nonce=nonce,
             )
 
 
@@ -433,7 +452,7 @@ def _copy_rows(
                     d.state_before,
                     d.state_after,
                     d.decided_at,
-                    dumps(d.decision),
+                    d.decision_json,
                 )
                 for d in plan.decisions
             ],
@@ -474,13 +493,16 @@ def _copy_rows(
         (
             "copy_audit_records",
             [
-                (r.operation_id, r.sequence, r.kind, r.prev_hash, r.hash, dumps(r.record))
+                (r.operation_id, r.sequence, r.kind, r.prev_hash, r.hash, r.body_json())
                 for r in records
             ],
         ),
         (
             "copy_outbox",
-            [(o.record_id, o.topic, o.key, dumps(o.headers), dumps(o.payload)) for o in outbox],
+            [
+                (o.record_id, o.topic, o.key, dumps(o.headers), o.payload_json.encode("utf-8"))
+                for o in outbox
+            ],
         ),
     ]
     for query, rows in tables:
@@ -497,7 +519,7 @@ def _event_tuple(e: EventRow) -> tuple[Any, ...]:
         e.payload_digest,
         e.operation_id,
         e.event_type,
-        dumps(e.envelope),
+        e.envelope_json,
         None if src is None else src.topic,
         None if src is None else src.partition,
         None if src is None else src.offset,
@@ -516,18 +538,18 @@ def _update_operations(
         records = chained.get(row.operation_id)
         head = heads[row.operation_id]
         new_heads.append(ChainHead(records[-1].sequence, records[-1].hash) if records else head)
-    views = [r.view for r in rows]
-    cur.execute(
-        QUERIES["update_operations"],
+    updates = [
         {
-            "ids": [r.operation_id for r in rows],
-            "states": [v.state for v in views],
-            "versions": [v.version for v in views],
-            "views": [dumps(view_to_json(v)) for v in views],
-            "retry_attempts": [v.retry_attempts for v in views],
-            "recovery_attempts": [v.recovery_attempts for v in views],
-            "budget_spent": [v.budget_spent for v in views],
-            "audit_sequences": [h.sequence for h in new_heads],
-            "audit_heads": [h.hash for h in new_heads],
-        },
-    )
+            "operation_id": r.operation_id,
+            "state": r.view.state,
+            "version": r.view.version,
+            "view": view_to_json(r.view),
+            "retry_attempts": r.view.retry_attempts,
+            "recovery_attempts": r.view.recovery_attempts,
+            "budget_spent": r.view.budget_spent,
+            "audit_sequence": h.sequence,
+            "audit_head": h.hash,
+        }
+        for r, h in zip(rows, new_heads, strict=True)
+    ]
+    cur.execute(QUERIES["update_operations"], {"rows": dumps(updates)})

@@ -17,7 +17,9 @@ from datetime import datetime
 from typing import Any
 
 from ledger.audit import AuditRecord
-from ledger.codec import facts_to_json
+from ledger.codec import envelope_json, facts_to_json
+from ledger.deadletters import DeadLetter
+from ledger.jsonutil import dumps
 from machines.decision import Decision, Outcome, apply
 from machines.event import Event
 from machines.view import OperationView
@@ -73,24 +75,30 @@ class Position:
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One decided event of the batch."""
+    """One decided event of the batch. `trace` holds the W3C trace context headers
+    (`traceparent`, `tracestate`) of the decision's span; the commands it causes carry
+    them, so a trace runs from the producing tool through the controller to the worker."""
 
     event: Event
     decision: Decision
     source: Source | None = None
+    trace: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class Batch:
     """Everything one consumed batch caused. `views` are the views the decisions were
     made on (keyed by operation id; their `version` is the optimistic check); `entries`
-    are in consumption order; `runtime` names the agent runtime when the caller knows it."""
+    are in consumption order; `runtime` names the agent runtime when the caller knows it;
+    `dead_letters` are the records the consumer refused (`ledger.deadletters`), written in
+    the same transaction, so a stored offset never skips a refusal left unrecorded."""
 
     group: str
     positions: tuple[Position, ...]
     views: Mapping[str, OperationView]
     entries: tuple[Entry, ...] = ()
     runtime: str | None = None
+    dead_letters: tuple[DeadLetter, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +132,7 @@ class EventRow:
     payload_digest: str
     operation_id: str
     event_type: str
-    envelope: Mapping[str, Any]
+    envelope_json: str
     source: Source | None
 
 
@@ -140,6 +148,7 @@ class DecisionRow:
     state_after: str
     decided_at: datetime
     decision: Mapping[str, Any]
+    decision_json: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +188,7 @@ class AuditItem:
     operation_id: str
     kind: str
     body: Mapping[str, Any]
+    body_json: str
     dead_letter: Mapping[str, Any] | None = None
 
 
@@ -190,7 +200,7 @@ class OutboxRow:
     topic: str
     key: str
     headers: Mapping[str, str]
-    payload: Mapping[str, Any]
+    payload_json: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,13 +249,14 @@ def plan_batch(batch: Batch, topics: Topics = Topics()) -> BatchPlan:
             continue
         views[op] = apply(views[op], decision)
         events.append(_event_row(entry))
-        decisions.append(_decision_row(decision))
         evidence.extend(_evidence_rows(event, decision))
         approval = _approval_row(event, decision)
         if approval is not None:
             approvals.append(approval)
-        audit.append(AuditItem(op, "decision", decision.to_dict()))
-        commands.extend(_command_rows(decision, topics))
+        row = _decision_row(decision)
+        decisions.append(row)
+        audit.append(AuditItem(op, "decision", row.decision, row.decision_json))
+        commands.extend(_command_rows(decision, topics, entry.trace))
     operations = tuple(
         _operation_row(batch.views[op], views[op], firsts[op], batch.runtime) for op in firsts
     )
@@ -315,7 +326,7 @@ def _opened(view: OperationView, event: Event, runtime: str | None) -> AuditItem
         "deadline": None if view.deadline is None else view.deadline.isoformat(),
         "opened_by_event": event.event_id,
     }
-    return AuditItem(view.operation_id, "operation-opened", body)
+    return AuditItem(view.operation_id, "operation-opened", body, dumps(body))
 
 
 def _conflict(view: OperationView, entry: Entry) -> AuditItem:
@@ -339,7 +350,7 @@ def _conflict(view: OperationView, entry: Entry) -> AuditItem:
         "envelope": event.to_dict(),
         "source": None if entry.source is None else _source_json(entry.source),
     }
-    return AuditItem(view.operation_id, "event-conflict", body, dead_letter)
+    return AuditItem(view.operation_id, "event-conflict", body, dumps(body), dead_letter)
 
 
 def _source_json(source: Source) -> dict[str, Any]:
@@ -353,12 +364,13 @@ def _event_row(entry: Entry) -> EventRow:
         payload_digest=event.payload_digest,
         operation_id=event.operation_id,
         event_type=event.event_type,
-        envelope=event.to_dict(),
+        envelope_json=envelope_json(event),
         source=entry.source,
     )
 
 
 def _decision_row(decision: Decision) -> DecisionRow:
+    record = decision.to_dict()
     return DecisionRow(
         operation_id=decision.operation_id,
         sequence=decision.sequence,
@@ -367,7 +379,8 @@ def _decision_row(decision: Decision) -> DecisionRow:
         state_before=decision.state_before,
         state_after=decision.state_after,
         decided_at=decision.decided_at,
-        decision=decision.to_dict(),
+        decision=record,
+        decision_json=dumps(record),
     )
 
 
@@ -438,7 +451,7 @@ def _approval_row(event: Event, decision: Decision) -> ApprovalRow | None:
     )
 
 
-def _command_rows(decision: Decision, topics: Topics) -> list[OutboxRow]:
+def _command_rows(decision: Decision, topics: Topics, trace: Mapping[str, str]) -> list[OutboxRow]:
     rows: list[OutboxRow] = []
     for invocation in decision.invocations:
         payload = {
@@ -455,13 +468,18 @@ def _command_rows(decision: Decision, topics: Topics) -> list[OutboxRow]:
             "decided_at": decision.decided_at.isoformat(),
         }
         headers = {
+            **trace,
             "record_id": invocation.command_id,
             "operation_id": decision.operation_id,
             "capability": invocation.capability,
         }
         rows.append(
             OutboxRow(
-                invocation.command_id, topics.commands, decision.operation_id, headers, payload
+                invocation.command_id,
+                topics.commands,
+                decision.operation_id,
+                headers,
+                dumps(payload),
             )
         )
     return rows
@@ -485,7 +503,7 @@ def finish_outbox(
                 topics.audit,
                 op,
                 {"record_id": f"audit:{op}:{seq}", "operation_id": op, "kind": record.kind},
-                record.to_dict(),
+                record.published_json(),
             )
         )
         if item.dead_letter is not None:
@@ -499,15 +517,15 @@ def finish_outbox(
                         "operation_id": op,
                         "reason": "event-id-conflict",
                     },
-                    item.dead_letter,
+                    dumps(item.dead_letter),
                 )
             )
     return rows
 
 
-def audit_bodies(plan: BatchPlan) -> dict[str, list[tuple[str, Mapping[str, Any]]]]:
+def audit_bodies(plan: BatchPlan) -> dict[str, list[tuple[str, Mapping[str, Any], str]]]:
     """The plan's audit items grouped per operation, in order, ready for chaining."""
-    out: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+    out: dict[str, list[tuple[str, Mapping[str, Any], str]]] = {}
     for item in plan.audit:
-        out.setdefault(item.operation_id, []).append((item.kind, item.body))
+        out.setdefault(item.operation_id, []).append((item.kind, item.body, item.body_json))
     return out

@@ -49,26 +49,31 @@ FOR SHARE OF o;
 -- name: load_views
 SELECT operation_id, view FROM operations WHERE operation_id = ANY(%(ids)s);
 
--- name: insert_operation
--- A new operation, at version 0, before the lock; a concurrent opener's row wins and the
--- version check then refuses the loser.
+-- name: insert_operations
+-- The operations a batch opens, at version 0, before the lock, from one JSON array
+-- (one parameter, parsed by the server: no per-row round trip). A concurrent opener's
+-- row wins (ON CONFLICT DO NOTHING) and the version check then refuses the loser.
 INSERT INTO operations (
     operation_id, correlation_id, machine_name, machine_version, machine_digest,
     policy_digest, state, version, facts, budget_limit, deadline, initiating_principal,
     agent, runtime, task, origin_operation, parent_operation, depth, view,
     audit_sequence, audit_head
 )
-VALUES (
-    %(operation_id)s, %(correlation_id)s, %(machine_name)s, %(machine_version)s,
-    %(machine_digest)s, %(policy_digest)s, %(state)s, 0, %(facts)s, %(budget_limit)s,
-    %(deadline)s, %(initiating_principal)s, %(agent)s, %(runtime)s, %(task)s,
-    %(origin_operation)s, %(parent_operation)s,
-    COALESCE(
-        (SELECT p.depth + 1 FROM operations AS p WHERE p.operation_id = %(parent_operation)s),
-        CASE WHEN %(parent_operation)s::text IS NULL THEN 0 ELSE 1 END
-    ),
-    %(view)s, 0, %(audit_head)s
+SELECT
+    n.operation_id, n.correlation_id, n.machine_name, n.machine_version, n.machine_digest,
+    n.policy_digest, n.state, 0, n.facts, n.budget_limit, n.deadline,
+    n.initiating_principal, n.agent, n.runtime, n.task, n.origin_operation,
+    n.parent_operation,
+    COALESCE(p.depth + 1, CASE WHEN n.parent_operation IS NULL THEN 0 ELSE 1 END),
+    n.view, 0, n.audit_head
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS n (
+    operation_id text, correlation_id text, machine_name text, machine_version text,
+    machine_digest text, policy_digest text, state text, facts jsonb, budget_limit integer,
+    deadline timestamptz, initiating_principal text, agent text, runtime text, task text,
+    origin_operation text, parent_operation text, view jsonb, audit_head text
 )
+LEFT JOIN operations AS p ON p.operation_id = n.parent_operation
+ORDER BY n.operation_id
 ON CONFLICT (operation_id) DO NOTHING;
 
 -- name: lock_operations
@@ -124,12 +129,10 @@ UPDATE operations AS o SET
     audit_sequence = u.audit_sequence,
     audit_head = u.audit_head,
     updated_at = now()
-FROM unnest(
-    %(ids)s::text[], %(states)s::text[], %(versions)s::bigint[], %(views)s::jsonb[],
-    %(retry_attempts)s::integer[], %(recovery_attempts)s::integer[],
-    %(budget_spent)s::integer[], %(audit_sequences)s::bigint[], %(audit_heads)s::text[]
-) AS u (operation_id, state, version, view, retry_attempts, recovery_attempts,
-        budget_spent, audit_sequence, audit_head)
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS u (
+    operation_id text, state text, version bigint, view jsonb, retry_attempts integer,
+    recovery_attempts integer, budget_spent integer, audit_sequence bigint, audit_head text
+)
 WHERE o.operation_id = u.operation_id;
 
 -- name: store_offsets
@@ -197,4 +200,26 @@ SELECT operation_id, sequence, kind, prev_hash, hash, record
 FROM audit_records WHERE operation_id = %(id)s ORDER BY sequence;
 
 -- name: audit_head_of
-SELECT audit_sequence, audit_head FROM operations WHERE operation_id = %(id)s;
+-- An operation's chain head, or an intake chain's (ledger.deadletters).
+SELECT audit_sequence, audit_head FROM operations WHERE operation_id = %(id)s
+UNION ALL
+SELECT audit_sequence, audit_head FROM audit_chains WHERE chain_id = %(id)s;
+
+-- name: open_audit_chains
+-- Start the intake chains a batch dead-letters into, at their genesis hash.
+INSERT INTO audit_chains (chain_id, audit_head)
+SELECT * FROM unnest(%(ids)s::text[], %(heads)s::text[])
+ON CONFLICT (chain_id) DO NOTHING;
+
+-- name: lock_audit_chains
+SELECT chain_id, audit_sequence, audit_head
+FROM audit_chains
+WHERE chain_id = ANY(%(ids)s)
+ORDER BY chain_id
+FOR UPDATE;
+
+-- name: move_audit_chains
+UPDATE audit_chains AS c SET audit_sequence = u.sequence, audit_head = u.head
+FROM unnest(%(ids)s::text[], %(sequences)s::bigint[], %(heads)s::text[])
+    AS u (chain_id, sequence, head)
+WHERE c.chain_id = u.chain_id;

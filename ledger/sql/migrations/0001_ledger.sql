@@ -113,7 +113,9 @@ CREATE TABLE outbox (
     topic         text NOT NULL,
     key           text NOT NULL,
     headers       jsonb NOT NULL,
-    payload       jsonb NOT NULL,
+    -- The exact bytes to publish (canonical JSON, UTF-8): the relay sends them as they
+    -- are, and the server does not parse them on the hot path.
+    payload       bytea NOT NULL,
     created_at    timestamptz NOT NULL DEFAULT now(),
     published_at  timestamptz
 );
