@@ -15,6 +15,7 @@ a signed human decision (`publish_human_decision`).
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -70,7 +71,12 @@ _VERIFY_FAILED: Final = "VERIFICATION_UNAVAILABLE"
 _SAFE_PRODUCER: Final[Mapping[str, Any]] = {"enable.idempotence": True, "acks": "all"}
 # Defaults callers may change: a short linger batches a burst of events, and a stuck
 # record fails within the timeout rather than hanging a tool forever.
-_DEFAULT_PRODUCER: Final[Mapping[str, Any]] = {"linger.ms": 5, "delivery.timeout.ms": 30000}
+# librdkafka's own log lines go to Python logging rather than straight to stderr.
+_DEFAULT_PRODUCER: Final[Mapping[str, Any]] = {
+    "linger.ms": 5,
+    "delivery.timeout.ms": 30000,
+    "logger": logging.getLogger("producers.kafka"),
+}
 _BUFFER_RETRIES: Final = 50
 
 
@@ -175,11 +181,15 @@ class EventPublisher:
         self._producer.poll(0)
 
     def _delivered(self, rid: str, error: KafkaError | None, *, settled: bool = True) -> None:
-        left = self._pending.get(rid, 0) - 1
+        if rid not in self._pending:
+            # Already reported by an earlier `flush` as unacknowledged; the caller has
+            # republished or given up on it, so a late report must not count twice.
+            return
+        left = self._pending[rid] - 1
         if left > 0:
             self._pending[rid] = left
         else:
-            self._pending.pop(rid, None)
+            del self._pending[rid]
         if error is not None and settled:
             self._failures.append((rid, str(error)))
 
@@ -206,6 +216,7 @@ class EventPublisher:
             self.flush(timeout)
         finally:
             self._closed = True
+            self._producer.close()
 
     def __enter__(self) -> EventPublisher:
         return self

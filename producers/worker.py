@@ -103,6 +103,7 @@ class CapabilityWorker:
             "bootstrap.servers": bootstrap,
             "group.id": group_id,
             "auto.offset.reset": "earliest",
+            "logger": logging.getLogger("producers.kafka"),
             **(consumer_config or {}),
         }
         # Offsets are committed by hand after the results are durable (never ahead).
@@ -126,19 +127,30 @@ class CapabilityWorker:
             consumer.subscribe([self._topic])
             while not stop.is_set():
                 messages = consumer.consume(self._batch_size, self._poll_timeout)
-                if not messages:
-                    continue
+                consumed_before = stats.consumed
+                batch_ids: list[str] = []
                 for message in messages:
-                    self._handle(message, stats)
-                # Results first, offsets second: a crash between the two re-executes
-                # the batch, and the deterministic result ids make that harmless.
-                self._client.flush()
-                consumer.commit(asynchronous=False)
+                    self._handle(message, stats, batch_ids)
+                if stats.consumed == consumed_before:
+                    continue  # nothing but broker notices: no offset to commit
+                self._settle(consumer, batch_ids)
         finally:
             consumer.close()
         return stats
 
-    def _handle(self, message: Message[Any, Any], stats: WorkerStats) -> None:
+    def _settle(self, consumer: Consumer, batch_ids: list[str]) -> None:
+        # Results first, offsets second: a crash between the two re-executes the batch,
+        # and the deterministic result ids make that harmless. If either step fails,
+        # the batch's commands are forgotten so that their redelivery runs them again.
+        try:
+            self._client.flush()
+            consumer.commit(asynchronous=False)
+        except Exception:
+            for command_id in batch_ids:
+                self._seen.pop(command_id, None)
+            raise
+
+    def _handle(self, message: Message[Any, Any], stats: WorkerStats, batch_ids: list[str]) -> None:
         error = message.error()
         if error is not None:
             if error.fatal():
@@ -149,13 +161,13 @@ class CapabilityWorker:
         stats.consumed += 1
         pairs = _header_pairs(message.headers())
         command_id = header_value(pairs, HEADER_COMMAND_ID)
-        if command_id is not None and self._already_seen(command_id):
+        if command_id is not None and self._already_seen(command_id, batch_ids):
             stats.duplicates += 1
             return
         command = self._decode(message, header_value(pairs, CONTENT_TYPE), stats)
         if command is None:
             return
-        if command_id is None and self._already_seen(command.command_id):
+        if command_id is None and self._already_seen(command.command_id, batch_ids):
             stats.duplicates += 1
             return
         handler = self._handlers.get(command.capability)
@@ -210,11 +222,12 @@ class CapabilityWorker:
             return
         stats.reported += 1
 
-    def _already_seen(self, command_id: str) -> bool:
+    def _already_seen(self, command_id: str, batch_ids: list[str]) -> bool:
         if command_id in self._seen:
             self._seen.move_to_end(command_id)
             return True
         self._seen[command_id] = None
+        batch_ids.append(command_id)
         if len(self._seen) > self._capacity:
             self._seen.popitem(last=False)
         return False
