@@ -7,6 +7,7 @@ import threading
 from datetime import UTC, datetime
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
 
 from machines.event import Lineage
 from producers import (
@@ -26,7 +27,7 @@ from schemas import (
     WireDecoder,
     record_to_event,
 )
-from tests.integration.wire.kafka_read import read_messages
+from tests.integration.wire.kafka_read import headers_of, read_messages
 from tests.support.kafka import TopicFactory
 
 pytestmark = pytest.mark.integration
@@ -72,7 +73,12 @@ def test_the_worker_executes_a_command_once_and_reports_its_result_as_an_event(
     verify = _command("op-refund-1/1/0", "payment.verify-refund", "verify", demo_outcome="found")
     escalate = _command("op-refund-1/1/1", "human.escalate", "escalate", queue="review")
     foreign = _command("op-refund-1/1/2", "someone.elses-capability", "other")
-    with EventPublisher(kafka_bootstrap, topics=topics) as publisher:
+    tracer = TracerProvider().get_tracer("test")
+    with (
+        EventPublisher(kafka_bootstrap, topics=topics) as publisher,
+        tracer.start_as_current_span("controller decision") as span,
+    ):
+        trace_id = format(span.get_span_context().trace_id, "032x")
         for command in (verify, verify, escalate, foreign):  # verify is redelivered
             _send(publisher, topics.commands, command)
 
@@ -107,6 +113,8 @@ def test_the_worker_executes_a_command_once_and_reports_its_result_as_an_event(
     assert event.evidence is not None
     assert event.evidence.outcome == "applied"
     assert event.producer == "worker-payments"
+    # The result continues the trace of the decision that emitted the command.
+    assert headers_of(results[0])["traceparent"].split("-")[1] == trace_id
     [run] = stats
     assert (run.consumed, run.executed, run.duplicates, run.skipped, run.reported) == (
         4,
