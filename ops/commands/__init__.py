@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from ops.commands import machines, run, simulate, stack, test, topics, validate
+from ops.commands import audit, db, machines, run, simulate, stack, test, topics, validate
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
@@ -23,3 +23,4 @@ COMMANDS.extend([test.register, simulate.register])
 COMMANDS.extend([validate.register, machines.register])
 COMMANDS.append(topics.register)
 COMMANDS.append(run.register)
+COMMANDS.extend([db.register, audit.register])
