@@ -4,9 +4,9 @@ parsing and the audit hash chain."""
 from __future__ import annotations
 
 import json
-from itertools import pairwise
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from types import MappingProxyType
 
 import pytest
