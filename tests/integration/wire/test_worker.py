@@ -130,3 +130,37 @@ def test_the_demo_verifier_is_deterministic_per_operation() -> None:
     again = _command("c2", "deploy.verify-steps", "verify")
     assert verify_outcome(first) == verify_outcome(again)
     assert verify_outcome(_command("c3", "x", "verify", demo_outcome="not_found")) == "not_found"
+
+
+def test_a_handler_that_raises_is_reported_as_a_failed_action(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    topics = TopicNames(events=topic_factory(), commands=topic_factory())
+    stop_task = _command("op-refund-1/2/0", "agent.stop-task", "stop", scope="task")
+    with EventPublisher(kafka_bootstrap, topics=topics) as publisher:
+        _send(publisher, topics.commands, stop_task)
+
+    def broken(_command: CapabilityCommand) -> None:
+        raise RuntimeError("agent supervisor unreachable")
+
+    stop = threading.Event()
+    with EventPublisher(kafka_bootstrap, topics=topics) as publisher:
+        worker = CapabilityWorker(
+            kafka_bootstrap,
+            "workers-containment",
+            RecoveryClient(publisher, producer="worker-containment"),
+            {"agent.stop-task": broken},
+            poll_timeout=0.2,
+        )
+        thread = threading.Thread(target=worker.run, args=(stop,))
+        thread.start()
+        try:
+            [message] = read_messages(kafka_bootstrap, topics.events, 1)
+        finally:
+            stop.set()
+            thread.join(timeout=30)
+
+    event = record_to_event(WireDecoder().decode(message.value(), None)[1])
+    assert event.event_type == "CONTAINMENT_FAILED"
+    assert event.causation == stop_task.command_id
+    assert event.evidence_ref == "error:RuntimeError"
