@@ -139,7 +139,7 @@ def write_dead_letters(
         for o in rows:
             # The outbox payload column holds the bytes to publish (bytea).
             payload = dumps(o.payload).encode("utf-8")
-            copy.write_row((o.record_id, o.topic, o.key, dumps(o.headers), payload))
+            copy.write_row((o.record_id, o.topic, o.key, dumps(o.headers), payload, None))
     cur.execute(
         QUERIES["move_audit_chains"],
         {

@@ -1,0 +1,47 @@
+"""`python -m consumer`: one controller group member, configured from the environment
+(`consumer.settings`), stopped cleanly by SIGTERM or SIGINT: the batch in hand is
+committed or abandoned (and replayed by the next owner), then the member leaves the
+group and closes the ledger. Exit status 0 on a clean stop, 2 on bad settings, 1 when
+the controller could not start or failed."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+
+from consumer.errors import ControllerError, SettingsError
+from consumer.service import run_controller
+from consumer.settings import ControllerSettings
+
+
+def main() -> int:
+    """Run until signalled; return the exit status."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = ControllerSettings.from_env()
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        logging.getLogger("consumer").info("signal %d: stopping after this batch", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        run_controller(settings, stop)
+    except ControllerError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,443 @@
+"""The controller: a Kafka consumer group around the pure decision core (SPEC §8).
+
+One loop, one thread: `consume` up to N records or T milliseconds, turn them into plain
+values, plan the batch (`consumer.batch`), commit it in one ledger transaction with the
+next offsets, repeat. Kafka stores no offsets for this group (`enable.auto.commit` and
+`enable.auto.offset.store` are off): PostgreSQL holds them, written in the same
+transaction as the decisions they caused, so an offset is never ahead of durable state
+and a crash at any point replays exactly the batches that did not commit.
+
+Assignment uses the cooperative-sticky protocol: a rebalance moves only the partitions
+that change owner, so the other partitions' batches keep flowing while a member joins or
+leaves (eager assignment would stop the whole group on every change). `on_assign`
+claims the new partitions in the ledger (a new epoch fences any previous owner's
+in-flight batch) and assigns them at the stored next offsets. Rebalance callbacks run
+only inside `consume`/`close`, never while a batch is being planned or committed, so a
+revocation always finds the previous batch committed or abandoned; an abandoned batch's
+transaction never committed, and the stored offsets make the next owner replay it.
+
+Failures: a `VersionConflict` replans the batch on reloaded views; a conflicting id the
+ledger names is dead-lettered and the batch replanned without it; `FencedError` drops the
+batch and pauses the partitions (another member owns them now); an unreachable database
+or any other ledger failure rewinds the batch's partitions to its first offsets and
+backs off with full jitter before consuming again, so nothing is ever half-applied.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+)
+from confluent_kafka import TopicPartition as KafkaPartition
+
+from consumer.batch import Planned, Rules, operation_ids, plan_batch_of, positions_for
+from consumer.errors import ControllerError
+from consumer.intake import Intake, RawRecord, Refusal, RefusalCode
+from consumer.metrics import ControllerMetrics
+from consumer.settings import ControllerSettings
+from consumer.telemetry import Telemetry
+from consumer.tracing import BatchTracer
+from ledger import (
+    EventIdReused,
+    FencedError,
+    Ledger,
+    LedgerError,
+    NonceReused,
+    Position,
+    RetryableConflict,
+)
+from machines import Machine, Outcome
+
+__all__ = ["Controller", "consumer_config"]
+
+log = logging.getLogger("consumer")
+
+TopicPartition = tuple[str, int]
+
+# A batch is replanned at most this many times beyond one per record (each conflicting
+# id the ledger names removes one record); past that the database is misbehaving and
+# the batch is rewound and retried after a backoff.
+_EXTRA_REPLANS: Final = 5
+_LAG_INTERVAL: Final = 1.0
+
+
+def consumer_config(settings: ControllerSettings) -> dict[str, Any]:
+    """The librdkafka configuration of the controller's consumer. Settings in
+    `consumer_config` apply first; the safety settings below always win."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": settings.bootstrap,
+        "group.id": settings.group_id,
+        "client.id": settings.instance_id,
+        "auto.offset.reset": settings.auto_offset_reset,
+        "session.timeout.ms": settings.session_timeout_ms,
+        "max.poll.interval.ms": settings.max_poll_interval_ms,
+        "queued.max.messages.kbytes": settings.max_queued_kbytes,
+        "isolation.level": "read_committed",
+        **settings.consumer_config,
+    }
+    config.update(
+        {
+            # Offsets live in the ledger only, written with the decisions they caused.
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "partition.assignment.strategy": "cooperative-sticky",
+        }
+    )
+    return config
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _headers(message: Message[Any, Any]) -> list[tuple[str, str | bytes | None]]:
+    found = message.headers()
+    if isinstance(found, dict):
+        return list(found.items())
+    return list(found) if found else []
+
+
+def _raw(message: Message[Any, Any]) -> RawRecord:
+    topic, partition, offset = message.topic(), message.partition(), message.offset()
+    assert topic is not None
+    assert partition is not None
+    assert offset is not None
+    key, value = message.key(), message.value()
+    headers = tuple(
+        (str(k), v.encode("utf-8") if isinstance(v, str) else v) for k, v in _headers(message)
+    )
+    kind, stamp = message.timestamp()
+    return RawRecord(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key=key if isinstance(key, bytes) else None,
+        value=value if isinstance(value, bytes) else None,
+        headers=headers,
+        timestamp_ms=stamp if kind != 0 else None,
+    )
+
+
+class _Backoff:
+    """Exponential backoff with full jitter, interruptible by the stop event."""
+
+    def __init__(self, initial_ms: int, max_ms: int) -> None:
+        self._initial = initial_ms / 1000
+        self._max = max_ms / 1000
+        self._next = self._initial
+
+    def reset(self) -> None:
+        self._next = self._initial
+
+    def wait(self, stop: threading.Event) -> None:
+        delay = random.uniform(0, self._next)  # jitter, not security
+        self._next = min(self._next * 2, self._max)
+        stop.wait(delay)
+
+
+class Controller:
+    """One member of the controller group. `run(stop)` consumes until `stop` is set, then
+    leaves the group cleanly; the ledger and telemetry passed in stay open (the caller
+    owns them)."""
+
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        ledger: Ledger,
+        *,
+        machines: Mapping[str, Machine],
+        rules: Rules,
+        telemetry: Telemetry | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.settings = settings
+        self.ledger = ledger
+        self.rules = rules
+        self._intake = Intake(machines, max_record_bytes=settings.max_record_bytes)
+        telemetry = telemetry or Telemetry.disabled()
+        self._tracer = BatchTracer(telemetry.tracer_provider)
+        self.metrics = ControllerMetrics(telemetry.meter_provider, settings.group_id)
+        self._clock = clock
+        self._backoff = _Backoff(settings.backoff_initial_ms, settings.backoff_max_ms)
+        self._claim_backoff = _Backoff(settings.backoff_initial_ms, settings.backoff_max_ms)
+        # Owned partitions: their epoch and the next offset the ledger stores for them.
+        self._epochs: dict[TopicPartition, int] = {}
+        self._next: dict[TopicPartition, int] = {}
+        # Assigned by Kafka but not yet claimed in the ledger (it was unreachable).
+        self._pending: set[TopicPartition] = set()
+        self._pending_at = 0.0
+        self._lag_at = 0.0
+        self._stop = threading.Event()
+        self.committed_batches = 0
+
+    # -- the loop -------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Consume, decide and commit until `stop` is set; then close the consumer, which
+        leaves the group (its partitions move to the other members at once)."""
+        self._stop = stop
+        consumer = Consumer(consumer_config(self.settings))
+        topic = self.settings.topics.events
+        log.info(
+            "controller %s joining group %s on %s",
+            self.settings.instance_id,
+            self.settings.group_id,
+            topic,
+        )
+        try:
+            consumer.subscribe(
+                [topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+            )
+            while not stop.is_set():
+                self._step(consumer)
+        finally:
+            consumer.close()
+            self._epochs.clear()
+            log.info(
+                "controller %s left group %s", self.settings.instance_id, self.settings.group_id
+            )
+
+    def _step(self, consumer: Consumer) -> None:
+        if self._pending and time.monotonic() >= self._pending_at:
+            self._claim_pending(consumer)
+        messages = consumer.consume(
+            num_messages=self.settings.batch_max_records,
+            timeout=self.settings.batch_max_wait_ms / 1000,
+        )
+        records = self._records(messages)
+        if records:
+            self._process(consumer, records)
+        if time.monotonic() >= self._lag_at:
+            self._lag_at = time.monotonic() + _LAG_INTERVAL
+            self._update_lag(consumer)
+
+    def _records(self, messages: Sequence[Message[Any, Any]]) -> list[RawRecord]:
+        records: list[RawRecord] = []
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                self._broker_error(error)
+                continue
+            record = _raw(message)
+            tp = (record.topic, record.partition)
+            # Records of partitions not (or no longer) claimed, or below the stored
+            # offset (prefetched before a rewind), are not ours to decide.
+            if tp in self._epochs and record.offset >= self._next.get(tp, 0):
+                records.append(record)
+        return records
+
+    @staticmethod
+    def _broker_error(error: KafkaError) -> None:
+        if error.fatal():
+            raise ControllerError(f"the Kafka consumer failed fatally: {error}; restart it")
+        if error.code() != KafkaError._PARTITION_EOF:
+            # librdkafka retries transient broker errors itself; say so and go on.
+            log.warning("Kafka consumer error (retrying): %s", error)
+
+    # -- one batch --------------------------------------------------------------------
+
+    def _process(self, consumer: Consumer, records: list[RawRecord]) -> None:
+        started = time.monotonic()
+        outcomes = [self._intake.examine(r) for r in records]
+        positions = positions_for(records, self._epochs)
+        excluded: dict[str, Refusal] = {}
+        partitions = [(p.topic, p.partition) for p in positions]
+        for _attempt in range(len(records) + _EXTRA_REPLANS):
+            with self._tracer.batch(len(records), partitions) as span:
+                try:
+                    views = self.ledger.load_views(operation_ids(outcomes))
+                    planned = plan_batch_of(
+                        outcomes,
+                        views,
+                        self.rules,
+                        group=self.settings.group_id,
+                        controller=self.settings.instance_id,
+                        positions=positions,
+                        now=self._clock(),
+                        excluded=excluded,
+                        observe=self._tracer.observer(span, self.metrics.decision_latency),
+                    )
+                    self.ledger.commit(planned.batch)
+                except RetryableConflict as exc:
+                    log.info("batch replanned: %s", exc)
+                    self.metrics.batch("conflict")
+                    continue
+                except (EventIdReused, NonceReused) as exc:
+                    self.metrics.batch("conflict")
+                    found = _named_record(exc, planned)
+                    if found is not None:
+                        log.warning("dead-lettering %s: %s", found[0], exc)
+                        excluded[found[0]] = found[1]
+                    continue
+                except FencedError as exc:
+                    log.error("batch dropped: %s", exc)
+                    self.metrics.batch("fenced")
+                    self._fenced(consumer, positions)
+                    return
+                except LedgerError as exc:
+                    log.error("batch abandoned, will replay from the stored offsets: %s", exc)
+                    self.metrics.batch("unavailable")
+                    self._rewind(consumer, records)
+                    self._backoff.wait(self._stop)
+                    return
+            self._committed(planned, positions, time.monotonic() - started)
+            return
+        log.error("batch of %d records could not be committed; replaying it", len(records))
+        self._rewind(consumer, records)
+        self._backoff.wait(self._stop)
+
+    def _committed(self, planned: Planned, positions: Sequence[Position], seconds: float) -> None:
+        for p in positions:
+            self._next[(p.topic, p.partition)] = p.next_offset
+        self.metrics.committed(planned, seconds)
+        self._backoff.reset()
+        self.committed_batches += 1
+
+    def _rewind(self, consumer: Consumer, records: Sequence[RawRecord]) -> None:
+        """Seek each partition of an abandoned batch back to its first record, so the
+        next consume replays it (it is what the ledger's stored offsets say)."""
+        first: dict[TopicPartition, int] = {}
+        for r in records:
+            tp = (r.topic, r.partition)
+            first[tp] = min(first.get(tp, r.offset), r.offset)
+        for (topic, partition), offset in first.items():
+            if (topic, partition) not in self._epochs:
+                continue
+            try:
+                consumer.seek(KafkaPartition(topic, partition, offset))
+            except KafkaException as exc:  # a failed seek must not lose the batch
+                log.warning("seek %s[%d]@%d failed (%s); rejoining", topic, partition, offset, exc)
+                self._epochs.pop((topic, partition), None)
+                self._pending.add((topic, partition))
+
+    def _fenced(self, consumer: Consumer, positions: Sequence[Position]) -> None:
+        """Another member claimed these partitions: stop consuming them until Kafka
+        assigns them to us again."""
+        lost = [KafkaPartition(p.topic, p.partition) for p in positions]
+        for p in positions:
+            self._epochs.pop((p.topic, p.partition), None)
+        consumer.pause(lost)
+
+    # -- rebalance ----------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[KafkaPartition]) -> None:
+        tps = [(p.topic, p.partition) for p in partitions]
+        log.info("assigned %s", ", ".join(f"{t}[{p}]" for t, p in tps))
+        try:
+            offsets = self._claim(tps)
+        except LedgerError as exc:
+            # Assign them paused; the loop claims them when the ledger is back.
+            log.error("cannot claim %s yet: %s", tps, exc)
+            consumer.incremental_assign(partitions)
+            consumer.pause(partitions)
+            self._pending.update(tps)
+            return
+        consumer.incremental_assign([KafkaPartition(t, p, o) for (t, p), o in offsets.items()])
+
+    def _claim(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+        """Claim `tps` in the ledger; returns the offset to start each one from."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in tps:
+            by_topic.setdefault(topic, []).append(partition)
+        reset = OFFSET_BEGINNING if self.settings.auto_offset_reset == "earliest" else OFFSET_END
+        offsets: dict[TopicPartition, int] = {}
+        for topic, partitions in by_topic.items():
+            claims = self.ledger.claim(
+                self.settings.group_id, topic, partitions, self.settings.instance_id
+            )
+            for c in claims:
+                tp = (c.topic, c.partition)
+                self._epochs[tp] = c.epoch
+                self._next[tp] = c.next_offset if c.next_offset is not None else 0
+                self._pending.discard(tp)
+                offsets[tp] = c.next_offset if c.next_offset is not None else reset
+        return offsets
+
+    def _claim_pending(self, consumer: Consumer) -> None:
+        pending = sorted(self._pending)
+        try:
+            offsets = self._claim(pending)
+        except LedgerError as exc:
+            log.error("cannot claim %s yet: %s", pending, exc)
+            self._pending_at = time.monotonic() + 1.0
+            return
+        for (topic, partition), offset in offsets.items():
+            # Re-assigning is the one way to set a start offset for a partition whose
+            # fetcher may not have started yet (seek needs it running).
+            consumer.incremental_unassign([KafkaPartition(topic, partition)])
+            consumer.incremental_assign([KafkaPartition(topic, partition, offset)])
+            consumer.resume([KafkaPartition(topic, partition)])
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[KafkaPartition]) -> None:
+        self._forget(partitions, "revoked")
+        consumer.incremental_unassign(partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[KafkaPartition]) -> None:
+        # Lost without a clean revoke (session timeout): whoever owns them now has a
+        # newer epoch, so nothing we still hold could commit anyway.
+        self._forget(partitions, "lost")
+        consumer.incremental_unassign(partitions)
+
+    def _forget(self, partitions: Sequence[KafkaPartition], why: str) -> None:
+        for p in partitions:
+            tp = (p.topic, p.partition)
+            self._epochs.pop(tp, None)
+            self._next.pop(tp, None)
+            self._pending.discard(tp)
+        log.info("%s %s", why, ", ".join(f"{p.topic}[{p.partition}]" for p in partitions))
+
+    # -- lag ----------------------------------------------------------------------------
+
+    def _update_lag(self, consumer: Consumer) -> None:
+        lags: dict[TopicPartition, int] = {}
+        for tp, next_offset in list(self._next.items()):
+            if tp not in self._epochs:
+                continue
+            try:
+                _low, high = consumer.get_watermark_offsets(KafkaPartition(*tp), cached=True)
+            except KafkaException:  # lag is best effort, never fatal
+                continue
+            if high >= 0:
+                lags[tp] = max(0, high - next_offset)
+        self.metrics.set_lag(lags)
+
+    @property
+    def owned(self) -> dict[TopicPartition, int]:
+        """The partitions this member owns now, with their epochs."""
+        return dict(self._epochs)
+
+
+def _named_record(exc: EventIdReused | NonceReused, planned: Planned) -> tuple[str, Refusal] | None:
+    """The record a reuse error names, with the refusal to dead-letter it with; None
+    when the error does not name one (plan again and the ledger will)."""
+    for entry in reversed(planned.batch.entries):
+        event, decision = entry.event, entry.decision
+        if decision.outcome in (Outcome.DUPLICATE, Outcome.CONFLICT) or entry.source is None:
+            continue
+        coords = f"{entry.source.topic}[{entry.source.partition}]@{entry.source.offset}"
+        if isinstance(exc, EventIdReused) and exc.event_id == event.event_id:
+            code = RefusalCode.EVENT_ID_CONFLICT
+        elif (
+            isinstance(exc, NonceReused)
+            and event.human_decision is not None
+            and event.human_decision.nonce == exc.nonce
+            and decision.evidence.approval is not None
+        ):
+            code = RefusalCode.NONCE_REPLAYED
+        else:
+            continue
+        return coords, Refusal(code, f"record {coords}: {exc}", event.event_id, event.operation_id)
+    return None

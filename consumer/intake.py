@@ -1,0 +1,215 @@
+"""Intake: one consumed Kafka record becomes either an event for a pinned machine or a
+refusal with a stable reason code. Pure apart from the decoder's CPU work.
+
+Checks, in order (each failure is a `Refusal` whose code is the dead-letter reason):
+
+1. size: key, value and headers together at most `max_record_bytes` (`wire-oversized`);
+2. decoding by `content-type` (Avro single-object or strict JSON; `schemas.WireCode`);
+3. the record must be an event envelope (`schema-unexpected`) that validates into an
+   `Event` (`envelope-invalid`);
+4. the Kafka key must be the operation id (`key-mismatch`): per-operation order and the
+   partition's single owner both rest on it;
+5. the named machine must be pinned at that version (`machine-unknown`,
+   `machine-unpinned`), and its `applies_to` must admit what the envelope tells about the
+   operation (`machine-not-applicable`). The envelope names the affected agent
+   (`lineage.agent`), so the `agents` dimension is checked here; capability, tool and
+   environment are not carried by the envelope and are bound when the operation is
+   opened (the machine named by its first event governs it for good; a later event
+   naming another machine is refused by `consumer.batch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from machines import Event, Machine
+from schemas import CONTENT_TYPE, EVENT_ENVELOPE, WireDecoder, WireError, header_value
+from schemas import record_to_event as _record_to_event
+
+__all__ = [
+    "Accepted",
+    "Intake",
+    "Outcome",
+    "RawRecord",
+    "Refusal",
+    "RefusalCode",
+    "Rejected",
+]
+
+Header = tuple[str, bytes | None]
+
+
+class RefusalCode:
+    """Reason codes the controller adds to `schemas.WireCode`'s."""
+
+    OVERSIZED: Final = "wire-oversized"
+    SCHEMA_UNEXPECTED: Final = "schema-unexpected"
+    KEY_MISMATCH: Final = "key-mismatch"
+    MACHINE_UNKNOWN: Final = "machine-unknown"
+    MACHINE_UNPINNED: Final = "machine-unpinned"
+    MACHINE_NOT_APPLICABLE: Final = "machine-not-applicable"
+    EVENT_ID_CONFLICT: Final = "event-id-conflict"
+    FORGED_SIGNATURE: Final = "forged-signature"
+    NONCE_REPLAYED: Final = "approval-nonce-replayed"
+
+
+@dataclass(frozen=True, slots=True)
+class RawRecord:
+    """A consumed Kafka record as plain values: nothing here refers to the client."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+    timestamp_ms: int | None = None
+
+    @property
+    def coordinates(self) -> str:
+        """`topic[partition]@offset`, the way operators name a record."""
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+    @property
+    def size(self) -> int:
+        """Bytes of key, value and headers together."""
+        headers = sum(len(k) + len(v or b"") for k, v in self.headers)
+        return len(self.key or b"") + len(self.value or b"") + headers
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a record is dead-lettered; `event_id`/`operation_id` when they were readable."""
+
+    code: str
+    reason: str
+    event_id: str | None = None
+    operation_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """A record that decoded into an event for a pinned machine that applies to it."""
+
+    record: RawRecord
+    event: Event
+    machine: Machine
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A record refused at intake."""
+
+    record: RawRecord
+    refusal: Refusal
+
+
+Outcome = Accepted | Rejected
+
+
+class Intake:
+    """Turns raw records into `Accepted` or `Rejected`. `machines` are the pinned ones,
+    keyed `name@version` (what `machines.provenance.load_locked_machines` returns)."""
+
+    def __init__(
+        self,
+        machines: Mapping[str, Machine],
+        *,
+        max_record_bytes: int,
+        decoder: WireDecoder | None = None,
+    ) -> None:
+        self._machines = dict(machines)
+        self._names = {m.name for m in machines.values()}
+        self._max = max_record_bytes
+        self._decoder = decoder or WireDecoder(max_bytes=max_record_bytes)
+
+    def examine(self, record: RawRecord) -> Outcome:
+        """The intake verdict on one record; never raises for bad input."""
+        if record.size > self._max:
+            return Rejected(
+                record,
+                Refusal(
+                    RefusalCode.OVERSIZED,
+                    f"record {record.coordinates} is {record.size} bytes with key and "
+                    f"headers; the limit is {self._max}",
+                ),
+            )
+        try:
+            schema, data = self._decoder.decode(
+                record.value, header_value(record.headers, CONTENT_TYPE)
+            )
+            if schema != EVENT_ENVELOPE:
+                return Rejected(
+                    record,
+                    Refusal(
+                        RefusalCode.SCHEMA_UNEXPECTED,
+                        f"record {record.coordinates} holds a {schema}, not an "
+                        f"{EVENT_ENVELOPE}; only events belong on the events topic",
+                    ),
+                )
+            event = _record_to_event(data)
+        except WireError as exc:
+            return Rejected(
+                record, Refusal(str(exc.code), f"record {record.coordinates}: {exc.reason}")
+            )
+        refusal = self._check_key(record, event) or self._check_machine(record, event)
+        if isinstance(refusal, Refusal):
+            return Rejected(record, refusal)
+        machine = self._machines[f"{event.machine_name}@{event.machine_version}"]
+        return Accepted(record, event, machine)
+
+    @staticmethod
+    def _check_key(record: RawRecord, event: Event) -> Refusal | None:
+        key = None
+        if record.key is not None:
+            try:
+                key = record.key.decode("utf-8")
+            except UnicodeDecodeError:
+                key = None
+        if key == event.operation_id:
+            return None
+        return Refusal(
+            RefusalCode.KEY_MISMATCH,
+            f"record {record.coordinates}: event {event.event_id} is for operation "
+            f"{event.operation_id} but its key is {record.key!r}; key events by operation id",
+            event.event_id,
+            event.operation_id,
+        )
+
+    def _check_machine(self, record: RawRecord, event: Event) -> Refusal | None:
+        ref = f"{event.machine_name}@{event.machine_version}"
+        machine = self._machines.get(ref)
+        where = (
+            f"record {record.coordinates}: event {event.event_id} (operation {event.operation_id})"
+        )
+        if machine is None:
+            code = (
+                RefusalCode.MACHINE_UNPINNED
+                if event.machine_name in self._names
+                else RefusalCode.MACHINE_UNKNOWN
+            )
+            pinned = ", ".join(sorted(self._machines)) or "none"
+            return Refusal(
+                code,
+                f"{where} names machine {ref}, which is not pinned (pinned: {pinned}); "
+                "pin and sign it, or send events for a pinned version",
+                event.event_id,
+                event.operation_id,
+            )
+        agents = machine.applies_to.agents
+        if agents and event.lineage.agent not in agents:
+            return Refusal(
+                RefusalCode.MACHINE_NOT_APPLICABLE,
+                f"{where}: machine {ref} applies to agents {', '.join(agents)}, not "
+                f"{event.lineage.agent}",
+                event.event_id,
+                event.operation_id,
+            )
+        return None
+
+
+def examine_all(intake: Intake, records: Sequence[RawRecord]) -> list[Outcome]:
+    """`intake.examine` over a batch, in order."""
+    return [intake.examine(r) for r in records]

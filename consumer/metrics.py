@@ -1,0 +1,105 @@
+"""Controller metrics (OpenTelemetry): what an operator watches to know the group keeps up
+and what it refuses.
+
+Instruments (all prefixed `recovery.controller.`; the table is in docs/controller.md):
+`events.processed`, `events.rejected` (decisions that changed nothing: rejected, refused,
+final), `events.duplicated`, `events.dead_lettered` (by `reason`), `batches` (attempts
+by `result`: committed, fenced, conflict, unavailable), `decision.latency` and
+`batch.latency` (seconds), and the `consumer.lag` gauge per owned partition (high
+watermark minus the stored next offset).
+
+Counts are recorded only after the batch transaction commits, so a replayed batch is
+never counted twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from consumer.batch import Planned
+from machines import Outcome
+
+__all__ = ["ControllerMetrics"]
+
+_UNCHANGED = frozenset({Outcome.REJECTED, Outcome.REFUSED, Outcome.FINAL})
+
+
+class ControllerMetrics:
+    """The controller's instruments on one meter provider."""
+
+    def __init__(self, provider: metrics.MeterProvider, group: str) -> None:
+        meter = provider.get_meter("consumer")
+        self._group = {"consumer.group": group}
+        self._processed = meter.create_counter(
+            "recovery.controller.events.processed", unit="{event}", description="events decided"
+        )
+        self._rejected = meter.create_counter(
+            "recovery.controller.events.rejected",
+            unit="{event}",
+            description="decisions that left the state unchanged",
+        )
+        self._duplicated = meter.create_counter(
+            "recovery.controller.events.duplicated",
+            unit="{event}",
+            description="events already decided",
+        )
+        self._dead = meter.create_counter(
+            "recovery.controller.events.dead_lettered",
+            unit="{record}",
+            description="records sent to the dead-letter topic",
+        )
+        self._batches = meter.create_counter(
+            "recovery.controller.batches", unit="{batch}", description="batch attempts"
+        )
+        self._decision_latency = meter.create_histogram(
+            "recovery.controller.decision.latency", unit="s", description="decision core time"
+        )
+        self._batch_latency = meter.create_histogram(
+            "recovery.controller.batch.latency", unit="s", description="consume to commit"
+        )
+        self._lag_lock = threading.Lock()
+        self._lag: dict[tuple[str, int], int] = {}
+        meter.create_observable_gauge(
+            "recovery.controller.consumer.lag",
+            callbacks=[self._observe_lag],
+            unit="{record}",
+            description="records behind the high watermark, per owned partition",
+        )
+
+    def decision_latency(self, seconds: float) -> None:
+        """One decision's duration (called by the tracer's observer)."""
+        self._decision_latency.record(seconds, self._group)
+
+    def batch(self, result: str) -> None:
+        """One batch attempt ended with `result` (committed, fenced, conflict, ...)."""
+        self._batches.add(1, {**self._group, "result": result})
+
+    def committed(self, planned: Planned, seconds: float) -> None:
+        """Count what a committed batch held."""
+        decisions = planned.decisions
+        self._processed.add(len(decisions), self._group)
+        self._rejected.add(sum(d.outcome in _UNCHANGED for d in decisions), self._group)
+        self._duplicated.add(planned.duplicates, self._group)
+        if planned.conflicts:
+            self._dead.add(planned.conflicts, {**self._group, "reason": "event-id-conflict"})
+        for _record, refusal in planned.refused:
+            self._dead.add(1, {**self._group, "reason": refusal.code})
+        self._batch_latency.record(seconds, self._group)
+        self.batch("committed")
+
+    def set_lag(self, lags: Mapping[tuple[str, int], int]) -> None:
+        """Replace the lag of the partitions this controller owns."""
+        with self._lag_lock:
+            self._lag = dict(lags)
+
+    def _observe_lag(self, _options: CallbackOptions) -> Iterable[Observation]:
+        with self._lag_lock:
+            lags = dict(self._lag)
+        for (topic, partition), lag in sorted(lags.items()):
+            yield Observation(
+                lag, {**self._group, "messaging.destination": topic, "partition": partition}
+            )

@@ -1,0 +1,104 @@
+"""Controller settings: pydantic at the edge, read from the environment by `from_env`.
+
+Every setting has an environment variable `RECOVERY_CONTROLLER_<NAME>` except the two
+the whole stack shares (`RECOVERY_KAFKA_BOOTSTRAP`, `RECOVERY_DATABASE_URL`, see
+`ops.settings`) and the topic names (`RECOVERY_TOPIC_*`, see `producers.TopicNames`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from consumer.errors import SettingsError
+from machines import DEFAULT_REGISTRY
+from ops.settings import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
+from producers import TopicNames
+
+__all__ = ["ENV_PREFIX", "ControllerSettings", "Exporter"]
+
+ENV_PREFIX: Final = "RECOVERY_CONTROLLER_"
+_MACHINES = Path(DEFAULT_REGISTRY).resolve().parent
+
+Exporter = Literal["none", "console", "otlp"]
+
+
+def _instance() -> str:
+    return f"controller-{socket.gethostname()}-{os.getpid()}"
+
+
+class ControllerSettings(BaseModel):
+    """What one controller process needs. Defaults suit the local stack and the tests."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap: str = Field(min_length=1, description="Kafka bootstrap servers")
+    database_url: str = Field(min_length=1, description="ledger PostgreSQL URL")
+    group_id: str = Field(default="recovery-controller", min_length=1)
+    instance_id: str = Field(default_factory=_instance, min_length=1)
+    topics: TopicNames = Field(default_factory=TopicNames.from_env)
+    # One batch: at most this many records, waiting at most this long for them. The
+    # batch is also the bound on in-flight work: nothing is fetched for processing
+    # until the previous batch is committed or abandoned.
+    batch_max_records: int = Field(default=500, ge=1, le=100_000)
+    batch_max_wait_ms: int = Field(default=200, ge=1, le=60_000)
+    # librdkafka's prefetch buffer per partition set, in KiB: bounds memory held by
+    # records fetched but not yet handed to a batch.
+    max_queued_kbytes: int = Field(default=16_384, ge=64)
+    # Larger records are dead-lettered as oversized before they are parsed.
+    max_record_bytes: int = Field(default=1024 * 1024, ge=1024)
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    session_timeout_ms: int = Field(default=10_000, ge=1_000)
+    max_poll_interval_ms: int = Field(default=300_000, ge=10_000)
+    # Backoff after a broker or database failure: doubles from `backoff_initial_ms` up
+    # to `backoff_max_ms`, with full jitter.
+    backoff_initial_ms: int = Field(default=100, ge=1)
+    backoff_max_ms: int = Field(default=10_000, ge=1)
+    registry_path: Path = Field(default=Path(DEFAULT_REGISTRY))
+    lock_path: Path = Field(default=_MACHINES / "machines.lock")
+    trusted_publishers_path: Path = Field(default=_MACHINES / "trusted-publishers.yaml")
+    policy_path: Path | None = None
+    exporter: Exporter = "none"
+    otlp_endpoint: str | None = None
+    consumer_config: dict[str, str] = Field(default_factory=dict)
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> ControllerSettings:
+        """Settings from the environment, with `overrides` on top. Raises
+        `SettingsError` naming each invalid setting and its variable."""
+        env = os.environ if environ is None else environ
+        data: dict[str, Any] = {}
+        if env.get(ENV_KAFKA_BOOTSTRAP):
+            data["bootstrap"] = env[ENV_KAFKA_BOOTSTRAP]
+        if env.get(ENV_DATABASE_URL):
+            data["database_url"] = env[ENV_DATABASE_URL]
+        data["topics"] = TopicNames.from_env(env)
+        for name in cls.model_fields:
+            value = env.get(ENV_PREFIX + name.upper())
+            if value and name not in {"topics", "consumer_config"}:
+                data[name] = value
+        data.update(overrides)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc'])} ({_variable(err['loc'])}): {err['msg']}"
+                for err in exc.errors()
+            )
+            raise SettingsError(f"invalid controller settings: {problems}") from exc
+
+
+def _variable(loc: tuple[int | str, ...]) -> str:
+    name = str(loc[0]) if loc else ""
+    if name == "bootstrap":
+        return ENV_KAFKA_BOOTSTRAP
+    if name == "database_url":
+        return ENV_DATABASE_URL
+    return ENV_PREFIX + name.upper()

@@ -1,0 +1,114 @@
+"""Tracing: W3C trace context from Kafka headers, a span per batch and per decision, and
+the decision's context injected into the commands it emits.
+
+A decision span's parent is the context the producing tool put in the record's headers
+(`traceparent`, `tracestate`), so one trace runs from the tool through the controller to
+the capability worker that receives the command; the span also links to its batch span,
+which is where retries, fencing and commit time show. Attributes name the operation, the
+machine, the event and the states before and after (no payloads: those belong in the
+ledger, not in a tracing backend).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Final
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
+
+from consumer.batch import Observer
+from consumer.intake import Accepted, RawRecord
+from machines import Decision
+
+__all__ = ["BatchTracer", "extract_context", "trace_headers"]
+
+_PROPAGATOR: Final = TraceContextTextMapPropagator()
+_NAME: Final = "consumer"
+
+
+def _text_headers(headers: Sequence[tuple[str, bytes | None]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in headers:
+        if value is None:
+            continue
+        try:
+            out[key] = value.decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # a hostile header is ignored, never fatal
+    return out
+
+
+def extract_context(record: RawRecord) -> Context:
+    """The W3C trace context the producer put in the record's headers (an empty context
+    when there is none or it is malformed)."""
+    return _PROPAGATOR.extract(_text_headers(record.headers))
+
+
+def trace_headers(span: Span) -> dict[str, str]:
+    """`traceparent` (and `tracestate`) of `span`, for an emitted record's headers."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+    return carrier
+
+
+class BatchTracer:
+    """Creates the controller's spans with the tracer of one provider."""
+
+    def __init__(self, provider: trace.TracerProvider) -> None:
+        self._tracer = provider.get_tracer(_NAME)
+
+    @contextmanager
+    def batch(self, records: int, partitions: Sequence[tuple[str, int]]) -> Iterator[Span]:
+        """The span of one batch attempt; an exception marks it failed and propagates."""
+        attributes: dict[str, AttributeValue] = {
+            "messaging.system": "kafka",
+            "messaging.batch.message_count": records,
+            "recovery.partitions": [f"{t}[{p}]" for t, p in partitions],
+        }
+        with self._tracer.start_as_current_span(
+            "recovery.batch", kind=SpanKind.CONSUMER, attributes=attributes
+        ) as span:
+            yield span
+
+    def observer(self, batch_span: Span, latency: Callable[[float], None]) -> Observer:
+        """An `Observer` for `consumer.batch.plan_batch_of`: one span per decision,
+        parented by the producer's context and linked to `batch_span`; `latency` gets
+        each decision's duration in seconds."""
+        link = Link(batch_span.get_span_context())
+
+        def observe(
+            item: Accepted, run: Callable[[], Decision]
+        ) -> tuple[Decision, Mapping[str, str]]:
+            event = item.event
+            with self._tracer.start_as_current_span(
+                "recovery.decide",
+                context=extract_context(item.record),
+                kind=SpanKind.INTERNAL,
+                links=[link],
+                attributes={
+                    "recovery.operation_id": event.operation_id,
+                    "recovery.correlation_id": event.correlation_id,
+                    "recovery.event_id": event.event_id,
+                    "recovery.event_type": event.event_type,
+                    "recovery.machine": f"{item.machine.name}@{item.machine.version}",
+                    "messaging.kafka.source": item.record.coordinates,
+                },
+            ) as span:
+                started = time.perf_counter()
+                decision = run()
+                latency(time.perf_counter() - started)
+                span.set_attribute("recovery.state_before", decision.state_before)
+                span.set_attribute("recovery.state_after", decision.state_after)
+                span.set_attribute("recovery.outcome", str(decision.outcome))
+                span.set_attribute("recovery.sequence", decision.sequence)
+                if decision.errors:
+                    span.set_status(Status(StatusCode.ERROR, decision.errors[0].code))
+                return decision, trace_headers(span)
+
+        return observe
