@@ -329,8 +329,16 @@ class PostgresLedger(Ledger):
 
 
 def _outbox_record(row: TupleRow) -> OutboxRecord:
-    position, record_id, topic, key, headers, payload = row
-    return OutboxRecord(position, record_id, topic, key, headers, json.loads(bytes(payload)))
+    position, record_id, topic, key, headers, payload, audit_record = row
+    body = audit_record if payload is None else json.loads(bytes(payload))
+    return OutboxRecord(position, record_id, topic, key, headers, body)
+
+
+def _outbox_body(row: OutboxRow) -> tuple[bytes | None, int | None]:
+    """(payload, audit_sequence) columns: an audit row stores only its reference."""
+    if row.audit_sequence is not None:
+        return None, row.audit_sequence
+    return row.payload_json.encode("utf-8"), None
 
 
 def _translate(what: str, exc: psycopg.Error) -> LedgerError:
@@ -499,10 +507,7 @@ def _copy_rows(
         ),
         (
             "copy_outbox",
-            [
-                (o.record_id, o.topic, o.key, dumps(o.headers), o.payload_json.encode("utf-8"))
-                for o in outbox
-            ],
+            [(o.record_id, o.topic, o.key, dumps(o.headers), *_outbox_body(o)) for o in outbox],
         ),
     ]
     for query, rows in tables:

@@ -201,6 +201,9 @@ class OutboxRow:
     key: str
     headers: Mapping[str, str]
     payload_json: str
+    # Set for an audit record's row: PostgreSQL stores a reference to the record (same
+    # key = operation, this sequence) instead of a second copy of it.
+    audit_sequence: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -504,6 +507,7 @@ def finish_outbox(
                 op,
                 {"record_id": f"audit:{op}:{seq}", "operation_id": op, "kind": record.kind},
                 record.published_json(),
+                audit_sequence=seq,
             )
         )
         if item.dead_letter is not None:

@@ -114,7 +114,7 @@ COPY audit_records (operation_id, sequence, kind, prev_hash, hash, record)
 FROM STDIN;
 
 -- name: copy_outbox
-COPY outbox (record_id, topic, key, headers, payload)
+COPY outbox (record_id, topic, key, headers, payload, audit_sequence)
 FROM STDIN;
 
 -- name: update_operations
@@ -180,10 +180,18 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
 -- name: lease_outbox_rows
-SELECT id, record_id, topic, key, headers, payload
-FROM outbox
-WHERE published_at IS NULL AND key = ANY(%(keys)s)
-ORDER BY id;
+-- The leased keys' unpublished rows in order; an audit row's payload is its audit record,
+-- joined back in (migration 0004).
+SELECT o.id, o.record_id, o.topic, o.key, o.headers, o.payload,
+       CASE WHEN a.operation_id IS NULL THEN NULL ELSE jsonb_build_object(
+           'hash', a.hash, 'kind', a.kind, 'operation_id', a.operation_id,
+           'prev_hash', a.prev_hash, 'record', a.record, 'sequence', a.sequence
+       ) END
+FROM outbox AS o
+LEFT JOIN audit_records AS a
+    ON o.audit_sequence IS NOT NULL AND a.operation_id = o.key AND a.sequence = o.audit_sequence
+WHERE o.published_at IS NULL AND o.key = ANY(%(keys)s)
+ORDER BY o.id;
 
 -- name: mark_published
 UPDATE outbox SET published_at = now()
