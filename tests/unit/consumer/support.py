@@ -1,0 +1,85 @@
+"""Building consumed records and events for the controller's unit tests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any
+
+from consumer import ControllerSettings, RawRecord, Rules, load_rules
+from machines import Event, EvidencePayload, Lineage, Machine, Policy
+from schemas import (
+    CONTENT_TYPE,
+    CONTENT_TYPE_AVRO,
+    EVENT_ENVELOPE,
+    AvroSingleObjectCodec,
+    event_to_record,
+)
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+TOPIC = "recovery.events"
+GROUP = "group-1"
+CONTROLLER = "controller-1"
+FOUND = EvidencePayload(outcome="applied", verifier="verifier-1", reference="v-1")
+
+
+@cache
+def pinned() -> tuple[dict[str, Machine], Rules]:
+    """The catalogue's pinned machines and rules trusting `verifier-1`."""
+    machines, rules = load_rules(ControllerSettings(bootstrap="unused", database_url="unused"))
+    policy = Policy(id="unit", trusted_verifiers=("verifier-1",))
+    return machines, Rules(policy=policy, registry=rules.registry)
+
+
+def event(
+    event_type: str,
+    operation: str = "op-1",
+    *,
+    event_id: str | None = None,
+    machine: str = "email-send",
+    version: str = "1.0.0",
+    agent: str = "agent-1",
+    **fields: Any,
+) -> Event:
+    """A valid event of `machine` for `operation`."""
+    return Event(
+        event_type=event_type,
+        event_id=event_id or f"{operation}-{event_type.lower()}",
+        operation_id=operation,
+        correlation_id=f"corr-{operation}",
+        machine_name=machine,
+        machine_version=version,
+        event_time=T0,
+        evidence_ref="ref-1",
+        producer="tool-1",
+        lineage=Lineage(agent=agent, task="task-1", initiating_principal="alice"),
+        **fields,
+    )
+
+
+def record(
+    value: bytes | None,
+    offset: int,
+    *,
+    key: bytes | None = b"op-1",
+    partition: int = 0,
+    headers: tuple[tuple[str, bytes | None], ...] | None = None,
+) -> RawRecord:
+    """A consumed record at `offset`."""
+    return RawRecord(
+        topic=TOPIC,
+        partition=partition,
+        offset=offset,
+        key=key,
+        value=value,
+        headers=headers
+        if headers is not None
+        else ((CONTENT_TYPE, CONTENT_TYPE_AVRO.encode("utf-8")),),
+        timestamp_ms=1_700_000_000_000,
+    )
+
+
+def encoded(ev: Event, offset: int, *, partition: int = 0) -> RawRecord:
+    """`ev` as the client library writes it (Avro single-object), keyed by operation."""
+    value = AvroSingleObjectCodec().encode(event_to_record(ev), EVENT_ENVELOPE)
+    return record(value, offset, key=ev.operation_id.encode("utf-8"), partition=partition)

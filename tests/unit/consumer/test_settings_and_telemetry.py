@@ -1,0 +1,152 @@
+"""Settings from the environment, exporter choice, metrics and trace context helpers."""
+
+from __future__ import annotations
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from consumer import (
+    BatchTracer,
+    ControllerMetrics,
+    ControllerSettings,
+    Intake,
+    SettingsError,
+    TelemetryError,
+    build_telemetry,
+    consumer_config,
+    extract_context,
+    plan_batch_of,
+    trace_headers,
+)
+from tests.unit.consumer.support import CONTROLLER, GROUP, T0, encoded, event, pinned, record
+
+ENV = {"RECOVERY_KAFKA_BOOTSTRAP": "k:9092", "RECOVERY_DATABASE_URL": "postgresql://db/x"}
+
+
+def test_settings_come_from_the_shared_and_controller_variables() -> None:
+    env = {
+        **ENV,
+        "RECOVERY_CONTROLLER_GROUP_ID": "g-7",
+        "RECOVERY_CONTROLLER_BATCH_MAX_RECORDS": "50",
+        "RECOVERY_TOPIC_EVENTS": "ev.t",
+    }
+    settings = ControllerSettings.from_env(env)
+    assert (settings.bootstrap, settings.group_id, settings.batch_max_records) == (
+        "k:9092",
+        "g-7",
+        50,
+    )
+    assert settings.topics.events == "ev.t"
+
+
+def test_invalid_settings_name_the_variable_to_fix() -> None:
+    with pytest.raises(SettingsError, match="RECOVERY_CONTROLLER_BATCH_MAX_RECORDS"):
+        ControllerSettings.from_env({**ENV, "RECOVERY_CONTROLLER_BATCH_MAX_RECORDS": "0"})
+    with pytest.raises(SettingsError, match="RECOVERY_KAFKA_BOOTSTRAP"):
+        ControllerSettings.from_env({"RECOVERY_DATABASE_URL": "postgresql://db/x"})
+
+
+def test_caller_consumer_config_cannot_turn_kafka_offset_storage_back_on() -> None:
+    settings = ControllerSettings.from_env(
+        ENV, consumer_config={"enable.auto.commit": "true", "fetch.min.bytes": "10"}
+    )
+    config = consumer_config(settings)
+    assert config["enable.auto.commit"] is False
+    assert config["enable.auto.offset.store"] is False
+    assert config["partition.assignment.strategy"] == "cooperative-sticky"
+    assert config["fetch.min.bytes"] == "10"
+
+
+def test_otlp_without_its_package_is_a_clear_error() -> None:
+    with pytest.raises(TelemetryError, match="opentelemetry-exporter-otlp"):
+        build_telemetry("otlp", instance="c-1")
+
+
+def test_console_and_none_exporters_build() -> None:
+    build_telemetry("console", instance="c-1").shutdown()
+    build_telemetry("none", instance="c-1").shutdown()
+
+
+def test_trace_context_is_read_from_headers_and_written_for_commands() -> None:
+    provider = TracerProvider()
+    with provider.get_tracer("test").start_as_current_span("tool") as span:
+        headers = trace_headers(span)
+    raw = record(b"x", 0, headers=tuple((k, v.encode()) for k, v in headers.items()))
+    context = extract_context(raw)
+    assert trace.get_current_span(context).get_span_context().trace_id == (
+        span.get_span_context().trace_id
+    )
+
+
+def test_malformed_trace_headers_are_ignored() -> None:
+    raw = record(b"x", 0, headers=(("traceparent", b"\xff\xfe"), ("tracestate", b"bad")))
+    assert not trace.get_current_span(extract_context(raw)).get_span_context().is_valid
+
+
+def test_each_decision_gets_a_span_parented_by_the_producer_with_states() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with provider.get_tracer("tool").start_as_current_span("tool-publish") as tool_span:
+        carrier = trace_headers(tool_span)
+    raw = encoded(event("TOOL_TIMEOUT"), 0)
+    raw = record(
+        raw.value, 0, headers=(*raw.headers, *((k, v.encode()) for k, v in carrier.items()))
+    )
+    machines, rules = pinned()
+    outcomes = [Intake(machines, max_record_bytes=65536).examine(raw)]
+    reader = InMemoryMetricReader()
+    metrics = ControllerMetrics(MeterProvider(metric_readers=[reader]), GROUP)
+    tracer = BatchTracer(provider)
+    with tracer.batch(1, [("recovery.events", 0)]) as batch_span:
+        planned = plan_batch_of(
+            outcomes,
+            {},
+            rules,
+            group=GROUP,
+            controller=CONTROLLER,
+            positions=(),
+            now=T0,
+            observe=tracer.observer(batch_span, metrics.decision_latency),
+        )
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    decide = spans["recovery.decide"]
+    assert decide.context.trace_id == tool_span.get_span_context().trace_id
+    assert decide.attributes is not None
+    assert decide.attributes["recovery.state_before"] == "failure-reported"
+    assert decide.attributes["recovery.state_after"] == "unresolved"
+    assert decide.attributes["recovery.operation_id"] == "op-1"
+    assert decide.links[0].context.span_id == spans["recovery.batch"].context.span_id
+    # The commands the decision emits carry the decision span's context.
+    trace_of_entry = planned.batch.entries[0].trace
+    assert f"{decide.context.span_id:016x}" in trace_of_entry["traceparent"]
+
+
+def test_committed_batches_are_counted_by_outcome_and_reason() -> None:
+    machines, rules = pinned()
+    intake = Intake(machines, max_record_bytes=65536)
+    outcomes = [intake.examine(r) for r in (encoded(event("TOOL_TIMEOUT"), 0), record(b"j", 1))]
+    planned = plan_batch_of(
+        outcomes, {}, rules, group=GROUP, controller=CONTROLLER, positions=(), now=T0
+    )
+    reader = InMemoryMetricReader()
+    metrics = ControllerMetrics(MeterProvider(metric_readers=[reader]), GROUP)
+    metrics.committed(planned, 0.01)
+    metrics.set_lag({("recovery.events", 0): 5})
+    data = reader.get_metrics_data()
+    assert data is not None
+    values = {
+        m.name: [(dict(p.attributes or {}), getattr(p, "value", None)) for p in m.data.data_points]
+        for r in data.resource_metrics
+        for s in r.scope_metrics
+        for m in s.metrics
+    }
+    assert values["recovery.controller.events.processed"][0][1] == 1
+    dead = values["recovery.controller.events.dead_lettered"]
+    assert [(a["reason"], v) for a, v in dead] == [("avro-not-single-object", 1)]
+    assert values["recovery.controller.consumer.lag"][0][1] == 5
