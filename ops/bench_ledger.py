@@ -38,6 +38,7 @@ from ops.settings import ENV_DATABASE_URL
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 GROUP, TOPIC = "bench", "recovery.events"
+TARGET_EVENTS_PER_SECOND = 20_000
 POLICY = Policy(id="bench", trusted_verifiers=("verifier-1",))
 # (event type, verification outcome): the per-operation story of the benchmark.
 STORY: tuple[tuple[str, str | None], ...] = (
@@ -188,6 +189,10 @@ def _report(
     )
     print(f"all rows (incl. events, evidence): {rows / elapsed:,.0f} rows/s")
     print(f"per batch and writer:    {elapsed / committed * writers * 1000:>10.1f} ms")
+    rate = events / elapsed
+    verdict = "met" if rate >= TARGET_EVENTS_PER_SECOND else "NOT met"
+    share = rate / TARGET_EVENTS_PER_SECOND
+    print(f"target {TARGET_EVENTS_PER_SECOND:,} events/s: {verdict} ({share:.0%})")
 
 
 def main() -> None:
