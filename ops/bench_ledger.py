@@ -16,14 +16,16 @@ administrative connection, or else a local one started for the run and stopped a
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import shutil
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
 from ledger import Batch, CommitResult, Entry, Position, PostgresLedger, Source, migrate_database
@@ -127,47 +129,67 @@ class _Totals:
         self.outbox += result.outbox_rows
 
 
-def _commit_all(ledger: PostgresLedger, batches: list[Batch], totals: _Totals) -> None:
-    for batch in batches:
-        totals.add(batch, ledger.commit(batch))
+def _writer(
+    url: str,
+    partition: int,
+    operations: int,
+    batch_size: int,
+    barrier: Barrier,
+    results: Queue[tuple[float, float, int, _Totals]],
+) -> None:
+    """One controller process owning one partition: build its batches with the core,
+    warm up, wait for the others, commit every batch, report (start, end, batches)."""
+    registry = load_registry()
+    machine = load_catalogue(registry, CATALOGUE)["delegated-research"]
+    batches = build_batches(machine, registry, operations, batch_size, partition=partition)
+    ledger = PostgresLedger(url, min_size=1, max_size=1)
+    totals = _Totals()
+    try:
+        ledger.commit(batches[0])  # warm the connection and the caches
+        barrier.wait()
+        start = time.perf_counter()
+        for batch in batches[1:]:
+            totals.add(batch, ledger.commit(batch))
+        end = time.perf_counter()
+    finally:
+        ledger.close()
+    results.put((start, end, len(batches) - 1, totals))
 
 
 def run(admin_url: str, operations: int, batch_size: int, writers: int) -> None:
     """Create a database, migrate it, commit every batch, print the figures, drop it.
-    Each writer owns one partition and its own connection, as one controller per
-    partition would; they share the server, as they would in production."""
-    registry = load_registry()
-    machine = load_catalogue(registry, CATALOGUE)["delegated-research"]
-    per_writer = [
-        build_batches(machine, registry, operations // writers, batch_size, partition=p)
-        for p in range(writers)
-    ]
+    Each writer is a process owning one partition with its own connection, as one
+    controller per partition would be; they share the server, as in production."""
     name = f"bench_ledger_{uuid.uuid4().hex[:10]}"
     create_database(admin_url, name)
     url = with_database(admin_url, name)
-    totals = [_Totals() for _ in range(writers)]
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(writers)
+    results: Queue[tuple[float, float, int, _Totals]] = context.Queue()
     try:
         migrate_database(url)
-        ledger = PostgresLedger(url, min_size=writers, max_size=writers)
+        ledger = PostgresLedger(url, max_size=1)
         try:
             ledger.claim(GROUP, TOPIC, list(range(writers)), "bench")
-            for batches in per_writer:
-                ledger.commit(batches[0])  # warm the pool, plan caches and the catalogue
-            threads = [
-                threading.Thread(target=_commit_all, args=(ledger, batches[1:], totals[n]))
-                for n, batches in enumerate(per_writer)
-            ]
-            start = time.perf_counter()
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            elapsed = time.perf_counter() - start
         finally:
             ledger.close()
+        procs = [
+            context.Process(
+                target=_writer,
+                args=(url, p, operations // writers, batch_size, barrier, results),
+            )
+            for p in range(writers)
+        ]
+        for proc in procs:
+            proc.start()
+        reports = [results.get(timeout=600) for _ in procs]
+        for proc in procs:
+            proc.join()
     finally:
         drop_database(admin_url, name)
-    _report(totals, elapsed, sum(len(b) - 1 for b in per_writer), batch_size, writers)
+    elapsed = max(r[1] for r in reports) - min(r[0] for r in reports)
+    committed = sum(r[2] for r in reports)
+    _report([r[3] for r in reports], elapsed, committed, batch_size, writers)
 
 
 def _report(
@@ -201,7 +223,9 @@ def main() -> None:
     parser.add_argument("--database-url", default=os.environ.get(ENV_DATABASE_URL))
     parser.add_argument("--operations", type=int, default=10_000)
     parser.add_argument("--batch-size", type=int, default=500)
-    parser.add_argument("--writers", type=int, default=2, help="concurrent partition writers")
+    parser.add_argument(
+        "--writers", type=int, default=2, help="writer processes, one partition each"
+    )
     args = parser.parse_args()
     if args.database_url:
         run(args.database_url, args.operations, args.batch_size, args.writers)
