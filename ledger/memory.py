@@ -173,6 +173,9 @@ class MemoryLedger(Ledger):
             existing = s.operations.get(op)
             head = existing.head if existing is not None else genesis_head(op)
             chained[op] = chain_records(op, head, bodies)
+        # Depths come from the operations stored before this batch, as PostgreSQL's
+        # single INSERT ... SELECT sees them.
+        depths = {row.operation_id: self._depth(row.parent_operation) for row in plan.operations}
         for row in plan.operations:
             existing = s.operations.get(row.operation_id)
             records = chained.get(row.operation_id, [])
@@ -182,9 +185,7 @@ class MemoryLedger(Ledger):
                 else (existing.head if existing is not None else genesis_head(row.operation_id))
             )
             info = (
-                existing.info
-                if existing is not None
-                else _new_info(row, self._depth(row.parent_operation))
+                existing.info if existing is not None else _new_info(row, depths[row.operation_id])
             )
             info = replace(info, state=row.view.state, version=row.view.version)
             s.operations[row.operation_id] = _Operation(info, row.view, head)

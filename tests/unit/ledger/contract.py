@@ -17,10 +17,19 @@ from ledger import (
     EventIdReused,
     FencedError,
     Ledger,
+    NonceReused,
     UnknownOperation,
     VersionConflict,
 )
-from tests.unit.ledger.ledger_support import GROUP, TOPIC, decide_batch, event, feed, sequence
+from tests.unit.ledger.ledger_support import (
+    GROUP,
+    TOPIC,
+    decide_batch,
+    event,
+    feed,
+    sequence,
+    with_approval,
+)
 
 
 class LedgerContract(abc.ABC):
@@ -271,3 +280,23 @@ class LedgerContract(abc.ABC):
         batch = decide_batch(ledger, sequence("op-1"), epoch=claim.epoch)
         ledger.commit(replace(batch, runtime=None))
         assert ledger.operation("op-1").runtime is None
+
+    # -- approvals --------------------------------------------------------------------------
+
+    def test_approval_nonce_reused_by_another_event_is_refused_whole(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        first = with_approval(
+            decide_batch(ledger, [event("op-1", 0, "TOOL_TIMEOUT")], epoch=claim.epoch), "nonce-1"
+        )
+        result = ledger.commit(first)
+        assert (result.approvals, result.evidence) == (1, 1)
+        replay = with_approval(
+            decide_batch(
+                ledger, [event("op-2", 0, "TOOL_TIMEOUT")], epoch=claim.epoch, first_offset=1
+            ),
+            "nonce-1",
+        )
+        with pytest.raises(NonceReused, match="nonce-1"):
+            ledger.commit(replay)
+        assert ledger.load_views(["op-2"]) == {}
+        assert ledger.offsets(GROUP, TOPIC) == {0: 1}

@@ -8,6 +8,7 @@ core on a catalogue machine, fold the views with `apply`, and commit one `Batch`
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
 
@@ -15,8 +16,9 @@ from ledger import Batch, CommitResult, Entry, Ledger, Position, Source
 from machines import CATALOGUE, Machine, Registry, load_catalogue, load_registry
 from machines.decision import apply, decide
 from machines.event import Event, EvidencePayload, Lineage
+from machines.evidence import EvidenceDelta
 from machines.policy import Policy
-from machines.view import LineageStatus, OperationView, ToolFacts, new_view
+from machines.view import Approval, LineageStatus, OperationView, ToolFacts, new_view
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 GROUP = "controllers"
@@ -143,3 +145,22 @@ def feed(
         ledger, events, epoch=epoch, partition=partition, first_offset=first_offset
     )
     return ledger.commit(batch)
+
+
+def with_approval(batch: Batch, nonce: str) -> Batch:
+    """`batch` with its first decision carrying a verified approval using `nonce`, as the
+    core records a HUMAN_APPROVED event it accepted (signature checking is the core's
+    business and tested there; here only what the ledger stores matters)."""
+    entry = batch.entries[0]
+    approval = Approval(
+        approver="approver-1",
+        state=entry.decision.state_before,
+        transition=entry.decision.state_after,
+        machine_digest=entry.decision.machine_digest,
+        expires_at=T0 + timedelta(hours=1),
+        nonce=nonce,
+        decision="approved",
+        event_id=entry.event.event_id,
+    )
+    decision = replace(entry.decision, evidence=EvidenceDelta(approval=approval))
+    return replace(batch, entries=(replace(entry, decision=decision), *batch.entries[1:]))
