@@ -30,7 +30,7 @@ from psycopg import errors as pg_errors
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_hash
+from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_hash, genesis_head
 from ledger.codec import facts_to_json, view_from_json, view_to_json
 from ledger.deadletters import write_dead_letters
 from ledger.errors import (
@@ -217,6 +217,7 @@ class PostgresLedger(Ledger):
                 for op, bodies in audit_bodies(plan).items()
             }
             outbox = finish_outbox(plan, chained)
+            _insert_opened(cur, plan, chained)
             _copy_rows(cur, plan, chained, outbox)
             _update_operations(cur, plan, heads, chained)
             # Dead letters after the batch's own rows: their intake chains are locked
@@ -376,8 +377,9 @@ def _check_fences(cur: psycopg.Cursor[TupleRow], batch: Batch) -> None:
             )
 
 
-def _insert_record(row: OperationRow) -> dict[str, Any]:
+def _insert_record(row: OperationRow, records: Sequence[AuditRecord]) -> dict[str, Any]:
     view = row.view
+    head = records[-1] if records else None
     return {
         "operation_id": row.operation_id,
         "correlation_id": row.correlation_id,
@@ -386,8 +388,12 @@ def _insert_record(row: OperationRow) -> dict[str, Any]:
         "machine_digest": view.machine_digest,
         "policy_digest": view.policy_digest,
         "state": view.state,
+        "version": view.version,
         "facts": facts_to_json(view.facts),
+        "retry_attempts": view.retry_attempts,
+        "recovery_attempts": view.recovery_attempts,
         "budget_limit": view.budget_limit,
+        "budget_spent": view.budget_spent,
         "deadline": view.deadline,
         "initiating_principal": row.initiating_principal,
         "agent": row.agent,
@@ -396,26 +402,51 @@ def _insert_record(row: OperationRow) -> dict[str, Any]:
         "origin_operation": row.origin_operation,
         "parent_operation": row.parent_operation,
         "view": view_to_json(view),
-        "audit_head": genesis_hash(row.operation_id),
+        "audit_sequence": 0 if head is None else head.sequence,
+        "audit_head": genesis_hash(row.operation_id) if head is None else head.hash,
     }
 
 
 def _lock_operations(cur: psycopg.Cursor[TupleRow], plan: BatchPlan) -> dict[str, ChainHead]:
-    """Insert the operations the batch opens, lock every touched one in id order, check
-    versions; return each operation's audit chain head."""
-    opening = sorted((r for r in plan.operations if r.opens), key=lambda r: r.operation_id)
-    if opening:
-        cur.execute(
-            QUERIES["insert_operations"], {"rows": dumps([_insert_record(r) for r in opening])}
-        )
-    ids = list(plan.operation_ids)
-    rows = cur.execute(QUERIES["lock_operations"], {"ids": ids}).fetchall()
+    """Lock the operations the batch continues, in id order (two writers never deadlock),
+    check their versions, and return every touched operation's audit chain head (the
+    genesis head for those the batch opens; `_insert_opened` writes them later)."""
+    heads = {r.operation_id: genesis_head(r.operation_id) for r in plan.operations if r.opens}
+    continued = sorted(r.operation_id for r in plan.operations if not r.opens)
+    if not continued:
+        return heads
+    rows = cur.execute(QUERIES["lock_operations"], {"ids": continued}).fetchall()
     stored = {str(op): (int(v), ChainHead(int(s), str(h))) for op, v, s, h in rows}
     for row in plan.operations:
+        if row.opens:
+            continue
         version = stored[row.operation_id][0] if row.operation_id in stored else 0
-        if row.operation_id not in stored or version != row.expected_version:
+        if version != row.expected_version:
             raise VersionConflict(version_message(row.operation_id, row.expected_version, version))
-    return {op: head for op, (_, head) in stored.items()}
+        heads[row.operation_id] = stored[row.operation_id][1]
+    return heads
+
+
+def _insert_opened(
+    cur: psycopg.Cursor[TupleRow], plan: BatchPlan, chained: Mapping[str, list[AuditRecord]]
+) -> None:
+    """Insert the operations the batch opens, already in their state after the batch
+    (one write per row, not an insert and then an update). A row another writer inserted
+    first wins; this batch then gets `VersionConflict`."""
+    opening = sorted((r for r in plan.operations if r.opens), key=lambda r: r.operation_id)
+    if not opening:
+        return
+    records = [_insert_record(r, chained.get(r.operation_id, [])) for r in opening]
+    inserted = {
+        str(row[0])
+        for row in cur.execute(QUERIES["insert_operations"], {"rows": dumps(records)}).fetchall()
+    }
+    for row in opening:
+        if row.operation_id not in inserted:
+            raise VersionConflict(
+                f"operation {row.operation_id}: this batch opens it, but another writer "
+                "opened it first: reload the view and decide again from the stored offsets"
+            )
 
 
 def _check_ids(cur: psycopg.Cursor[TupleRow], plan: BatchPlan) -> None:
@@ -537,7 +568,9 @@ def _update_operations(
     heads: Mapping[str, ChainHead],
     chained: Mapping[str, list[AuditRecord]],
 ) -> None:
-    rows = sorted(plan.operations, key=lambda r: r.operation_id)
+    rows = sorted((r for r in plan.operations if not r.opens), key=lambda r: r.operation_id)
+    if not rows:
+        return
     new_heads = []
     for row in rows:
         records = chained.get(row.operation_id)

@@ -50,34 +50,37 @@ FOR SHARE OF o;
 SELECT operation_id, view FROM operations WHERE operation_id = ANY(%(ids)s);
 
 -- name: insert_operations
--- The operations a batch opens, at version 0, before the lock, from one JSON array
--- (one parameter, parsed by the server: no per-row round trip). A concurrent opener's
--- row wins (ON CONFLICT DO NOTHING) and the version check then refuses the loser.
+-- The operations a batch opens, written once in their state after the batch, from one
+-- JSON array (one parameter, parsed by the server). A row another writer inserted first
+-- wins (ON CONFLICT DO NOTHING): it is missing from RETURNING and the batch is refused.
 INSERT INTO operations (
     operation_id, correlation_id, machine_name, machine_version, machine_digest,
-    policy_digest, state, version, facts, budget_limit, deadline, initiating_principal,
-    agent, runtime, task, origin_operation, parent_operation, depth, view,
-    audit_sequence, audit_head
+    policy_digest, state, version, facts, retry_attempts, recovery_attempts, budget_limit,
+    budget_spent, deadline, initiating_principal, agent, runtime, task, origin_operation,
+    parent_operation, depth, view, audit_sequence, audit_head
 )
 SELECT
     n.operation_id, n.correlation_id, n.machine_name, n.machine_version, n.machine_digest,
-    n.policy_digest, n.state, 0, n.facts, n.budget_limit, n.deadline,
-    n.initiating_principal, n.agent, n.runtime, n.task, n.origin_operation,
-    n.parent_operation,
+    n.policy_digest, n.state, n.version, n.facts, n.retry_attempts, n.recovery_attempts,
+    n.budget_limit, n.budget_spent, n.deadline, n.initiating_principal, n.agent, n.runtime,
+    n.task, n.origin_operation, n.parent_operation,
     COALESCE(p.depth + 1, CASE WHEN n.parent_operation IS NULL THEN 0 ELSE 1 END),
-    n.view, 0, n.audit_head
+    n.view, n.audit_sequence, n.audit_head
 FROM jsonb_to_recordset(%(rows)s::jsonb) AS n (
     operation_id text, correlation_id text, machine_name text, machine_version text,
-    machine_digest text, policy_digest text, state text, facts jsonb, budget_limit integer,
-    deadline timestamptz, initiating_principal text, agent text, runtime text, task text,
-    origin_operation text, parent_operation text, view jsonb, audit_head text
+    machine_digest text, policy_digest text, state text, version bigint, facts jsonb,
+    retry_attempts integer, recovery_attempts integer, budget_limit integer,
+    budget_spent integer, deadline timestamptz, initiating_principal text, agent text,
+    runtime text, task text, origin_operation text, parent_operation text, view jsonb,
+    audit_sequence bigint, audit_head text
 )
 LEFT JOIN operations AS p ON p.operation_id = n.parent_operation
 ORDER BY n.operation_id
-ON CONFLICT (operation_id) DO NOTHING;
+ON CONFLICT (operation_id) DO NOTHING
+RETURNING operation_id;
 
 -- name: lock_operations
--- Lock every operation the batch touches, in id order, so two writers never deadlock.
+-- Lock the operations the batch continues, in id order, so two writers never deadlock.
 SELECT operation_id, version, audit_sequence, audit_head
 FROM operations
 WHERE operation_id = ANY(%(ids)s)
