@@ -4,11 +4,11 @@ stored consumer offsets and partition epochs. Only this package imports psycopg.
 
 from __future__ import annotations
 
+from ledger.admin import create_database, drop_database, with_database
 from ledger.audit import AuditRecord, ChainBreak, ChainHead, verify_chain
 from ledger.codec import view_from_json, view_to_json
 from ledger.deadletters import DeadLetter, intake_chain_id
 from ledger.errors import (
-    AuditChainError,
     EventIdReused,
     FencedError,
     LedgerError,
@@ -31,9 +31,9 @@ from ledger.memory import MemoryLedger
 from ledger.migrations import MigrationReport, available_migrations, migrate, migrate_database
 from ledger.postgres import PostgresLedger
 from ledger.records import Batch, Entry, Position, Source, Topics, plan_batch
+from ledger.schema import describe_schema, expected_schema
 
 __all__ = [
-    "AuditChainError",
     "AuditRecord",
     "Batch",
     "ChainBreak",
@@ -62,6 +62,10 @@ __all__ = [
     "UnknownOperation",
     "VersionConflict",
     "available_migrations",
+    "create_database",
+    "describe_schema",
+    "drop_database",
+    "expected_schema",
     "intake_chain_id",
     "migrate",
     "migrate_database",
@@ -69,4 +73,5 @@ __all__ = [
     "verify_chain",
     "view_from_json",
     "view_to_json",
+    "with_database",
 ]

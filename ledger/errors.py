@@ -7,7 +7,6 @@ in one place (`raise ... from exc`), so callers handle ledger outcomes, not psyc
 from __future__ import annotations
 
 __all__ = [
-    "AuditChainError",
     "EventIdReused",
     "FencedError",
     "LedgerError",
@@ -75,10 +74,6 @@ class LedgerUnavailable(LedgerError):
 
 class MigrationError(LedgerError):
     """A migration could not be applied; the database is left at the last applied one."""
-
-
-class AuditChainError(LedgerError):
-    """An audit chain could not be built: the stored chain head is inconsistent."""
 
 
 def fenced_message(group: str, topic: str, partition: int, epoch: int, stored: int | None) -> str:

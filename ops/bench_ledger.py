@@ -28,8 +28,18 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
-from ledger import Batch, CommitResult, Entry, Position, PostgresLedger, Source, migrate_database
-from ledger.admin import create_database, drop_database, with_database
+from ledger import (
+    Batch,
+    CommitResult,
+    Entry,
+    Position,
+    PostgresLedger,
+    Source,
+    create_database,
+    drop_database,
+    migrate_database,
+    with_database,
+)
 from machines import CATALOGUE, Machine, Registry, load_catalogue, load_registry
 from machines.decision import apply, decide
 from machines.event import Event, EvidencePayload, Lineage

@@ -9,8 +9,13 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from ledger import PostgresLedger, available_migrations
-from ledger.admin import create_database, drop_database, with_database
+from ledger import (
+    PostgresLedger,
+    available_migrations,
+    create_database,
+    drop_database,
+    with_database,
+)
 from ops.cli import main
 from tests.unit.ledger.ledger_support import GROUP, TOPIC, feed, sequence
 

@@ -10,9 +10,15 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from ledger import available_migrations, migrate_database
-from ledger.admin import create_database, drop_database, with_database
-from ledger.schema import describe_schema, expected_schema
+from ledger import (
+    available_migrations,
+    create_database,
+    describe_schema,
+    drop_database,
+    expected_schema,
+    migrate_database,
+    with_database,
+)
 
 pytestmark = pytest.mark.integration
 
