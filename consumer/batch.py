@@ -23,6 +23,7 @@ Per record, in consumption order:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -45,6 +46,8 @@ from machines import (
 )
 from machines import Outcome as DecisionOutcome
 from machines.guards import GuardFn
+
+log = logging.getLogger("consumer")
 
 __all__ = [
     "FORGED_REFUSALS",
@@ -239,8 +242,21 @@ def _decide(fold: _Fold, item: Accepted, now: datetime, observe: Observer) -> Re
             guard_table=rules.guard_table,
         )
 
-    decision, trace = observe(item, run)
     record = item.record
+    try:
+        decision, trace = observe(item, run)
+    except Exception as exc:
+        # `decide` never raises for bad input; if it does, that is a bug in the core
+        # met by this one record. Dead-letter it loudly rather than let it stop the
+        # partition forever (every replay would hit it again).
+        log.exception("decision core failed on %s", record.coordinates)
+        return Refusal(
+            RefusalCode.DECISION_FAILED,
+            f"record {record.coordinates}: the decision core failed on event "
+            f"{event.event_id}: {type(exc).__name__}: {exc}; report it with this record",
+            event.event_id,
+            event.operation_id,
+        )
     source = Source(record.topic, record.partition, record.offset)
     fold.entries.append(Entry(event, decision, source, dict(trace)))
     fold.decisions.append(decision)

@@ -46,6 +46,7 @@ from confluent_kafka import TopicPartition as KafkaPartition
 from consumer.batch import Planned, Rules, operation_ids, plan_batch_of, positions_for
 from consumer.errors import ControllerError
 from consumer.intake import Intake, RawRecord, Refusal, RefusalCode
+from consumer.intake import Outcome as IntakeOutcome
 from consumer.metrics import ControllerMetrics
 from consumer.settings import ControllerSettings
 from consumer.telemetry import Telemetry
@@ -254,50 +255,65 @@ class Controller:
         outcomes = [self._intake.examine(r) for r in records]
         positions = positions_for(records, self._epochs)
         excluded: dict[str, Refusal] = {}
-        partitions = [(p.topic, p.partition) for p in positions]
         for _attempt in range(len(records) + _EXTRA_REPLANS):
-            with self._tracer.batch(len(records), partitions) as span:
-                try:
-                    views = self.ledger.load_views(operation_ids(outcomes))
-                    planned = plan_batch_of(
-                        outcomes,
-                        views,
-                        self.rules,
-                        group=self.settings.group_id,
-                        controller=self.settings.instance_id,
-                        positions=positions,
-                        now=self._clock(),
-                        excluded=excluded,
-                        observe=self._tracer.observer(span, self.metrics.decision_latency),
-                    )
-                    self.ledger.commit(planned.batch)
-                except RetryableConflict as exc:
-                    log.info("batch replanned: %s", exc)
-                    self.metrics.batch("conflict")
-                    continue
-                except (EventIdReused, NonceReused) as exc:
-                    self.metrics.batch("conflict")
-                    found = _named_record(exc, planned)
-                    if found is not None:
-                        log.warning("dead-lettering %s: %s", found[0], exc)
-                        excluded[found[0]] = found[1]
-                    continue
-                except FencedError as exc:
-                    log.error("batch dropped: %s", exc)
-                    self.metrics.batch("fenced")
-                    self._fenced(consumer, positions)
-                    return
-                except LedgerError as exc:
-                    log.error("batch abandoned, will replay from the stored offsets: %s", exc)
-                    self.metrics.batch("unavailable")
-                    self._rewind(consumer, records)
-                    self._backoff.wait(self._stop)
-                    return
-            self._committed(planned, positions, time.monotonic() - started)
-            return
+            result, planned = self._attempt(outcomes, positions, excluded)
+            if result == "committed" and planned is not None:
+                self._committed(planned, positions, time.monotonic() - started)
+                return
+            self.metrics.batch(result)
+            if result == "fenced":
+                self._fenced(consumer, records, positions)
+                return
+            if result == "unavailable":
+                self._rewind(consumer, records)
+                self._backoff.wait(self._stop)
+                return
         log.error("batch of %d records could not be committed; replaying it", len(records))
         self._rewind(consumer, records)
         self._backoff.wait(self._stop)
+
+    def _attempt(
+        self,
+        outcomes: list[IntakeOutcome],
+        positions: tuple[Position, ...],
+        excluded: dict[str, Refusal],
+    ) -> tuple[str, Planned | None]:
+        """Plan and commit once. Returns the result (committed, conflict, fenced,
+        unavailable) and the plan; a conflicting id the ledger names is added to
+        `excluded` for the next attempt."""
+        partitions = [(p.topic, p.partition) for p in positions]
+        planned: Planned | None = None
+        with self._tracer.batch(len(outcomes), partitions) as span:
+            try:
+                views = self.ledger.load_views(operation_ids(outcomes))
+                planned = plan_batch_of(
+                    outcomes,
+                    views,
+                    self.rules,
+                    group=self.settings.group_id,
+                    controller=self.settings.instance_id,
+                    positions=positions,
+                    now=self._clock(),
+                    excluded=excluded,
+                    observe=self._tracer.observer(span, self.metrics.decision_latency),
+                )
+                self.ledger.commit(planned.batch)
+            except RetryableConflict as exc:
+                log.info("batch replanned: %s", exc)
+                return "conflict", planned
+            except (EventIdReused, NonceReused) as exc:
+                found = None if planned is None else _named_record(exc, planned)
+                if found is not None:
+                    log.warning("dead-lettering %s: %s", found[0], exc)
+                    excluded[found[0]] = found[1]
+                return "conflict", planned
+            except FencedError as exc:
+                log.error("batch dropped: %s", exc)
+                return "fenced", planned
+            except LedgerError as exc:
+                log.error("batch abandoned, will replay from the stored offsets: %s", exc)
+                return "unavailable", planned
+        return "committed", planned
 
     def _committed(self, planned: Planned, positions: Sequence[Position], seconds: float) -> None:
         for p in positions:
@@ -323,13 +339,23 @@ class Controller:
                 self._epochs.pop((topic, partition), None)
                 self._pending.add((topic, partition))
 
-    def _fenced(self, consumer: Consumer, positions: Sequence[Position]) -> None:
-        """Another member claimed these partitions: stop consuming them until Kafka
-        assigns them to us again."""
-        lost = [KafkaPartition(p.topic, p.partition) for p in positions]
-        for p in positions:
+    def _fenced(
+        self, consumer: Consumer, records: list[RawRecord], positions: Sequence[Position]
+    ) -> None:
+        """A newer epoch owns a partition of the batch. With one partition, stop
+        consuming it until Kafka assigns it to us again (the rebalance that moved it is
+        on its way, or a rogue claim must be resolved by an operator). With several,
+        decide each partition's records on its own: only the fenced ones are dropped,
+        the others commit (an operation's events all sit on one partition)."""
+        if len(positions) == 1:
+            (p,) = positions
             self._epochs.pop((p.topic, p.partition), None)
-        consumer.pause(lost)
+            consumer.pause([KafkaPartition(p.topic, p.partition)])
+            return
+        for p in positions:
+            part = [r for r in records if (r.topic, r.partition) == (p.topic, p.partition)]
+            if (p.topic, p.partition) in self._epochs:
+                self._process(consumer, part)
 
     # -- rebalance ----------------------------------------------------------------------
 

@@ -53,6 +53,7 @@ class RefusalCode:
     EVENT_ID_CONFLICT: Final = "event-id-conflict"
     FORGED_SIGNATURE: Final = "forged-signature"
     NONCE_REPLAYED: Final = "approval-nonce-replayed"
+    DECISION_FAILED: Final = "decision-failed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -235,7 +235,7 @@ def _metric(reader: InMemoryMetricReader, name: str) -> int:
         for scope in resource.scope_metrics:
             for metric in scope.metrics:
                 if metric.name == name:
-                    total += sum(int(p.value) for p in metric.data.data_points)  # type: ignore[union-attr]
+                    total += sum(int(getattr(p, "value", 0)) for p in metric.data.data_points)
     return total
 
 
@@ -303,3 +303,35 @@ def test_a_fenced_member_cannot_commit_and_the_new_owner_decides_its_records(
     with running(successor, ledger):
         wait_for(lambda: _decided(ledger, "op-z1") == 1, 60, "the successor's decision")
     assert ledger.offsets(group, topic) == {0: 1}
+
+
+def test_a_member_fenced_on_one_partition_still_commits_the_others(
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    database_url: str,
+    ledger: Ledger,
+    policy: Path,
+) -> None:
+    topic = topic_factory(partitions=2)
+    group = _group()
+    settings = settings_for(kafka_bootstrap, database_url, topic, policy, group)
+    operations = [f"op-s{n}" for n in range(20)]
+    with running(settings, ledger) as member:
+        member.wait_owned(2)
+        ledger.claim(group, topic, [0], "rogue")  # partition 0 now belongs to someone else
+        tool = Tool(kafka_bootstrap, topic)
+        for op in operations:
+            tool.event("email-send", op, "TOOL_TIMEOUT")
+        tool.close()
+        wait_for(lambda: 1 in ledger.offsets(group, topic), 60, "partition 1 committed")
+        wait_for(lambda: member.controller.owned.keys() == {(topic, 1)}, 30, "p0 given up")
+        wait_for(
+            lambda: (
+                sum(_decided(ledger, op) for op in operations) == ledger.offsets(group, topic)[1]
+            ),
+            30,
+            "every partition-1 event decided",
+        )
+    decided = {op for op in operations if _decided(ledger, op) == 1}
+    assert 0 < len(decided) < len(operations)  # murmur2 spreads 20 keys over both
+    assert 0 not in ledger.offsets(group, topic)

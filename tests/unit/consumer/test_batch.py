@@ -3,15 +3,16 @@ what the ledger (in memory here; the same plan runs on PostgreSQL) stores from i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from consumer import Intake, Planned, Refusal, plan_batch_of
+from consumer import Accepted, Intake, Planned, Refusal, plan_batch_of
 from consumer.batch import operation_ids, positions_for
 from ledger import MemoryLedger, Position, intake_chain_id
-from machines import HumanDecision, Outcome, sign_decision
+from machines import Decision, HumanDecision, Outcome, sign_decision
 from tests.unit.consumer.support import (
     CONTROLLER,
     FOUND,
@@ -174,3 +175,16 @@ def test_dead_letter_ids_are_deterministic_per_group_and_coordinates(partition: 
     first = _plan([record(b"junk", 5, partition=partition)], MemoryLedger())
     second = _plan([record(b"junk", 5, partition=partition)], MemoryLedger())
     assert first.batch.dead_letters[0].record_id == second.batch.dead_letters[0].record_id
+
+
+def test_a_record_the_core_fails_on_is_dead_lettered_and_the_rest_decided() -> None:
+    def broken(item: Accepted, run: Callable[[], Decision]) -> tuple[Decision, dict[str, str]]:
+        if item.event.operation_id == "op-2":
+            raise RuntimeError("core bug")
+        return run(), {}
+
+    raws = [encoded(event("TOOL_TIMEOUT", "op-2"), 0), encoded(event("TOOL_TIMEOUT", "op-3"), 1)]
+    planned = _plan(raws, MemoryLedger(), observe=broken)
+    assert [d.operation_id for d in planned.decisions] == ["op-3"]
+    assert [(r.offset, f.code) for r, f in planned.refused] == [(0, "decision-failed")]
+    assert "core bug" in planned.refused[0][1].reason
