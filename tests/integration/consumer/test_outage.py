@@ -90,3 +90,40 @@ def test_a_database_outage_is_ridden_out_and_nothing_is_lost_or_decided_twice(
     finally:
         tool.close()
         ledger.close()
+
+
+def test_partitions_assigned_while_the_database_is_down_are_claimed_when_it_returns(
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    postgres_server: str,
+    database_url: str,
+    tmp_path: Path,
+) -> None:
+    database = database_url.rsplit("/", 1)[1].split("?", 1)[0]
+    topic = topic_factory(partitions=2)
+    policy = write_policy(tmp_path, Ed25519PrivateKey.generate())
+    group = f"g-{uuid.uuid4().hex}"
+    ledger = PostgresLedger(database_url, retries=1, backoff=0.05, connect_timeout=2)
+    tool = Tool(kafka_bootstrap, topic)
+    for n in range(6):
+        tool.event("email-send", f"op-d{n}", "TOOL_TIMEOUT")
+    tool.close()
+    settings = settings_for(kafka_bootstrap, database_url, topic, policy, group)
+    try:
+        _allow_connections(postgres_server, database, allowed=False)
+        try:
+            with running(settings, ledger) as member:
+                time.sleep(3)  # joined the group, could not claim: nothing owned yet
+                assert member.controller.owned == {}
+                _allow_connections(postgres_server, database, allowed=True)
+                member.wait_owned(2)
+                wait_for(
+                    lambda: all(len(ledger.decisions(f"op-d{n}")) == 1 for n in range(6)),
+                    60,
+                    "every event decided",
+                )
+        finally:
+            _allow_connections(postgres_server, database, allowed=True)
+        assert sum(ledger.offsets(group, topic).values()) == 6
+    finally:
+        ledger.close()
