@@ -1,80 +1,35 @@
-"""The exact JSON form of an `OperationView`, stored in `operations.view`.
+"""JSON forms of the values the ledger stores: the `OperationView` in `operations.view`,
+the tool facts in `operations.facts`, and the event envelope in `events.envelope`.
 
 `load_views` must give the decision core the very view `apply` produced, or a replayed
-batch would be decided differently from the first time. So every field is written,
-sets are written sorted (a stable encoding) and datetimes as ISO-8601 with their offset,
-and `view_from_json(view_to_json(v)) == v` for every view (a unit test holds us to it).
+batch would be decided differently from the first time. The view's JSON form is the
+decision core's own (`machines.view_to_json` / `view_from_json`, derived from the
+dataclass, so a field added to the view is stored without a change here); the ledger's
+tests hold `view_from_json(view_to_json(v)) == v` for views with every field set, and
+the parity test compares views stored by PostgreSQL with the in-memory ledger's.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from types import MappingProxyType
 from typing import Any
 
 from ledger.jsonutil import dumps
+from machines import view_from_json as _core_view_from_json
+from machines import view_to_json as _core_view_to_json
 from machines.event import Event
-from machines.view import (
-    Approval,
-    Checkpoint,
-    LineageStatus,
-    OperationView,
-    ToolFacts,
-    Verification,
-)
+from machines.view import OperationView, ToolFacts
 
 __all__ = ["envelope_json", "facts_to_json", "view_from_json", "view_to_json"]
 
 
-def _time(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
-
-
-def _required_time(value: str) -> datetime:
-    return datetime.fromisoformat(value)
-
-
 def view_to_json(view: OperationView) -> dict[str, Any]:
-    """The view as plain JSON-ready data, with a fixed key set and sorted sets."""
-    return {
-        "operation_id": view.operation_id,
-        "machine_name": view.machine_name,
-        "machine_digest": view.machine_digest,
-        "policy_digest": view.policy_digest,
-        "state": view.state,
-        "lineage": {
-            "agent": view.lineage.agent,
-            "lineage_agents": sorted(view.lineage.lineage_agents),
-            "contained_ancestors": list(view.lineage.contained_ancestors),
-        },
-        "facts": facts_to_json(view.facts),
-        "version": view.version,
-        "epoch": view.epoch,
-        "verifications": [
-            {
-                "verifier": v.verifier,
-                "outcome": v.outcome,
-                "reference": v.reference,
-                "event_id": v.event_id,
-                "epoch": v.epoch,
-            }
-            for v in view.verifications
-        ],
-        "retry_attempts": view.retry_attempts,
-        "recovery_attempts": view.recovery_attempts,
-        "budget_limit": view.budget_limit,
-        "budget_spent": view.budget_spent,
-        "deadline": _time(view.deadline),
-        "approvals": [_approval_to_json(a) for a in view.approvals],
-        "used_nonces": sorted(view.used_nonces),
-        "checkpoints": [_checkpoint_to_json(c) for c in view.checkpoints],
-        "entry_approval": view.entry_approval,
-        "seen_events": dict(sorted(view.seen_events.items())),
-    }
+    """The view as plain JSON-ready data (the decision core's form)."""
+    return _core_view_to_json(view)
+
+
+def view_from_json(data: dict[str, Any]) -> OperationView:
+    """Rebuild the exact `OperationView` that `view_to_json` wrote."""
+    return _core_view_from_json(data)
 
 
 def facts_to_json(facts: ToolFacts) -> dict[str, Any]:
@@ -86,77 +41,6 @@ def facts_to_json(facts: ToolFacts) -> dict[str, Any]:
         "compensation_supported": facts.compensation_supported,
         "status_api": facts.status_api,
     }
-
-
-def _approval_to_json(a: Approval) -> dict[str, Any]:
-    return {
-        "approver": a.approver,
-        "state": a.state,
-        "transition": a.transition,
-        "machine_digest": a.machine_digest,
-        "expires_at": a.expires_at.isoformat(),
-        "nonce": a.nonce,
-        "decision": a.decision,
-        "event_id": a.event_id,
-        "consumed": a.consumed,
-    }
-
-
-def _checkpoint_to_json(c: Checkpoint) -> dict[str, Any]:
-    return {
-        "checkpoint_id": c.checkpoint_id,
-        "saved_at": c.saved_at.isoformat(),
-        "reference": c.reference,
-        "validated": c.validated,
-        "validator": c.validator,
-        "machine_digest": c.machine_digest,
-        "policy_digest": c.policy_digest,
-        "valid_until": _time(c.valid_until),
-        "event_id": c.event_id,
-    }
-
-
-def view_from_json(data: dict[str, Any]) -> OperationView:
-    """Rebuild the exact `OperationView` that `view_to_json` wrote."""
-    lineage = data["lineage"]
-    return OperationView(
-        operation_id=data["operation_id"],
-        machine_name=data["machine_name"],
-        machine_digest=data["machine_digest"],
-        policy_digest=data["policy_digest"],
-        state=data["state"],
-        lineage=LineageStatus(
-            agent=lineage["agent"],
-            lineage_agents=frozenset(lineage["lineage_agents"]),
-            contained_ancestors=tuple(lineage["contained_ancestors"]),
-        ),
-        facts=ToolFacts(**data["facts"]),
-        version=data["version"],
-        epoch=data["epoch"],
-        verifications=tuple(Verification(**v) for v in data["verifications"]),
-        retry_attempts=data["retry_attempts"],
-        recovery_attempts=data["recovery_attempts"],
-        budget_limit=data["budget_limit"],
-        budget_spent=data["budget_spent"],
-        deadline=_parse_time(data["deadline"]),
-        approvals=tuple(
-            Approval(**{**a, "expires_at": _required_time(a["expires_at"])})
-            for a in data["approvals"]
-        ),
-        used_nonces=frozenset(data["used_nonces"]),
-        checkpoints=tuple(
-            Checkpoint(
-                **{
-                    **c,
-                    "saved_at": _required_time(c["saved_at"]),
-                    "valid_until": _parse_time(c["valid_until"]),
-                }
-            )
-            for c in data["checkpoints"]
-        ),
-        entry_approval=data["entry_approval"],
-        seen_events=MappingProxyType(dict(data["seen_events"])),
-    )
 
 
 def envelope_json(event: Event) -> str:

@@ -4,7 +4,7 @@ parsing and the audit hash chain."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from types import MappingProxyType
@@ -16,7 +16,7 @@ from ledger.codec import envelope_json, view_from_json, view_to_json
 from ledger.jsonutil import dumps
 from ledger.queries import QUERIES, parse_queries
 from machines.event import CheckpointReport, ClassifierOutput, EvidencePayload, HumanDecision
-from machines.view import Approval, Checkpoint, LineageStatus, Verification
+from machines.view import Approval, Checkpoint, LineageStatus, OperationView, Verification
 from tests.unit.ledger.ledger_support import event, opened_view
 
 T = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -37,10 +37,13 @@ def test_a_rich_view_survives_the_json_round_trip_exactly() -> None:
             Checkpoint("c-1", T, "ref://c", True, "v-1", "sha256:m", "sha256:p", None, "e-3"),
         ),
         entry_approval="e-2",
+        open_commands=frozenset({"op-1:3:0", "op-1:3:1"}),
         seen_events=MappingProxyType({"e-1": "sha256:1", "e-2": "sha256:2"}),
     )
     stored = json.loads(dumps(view_to_json(view)))
     assert view_from_json(stored) == view
+    # Every field is stored, so a field added to the view cannot be dropped silently.
+    assert set(stored) == {f.name for f in fields(OperationView)}
 
 
 def test_envelope_fast_path_matches_the_events_own_encoding() -> None:
