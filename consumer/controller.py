@@ -173,7 +173,6 @@ class Controller:
         self.metrics = ControllerMetrics(telemetry.meter_provider, settings.group_id)
         self._clock = clock
         self._backoff = _Backoff(settings.backoff_initial_ms, settings.backoff_max_ms)
-        self._claim_backoff = _Backoff(settings.backoff_initial_ms, settings.backoff_max_ms)
         # Owned partitions: their epoch and the next offset the ledger stores for them.
         self._epochs: dict[TopicPartition, int] = {}
         self._next: dict[TopicPartition, int] = {}

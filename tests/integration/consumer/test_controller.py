@@ -17,6 +17,7 @@ from opentelemetry.trace import NoOpTracerProvider
 from consumer import Telemetry
 from ledger import Ledger, intake_chain_id
 from machines import EvidencePayload
+from producers import RecoveryClient
 from schemas import CONTENT_TYPE_AVRO, CONTENT_TYPE_JSON
 from tests.integration.consumer.harness import (
     VERIFIER,
@@ -335,3 +336,72 @@ def test_a_member_fenced_on_one_partition_still_commits_the_others(
     decided = {op for op in operations if _decided(ledger, op) == 1}
     assert 0 < len(decided) < len(operations)  # murmur2 spreads 20 keys over both
     assert 0 not in ledger.offsets(group, topic)
+
+
+def _human_rejection(
+    key: Ed25519PrivateKey, operation: str, nonce: str, event_id: str, tool: Tool
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from machines import HumanDecision, sign_decision
+
+    decision = sign_decision(
+        HumanDecision(
+            approver="approver-1",
+            operation_id=operation,
+            state="unresolved",
+            transition="containing",
+            machine_digest=_digest("email-send"),
+            expires_at=datetime.now(UTC) + timedelta(hours=1),
+            nonce=nonce,
+            decision="rejected",
+        ),
+        key,
+    )
+    approver = RecoveryClient(tool.publisher, "approver-1")
+    approver.publish_event(
+        "HUMAN_REJECTED",
+        event_id=event_id,
+        operation_id=operation,
+        correlation_id=f"corr-{operation}",
+        machine_name="email-send",
+        machine_version="1.0.0",
+        lineage=tool_lineage(),
+        evidence_ref=f"approval:{nonce}",
+        human_decision=decision,
+    )
+
+
+def test_ids_reused_across_operations_are_dead_lettered_and_the_batch_still_commits(
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    database_url: str,
+    ledger: Ledger,
+    policy: Path,
+    approver_key: Ed25519PrivateKey,
+) -> None:
+    topic = topic_factory(partitions=1)
+    group = _group()
+    tool = Tool(kafka_bootstrap, topic)
+    tool.event("email-send", "op-a", "TOOL_TIMEOUT", event_id="shared-id")  # offset 0
+    _human_rejection(approver_key, "op-a", "nonce-1", "decision-a", tool)  # offset 1
+    tool.flush()
+    settings = settings_for(kafka_bootstrap, database_url, topic, policy, group)
+    with running(settings, ledger):
+        wait_for(lambda: _decided(ledger, "op-a") == 2, 60, "op-a decided")
+        assert ledger.operation("op-a").state == "containing"
+        tool.event("email-send", "op-b", "TOOL_TIMEOUT", event_id="shared-id")  # offset 2
+        tool.event("email-send", "op-b", "TOOL_TIMEOUT", event_id="b-first")  # offset 3
+        _human_rejection(approver_key, "op-b", "nonce-1", "decision-b", tool)  # offset 4
+        tool.event("email-send", "op-c", "TOOL_TIMEOUT")  # offset 5
+        tool.flush()
+        wait_for(lambda: ledger.offsets(group, topic) == {0: 6}, 60, "the batch committed")
+    tool.close()
+    assert [d["event"]["id"] for d in ledger.decisions("op-b")] == ["b-first"]
+    assert ledger.operation("op-b").state == "unresolved"
+    assert _decided(ledger, "op-c") == 1
+    letters = [r for r in outbox(ledger) if r.topic == "recovery.dlq"]
+    assert [(r.payload["source_offset"], r.payload["reason_code"]) for r in letters] == [
+        (2, "event-id-conflict"),
+        (4, "approval-nonce-replayed"),
+    ]
