@@ -31,7 +31,7 @@ from typing import Final
 
 from consumer.deadletter import dead_letter
 from consumer.intake import Accepted, Outcome, RawRecord, Refusal, RefusalCode, Rejected
-from ledger import Batch, DeadLetter, Entry, Position, Source
+from ledger import Batch, DeadLetter, Entry, Position, Source, Topics
 from machines import (
     STANDARD_GUARDS,
     Decision,
@@ -197,10 +197,12 @@ def plan_batch_of(
     excluded: Mapping[str, Refusal] | None = None,
     observe: Observer = run_unobserved,
     runtime: str | None = None,
+    topics: Topics | None = None,
 ) -> Planned:
     """Decide a batch (see the module docstring). `stored` are the views the ledger
     holds for the batch's operations; `excluded` maps record coordinates to a refusal
-    the ledger reported for them on an earlier attempt."""
+    the ledger reported for them on an earlier attempt; `topics` names the output
+    topics the outbox rows go to (default: the standard names)."""
     fold = _Fold(stored, rules)
     letters: list[DeadLetter] = []
     excluded = excluded or {}
@@ -221,6 +223,7 @@ def plan_batch_of(
         entries=tuple(fold.entries),
         runtime=runtime,
         dead_letters=tuple(letters),
+        topics=topics or Topics(),
     )
     return Planned(batch, tuple(fold.decisions), tuple(fold.refused))
 

@@ -59,6 +59,7 @@ from ledger import (
     NonceReused,
     Position,
     RetryableConflict,
+    Topics,
 )
 from machines import Machine, Outcome
 
@@ -172,6 +173,8 @@ class Controller:
         self._tracer = BatchTracer(telemetry.tracer_provider)
         self.metrics = ControllerMetrics(telemetry.meter_provider, settings.group_id)
         self._clock = clock
+        names = settings.topics
+        self._topics = Topics(commands=names.commands, audit=names.audit, dead_letters=names.dlq)
         self._backoff = _Backoff(settings.backoff_initial_ms, settings.backoff_max_ms)
         # Owned partitions: their epoch and the next offset the ledger stores for them.
         self._epochs: dict[TopicPartition, int] = {}
@@ -295,6 +298,7 @@ class Controller:
                     now=self._clock(),
                     excluded=excluded,
                     observe=self._tracer.observer(span, self.metrics.decision_latency),
+                    topics=self._topics,
                 )
                 self.ledger.commit(planned.batch)
             except RetryableConflict as exc:

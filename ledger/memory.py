@@ -40,7 +40,6 @@ from ledger.records import (
     Batch,
     BatchPlan,
     OutboxRow,
-    Topics,
     audit_bodies,
     finish_outbox,
     plan_batch,
@@ -48,8 +47,6 @@ from ledger.records import (
 from machines.view import OperationView
 
 __all__ = ["MemoryLedger"]
-
-_TOPICS = Topics()
 
 
 @dataclass(slots=True)
@@ -197,7 +194,7 @@ class MemoryLedger(Ledger):
         s.nonces.update(a.nonce for a in plan.approvals)
         for op, records in chained.items():
             s.audit.setdefault(op, []).extend(records)
-        outbox = finish_outbox(plan, chained)
+        outbox = finish_outbox(plan, chained, batch.topics)
         for out in outbox:
             s.outbox.append(_Outbox(len(s.outbox) + 1, out))
         letters = self._write_dead_letters(batch)
@@ -221,7 +218,7 @@ class MemoryLedger(Ledger):
             for d in batch.dead_letters
         }
         chained, rows = plan_dead_letters(
-            batch.dead_letters, heads, _TOPICS.audit, _TOPICS.dead_letters
+            batch.dead_letters, heads, batch.topics.audit, batch.topics.dead_letters
         )
         for chain, records in chained.items():
             s.audit.setdefault(chain, []).extend(records)

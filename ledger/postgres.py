@@ -62,7 +62,6 @@ from ledger.records import (
     EventRow,
     OperationRow,
     OutboxRow,
-    Topics,
     audit_bodies,
     finish_outbox,
     plan_batch,
@@ -71,7 +70,6 @@ from machines.view import OperationView
 
 __all__ = ["PostgresLedger"]
 
-_TOPICS = Topics()
 
 T = TypeVar("T")
 Conn = psycopg.Connection[TupleRow]
@@ -216,14 +214,14 @@ class PostgresLedger(Ledger):
                 op: chain_records(op, heads[op], bodies)
                 for op, bodies in audit_bodies(plan).items()
             }
-            outbox = finish_outbox(plan, chained)
+            outbox = finish_outbox(plan, chained, batch.topics)
             _insert_opened(cur, plan, chained)
             _copy_rows(cur, plan, chained, outbox)
             _update_operations(cur, plan, heads, chained)
             # Dead letters after the batch's own rows: their intake chains are locked
             # after the operations, always in this order, so writers never deadlock.
             letters = write_dead_letters(
-                cur, batch.dead_letters, _TOPICS.audit, _TOPICS.dead_letters
+                cur, batch.dead_letters, batch.topics.audit, batch.topics.dead_letters
             )
             if batch.positions:
                 cur.execute(

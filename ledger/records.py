@@ -99,6 +99,7 @@ class Batch:
     entries: tuple[Entry, ...] = ()
     runtime: str | None = None
     dead_letters: tuple[DeadLetter, ...] = ()
+    topics: Topics = Topics()
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,10 +226,11 @@ class BatchPlan:
         return tuple(sorted(op.operation_id for op in self.operations))
 
 
-def plan_batch(batch: Batch, topics: Topics = Topics()) -> BatchPlan:
+def plan_batch(batch: Batch, topics: Topics | None = None) -> BatchPlan:
     """The rows `batch` writes. Raises `ValueError` for a batch that contradicts itself
     (an entry whose operation has no base view, or whose decision is not for its event):
     that is a bug in the caller, not a ledger outcome."""
+    topics = topics or batch.topics
     views: dict[str, OperationView] = {}
     firsts: dict[str, Event] = {}
     events: list[EventRow] = []
