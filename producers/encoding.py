@@ -13,6 +13,10 @@ The ledger stores outbox payloads as JSON; each topic has its own wire format:
 - `recovery.audit`: OCSF API Activity JSON (`schemas.ocsf`), readable by a SIEM without
   our code.
 
+A row's `topic` names its stream: either a configured topic name or the default name
+(`recovery.commands`...), which the ledger writes as a logical stream name; the record
+goes to the configured topic of that stream.
+
 Every record gets `content-type`, `recovery-record-id` (the row's deterministic id),
 `recovery-schema` for Avro, `recovery-command-id` for commands, the row's own headers as
 `recovery-<name>`, and the W3C trace context the row carries (`traceparent`,
@@ -52,6 +56,8 @@ __all__ = ["EncodedRecord", "LineageLookup", "RecordEncoder", "UnpublishableRow"
 # Row headers that the relay maps to standard Kafka headers instead of copying.
 _RESERVED: Final = frozenset({"record_id", TRACEPARENT, TRACESTATE})
 _CONTROLLER: Final = "recovery-controller"
+_STREAMS: Final = ("commands", "audit", "dlq", "evidence")
+_DEFAULT_NAMES: Final = TopicNames()
 
 LineageLookup = Callable[[str], Lineage]
 
@@ -106,26 +112,36 @@ class RecordEncoder:
         }
         headers.update(extra)
         carrier = {k: str(row.headers[k]) for k in (TRACEPARENT, TRACESTATE) if k in row.headers}
+        topic = getattr(self._topics, self._stream(row.topic))
         return EncodedRecord(
-            row.record_id, row.topic, row.key, value, content_type, fingerprint, headers, carrier
+            row.record_id, topic, row.key, value, content_type, fingerprint, headers, carrier
+        )
+
+    def _stream(self, topic: str) -> str:
+        """Which stream an outbox row belongs to: the configured topic names first, then
+        the default names, which the ledger writes as logical stream names."""
+        for names in (self._topics, _DEFAULT_NAMES):
+            for stream in _STREAMS:
+                if topic == getattr(names, stream):
+                    return stream
+        raise ValueError(
+            f"topic {topic} is none of the recovery streams (configured: "
+            f"{', '.join(self._topics.all())})"
         )
 
     def _value(self, row: OutboxRecord) -> tuple[bytes, str, str | None, dict[str, str]]:
-        topics, payload = self._topics, row.payload
-        if row.topic == topics.audit:
-            body = json.dumps(audit_to_ocsf(payload), sort_keys=True, separators=(",", ":"))
+        payload = row.payload
+        stream = self._stream(row.topic)
+        if stream == "audit":
+            body = json.dumps(_ocsf(payload), sort_keys=True, separators=(",", ":"))
             return body.encode("utf-8"), CONTENT_TYPE_JSON, None, {}
-        if row.topic == topics.commands:
+        if stream == "commands":
             command = self._command(payload)
             extra = {HEADER_COMMAND_ID: command.command_id}
             return (*self._avro(command.to_record(), CAPABILITY_COMMAND), extra)
-        if row.topic == topics.dlq:
+        if stream == "dlq":
             return (*self._avro(_dead_letter(row), DEAD_LETTER), {})
-        if row.topic == topics.evidence:
-            return (*self._avro(_evidence(payload), EVIDENCE_EVENT), {})
-        raise ValueError(
-            f"topic {row.topic} is none of the configured recovery topics {', '.join(topics.all())}"
-        )
+        return (*self._avro(_evidence(payload), EVIDENCE_EVENT), {})
 
     def _avro(self, record: Mapping[str, Any], schema: str) -> tuple[bytes, str, str]:
         value = self._codec.encode(record, schema)
@@ -159,6 +175,26 @@ class RecordEncoder:
             deadline=None if deadline is None else _time(deadline),
             idempotency_key=payload.get("idempotency_key"),
         )
+
+
+def _ocsf(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The OCSF event of an audit record. Some audit bodies carry no time of their own
+    (`operation-opened`, for one): OCSF needs one, so the publish time stands in and
+    `unmapped.recovery.time_source` says so. The chain hash (`metadata.uid`) and the
+    record id are unaffected, so a republished record still dedupes."""
+    if any(payload.get(k) for k in _OWN_TIMES) or _nested_time(payload):
+        return audit_to_ocsf(payload)
+    event = audit_to_ocsf({**payload, "occurred_at": datetime.now(UTC).isoformat()})
+    event["unmapped"]["recovery"]["time_source"] = "relay-publish-time"
+    return event
+
+
+_OWN_TIMES: Final = ("occurred_at", "occurred_time", "decided_at")
+
+
+def _nested_time(payload: Mapping[str, Any]) -> bool:
+    body = payload.get("record")
+    return isinstance(body, Mapping) and bool(body.get("decided_at"))
 
 
 def _lineage(raw: Mapping[str, Any]) -> Lineage:

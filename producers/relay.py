@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from opentelemetry import propagate, trace
+from opentelemetry import metrics, propagate, trace
 from opentelemetry.trace import SpanKind
 
 from ledger import Ledger, LedgerError, OutboxRecord
@@ -45,7 +45,6 @@ from producers.topics import TopicNames
 __all__ = ["OutboxRelay", "PassResult", "RelaySettings", "RelayStats", "lineage_from_ledger"]
 
 _log = logging.getLogger(__name__)
-_tracer = trace.get_tracer(__name__)
 
 # librdkafka keeps per-partition order across retries with idempotence only with at
 # most 5 requests in flight; the client's settings add idempotence and acks=all.
@@ -124,6 +123,8 @@ class OutboxRelay:
         settings: RelaySettings | None = None,
         producer_config: Mapping[str, Any] | None = None,
         instance: str | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
+        meter_provider: metrics.MeterProvider | None = None,
     ) -> None:
         self.settings = settings or RelaySettings()
         self.instance = instance or f"relay-{uuid.uuid4().hex[:8]}"
@@ -140,8 +141,12 @@ class OutboxRelay:
                 **_ORDERED_PRODUCER,
             },
         )
+        self._reported: set[str] = set()
         self._encoder = RecordEncoder(self._topics, _cached(lineage_from_ledger(ledger)))
-        self._metrics = RelayMetrics(self.instance)
+        # The process-global providers unless the caller hands in its own (tests, or a
+        # process running several roles with separate exporters).
+        self._tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
+        self._metrics = RelayMetrics(self.instance, meter_provider)
 
     # -- one pass ---------------------------------------------------------------------
 
@@ -149,7 +154,7 @@ class OutboxRelay:
         """Lease, publish, wait for the acknowledgements and mark what was acknowledged.
         Raises `LedgerError` (database) or `ProducersError` (broker) when the pass could
         not finish; nothing unacknowledged is ever marked."""
-        with _tracer.start_as_current_span("relay pass", kind=SpanKind.INTERNAL) as span:
+        with self._tracer.start_as_current_span("relay pass", kind=SpanKind.INTERNAL) as span:
             with self._ledger.lease_outbox(self.settings.lease_keys) as lease:
                 records = lease.records
                 if not records:
@@ -178,7 +183,10 @@ class OutboxRelay:
             try:
                 encoded = self._encoder.encode(row)
             except (UnpublishableRow, LedgerError) as exc:
-                _log.error("%s", exc)
+                # Loud once per row, then quiet: the row is retried every pass.
+                level = logging.DEBUG if row.record_id in self._reported else logging.ERROR
+                self._reported.add(row.record_id)
+                _log.log(level, "%s", exc)
                 blocked_keys.add(row.key)
                 unpublishable.add(row.record_id)
                 continue
@@ -192,7 +200,7 @@ class OutboxRelay:
         # Continue the trace of whoever caused the row (the controller's decision span):
         # the publish span is its child, and the record's traceparent names this span.
         parent = propagate.extract(dict(record.trace_carrier)) if record.trace_carrier else None
-        with _tracer.start_as_current_span(
+        with self._tracer.start_as_current_span(
             f"publish {record.topic}",
             context=parent,
             kind=SpanKind.PRODUCER,

@@ -10,7 +10,18 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from ops.commands import audit, db, machines, run, simulate, stack, test, topics, validate
+from ops.commands import (
+    audit,
+    db,
+    demo,
+    machines,
+    run,
+    simulate,
+    stack,
+    test,
+    topics,
+    validate,
+)
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
@@ -24,3 +35,4 @@ COMMANDS.extend([validate.register, machines.register])
 COMMANDS.append(topics.register)
 COMMANDS.append(run.register)
 COMMANDS.extend([db.register, audit.register])
+COMMANDS.append(demo.register)

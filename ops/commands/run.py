@@ -5,7 +5,7 @@ Services come from `--bootstrap` / `--database-url`, else RECOVERY_KAFKA_BOOTSTR
 RECOVERY_DATABASE_URL, else the running local stack (`recoveryctl stack up`). Before
 anything starts, the ledger schema is checked: pending migrations stop the run (exit 2)
 unless `--migrate` applies them. The roles then run as threads of this process, each
-with its own clients: the controller (`consumer.run_controller`) and `--relays N`
+with its own clients: the controller (`consumer.service.run_controller`) and `--relays N`
 outbox relay instances. SIGTERM or SIGINT sets one stop event: every role finishes or
 abandons its current batch without loss and the process exits 0. A role that dies
 stops the others and the process exits 1, so a supervisor (compose, systemd,
@@ -20,12 +20,14 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Final, TextIO
+from typing import Any, Final, TextIO
 
+from consumer.errors import ControllerError
+from consumer.telemetry import Telemetry, build_telemetry
 from ledger import LedgerError, PostgresLedger, migrate_database
 from ledger.schema_check import pending_migrations
 from ops.errors import StackError
@@ -137,14 +139,19 @@ def run_roles(
     relays: int = 1,
     relay_settings: RelaySettings | None = None,
     topics: TopicNames | None = None,
+    controller_overrides: Mapping[str, Any] | None = None,
 ) -> Runtime:
     """Start `roles` (`controller`, `relay`) as threads against `services`; returns the
-    running `Runtime`. Set `stop` and call `join` to end them cleanly."""
+    running `Runtime`. `controller_overrides` are controller settings on top of the
+    environment's (`consumer.settings.ControllerSettings`). Set `stop` and call `join`
+    to end them cleanly. Raises `ControllerError` for invalid controller settings."""
     runtime = Runtime(stop)
     names = topics or TopicNames.from_env()
     if "relay" in roles:
         ledger = PostgresLedger(services.database_url, max_size=max(2, relays + 1))
         runtime.closers.append(ledger.close)
+        telemetry = _relay_telemetry()
+        runtime.closers.append(telemetry.shutdown)
         for index in range(relays):
             relay = OutboxRelay(
                 ledger,
@@ -153,24 +160,43 @@ def run_roles(
                 topics=names,
                 settings=relay_settings,
                 instance=f"relay-{os.getpid()}-{index}",
+                tracer_provider=telemetry.tracer_provider,
+                meter_provider=telemetry.meter_provider,
             )
             runtime.start(relay.instance, relay.run)
     if "controller" in roles:
-        runtime.start("controller", _controller_target(services))
+        overrides = {"topics": names, **(controller_overrides or {})}
+        runtime.start("controller", _controller_target(services, overrides))
     return runtime
 
 
-def _controller_target(services: Services) -> Callable[[threading.Event], object]:
-    # Imported here: the relay role must run even where the controller's dependencies
-    # (the machine catalogue, the lock file) are not deployed.
-    from consumer import ControllerSettings, run_controller  # type: ignore[attr-defined]
-
-    settings = ControllerSettings.from_env(
-        bootstrap=services.bootstrap, database_url=services.database_url
+def _relay_telemetry() -> Telemetry:
+    # The relay exports like the controller: RECOVERY_CONTROLLER_EXPORTER and
+    # RECOVERY_CONTROLLER_OTLP_ENDPOINT (one setting for the whole runtime).
+    exporter = os.environ.get("RECOVERY_CONTROLLER_EXPORTER", "none")
+    if exporter not in ("none", "console", "otlp"):
+        exporter = "none"
+    return build_telemetry(
+        exporter,  # type: ignore[arg-type]  # checked just above
+        instance=f"relay-{os.getpid()}",
+        endpoint=os.environ.get("RECOVERY_CONTROLLER_OTLP_ENDPOINT") or None,
     )
 
-    def target(stop: threading.Event) -> object:
-        return run_controller(settings, stop)
+
+def _controller_target(
+    services: Services, overrides: Mapping[str, Any]
+) -> Callable[[threading.Event], object]:
+    # Imported here: the relay role must run even where the controller's dependencies
+    # (the machine catalogue, the lock file) are not deployed.
+    from consumer.service import run_controller
+    from consumer.settings import ControllerSettings
+
+    settings = ControllerSettings.from_env(
+        bootstrap=services.bootstrap, database_url=services.database_url, **overrides
+    )
+
+    def target(stop: threading.Event) -> None:
+        run_controller(settings, stop)
 
     return target
 
@@ -214,7 +240,8 @@ def check_schema(database_url: str, migrate: bool, err: TextIO) -> bool:
     return True
 
 
-def _run(args: argparse.Namespace, err: TextIO = sys.stderr) -> int:
+def _run(args: argparse.Namespace) -> int:
+    err = sys.stderr  # looked up now: callers may have replaced it
     logging.basicConfig(
         level=str(args.log_level).upper(),
         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
@@ -243,7 +270,7 @@ def _run(args: argparse.Namespace, err: TextIO = sys.stderr) -> int:
                 relays=args.relays,
                 relay_settings=RelaySettings(wake=args.relay_wake),
             )
-        except LedgerError as exc:
+        except (LedgerError, ControllerError) as exc:
             print(f"recoveryctl run: {exc}", file=err)
             return 1
         print(f"recoveryctl run: {', '.join(roles)} running; SIGTERM stops", file=err)

@@ -235,3 +235,45 @@ def test_a_row_that_cannot_be_encoded_holds_back_its_key_only(
     published, unpublished = published_ids(database_url)
     assert unpublished == {"cmd-bad", after.record_id}
     assert published == {r.record_id for r in good}
+
+
+def test_rows_naming_the_default_stream_names_go_to_the_configured_topics(
+    kafka_bootstrap: str, database_url: str, ledger: PostgresLedger, relay_topics: TopicNames
+) -> None:
+    # The ledger writes the default names as logical stream names.
+    defaults = TopicNames()
+    rows = [command_row(defaults, "op-x", 1), audit_row(defaults, "op-x", 2)]
+    insert_rows(database_url, rows)
+    relay = OutboxRelay(ledger, kafka_bootstrap, topics=relay_topics)
+
+    assert _drain(relay) == 2
+
+    seen = read_all(kafka_bootstrap, [relay_topics.commands, relay_topics.audit], 2)
+    assert {(s.topic, s.record_id) for s in seen} == {
+        (relay_topics.commands, rows[0].record_id),
+        (relay_topics.audit, rows[1].record_id),
+    }
+
+
+def test_an_audit_record_without_its_own_time_is_published_with_the_publish_time(
+    kafka_bootstrap: str, database_url: str, ledger: PostgresLedger, relay_topics: TopicNames
+) -> None:
+    opened = audit_row(relay_topics, "op-o", 1)
+    body = {"operation_id": "op-o", "initial_state": "failure-reported"}
+    row = Row(
+        opened.record_id,
+        opened.topic,
+        opened.key,
+        opened.headers,
+        {**opened.payload, "kind": "operation-opened", "record": body},
+    )
+    insert_rows(database_url, [row])
+    relay = OutboxRelay(ledger, kafka_bootstrap, topics=relay_topics)
+
+    assert _drain(relay) == 1
+
+    (seen,) = read_all(kafka_bootstrap, [relay_topics.audit], 1)
+    event = json.loads(seen.value)
+    assert event["unmapped"]["recovery"]["time_source"] == "relay-publish-time"
+    assert event["metadata"]["uid"] == row.payload["hash"]
+    assert abs(event["time"] / 1000 - time.time()) < 60

@@ -1,0 +1,470 @@
+"""`recoveryctl demo`: the whole system on one incident, end to end.
+
+`run_demo` provisions the database (`db migrate`) and the topics, starts the controller,
+the outbox relay and the example capability worker as threads, plays the incident of
+`ops.demo_scenarios` as the tools, the orchestrator and a human approver would (the
+approver signs with the demo policy's test key), and waits, with a progress line per
+state change, until every operation reaches its expected final state or the timeout
+passes. It then reads back what happened: each operation's decisions from the ledger,
+the commands the relay published on the commands topic, and the verified audit chain.
+`DemoReport.ok` is true only if every path, every command list and every chain matched.
+
+Nothing here reaches into the controller: the demo talks to it only through Kafka, as
+any tool would, and reads the ledger through the `Ledger` interface.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, TextIO
+
+from confluent_kafka import Consumer, TopicPartition
+
+from ledger import Ledger, PostgresLedger, UnknownOperation, migrate_database
+from machines import DEFAULT_REGISTRY, load_policy, load_registry
+from machines.approvals import insecure_test_key, public_key_b64
+from machines.event import EvidencePayload, Lineage
+from machines.model import Machine
+from machines.provenance import load_locked_machines, load_trusted_publishers
+from ops.commands.run import Runtime, Services, run_roles
+from ops.demo_scenarios import APPROVER, DEMO_POLICY, SCENARIOS, Scenario, operation_id_for
+from ops.errors import OpsError
+from producers import (
+    CapabilityWorker,
+    EventPublisher,
+    RecoveryClient,
+    TopicNames,
+    demo_handlers,
+    provision,
+)
+from schemas import CAPABILITY_COMMAND, CapabilityCommand, WireDecoder, WireError
+
+__all__ = ["DemoError", "DemoReport", "OperationReport", "run_demo"]
+
+_TOOL = "demo-tool"
+_WORKER = "demo-worker"
+
+
+class DemoError(OpsError):
+    """The demo could not run (services, schema, topics or a runtime role failed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One decision of an operation, as the ledger recorded it."""
+
+    event_type: str
+    state_before: str
+    state_after: str
+    outcome: str
+
+
+@dataclass(slots=True)
+class OperationReport:
+    """What happened to one operation, next to what had to."""
+
+    scenario: str
+    story: str
+    operation_id: str
+    machine: str
+    expected_path: tuple[str, ...]
+    expected_commands: tuple[str, ...]
+    state: str | None = None
+    steps: list[Step] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+    audit_records: int = 0
+    audit_intact: bool = False
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """The states the operation went through, starting with its initial one."""
+        moved = [s for s in self.steps if s.state_after != s.state_before]
+        if not self.steps:
+            return ()
+        return (self.steps[0].state_before, *(s.state_after for s in moved))
+
+    @property
+    def ok(self) -> bool:
+        """Whether the path, the commands and the audit chain are as expected."""
+        return (
+            self.path == self.expected_path
+            and Counter(self.commands) == Counter(self.expected_commands)
+            and self.audit_intact
+            and self.audit_records > 0
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "scenario": self.scenario,
+            "story": self.story,
+            "operation_id": self.operation_id,
+            "machine": self.machine,
+            "state": self.state,
+            "path": list(self.path),
+            "expected_path": list(self.expected_path),
+            "decisions": [
+                {
+                    "event": s.event_type,
+                    "from": s.state_before,
+                    "to": s.state_after,
+                    "outcome": s.outcome,
+                }
+                for s in self.steps
+            ],
+            "commands": sorted(self.commands),
+            "expected_commands": sorted(self.expected_commands),
+            "audit": {"records": self.audit_records, "intact": self.audit_intact},
+            "ok": self.ok,
+        }
+
+
+@dataclass(slots=True)
+class DemoReport:
+    """The demo's outcome; `ok` only if every operation matched and nothing failed."""
+
+    run_id: str
+    operations: list[OperationReport]
+    elapsed_seconds: float = 0.0
+    timed_out: bool = False
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Everything matched."""
+        return not self.timed_out and not self.failures and all(o.ok for o in self.operations)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "ok": self.ok,
+            "run_id": self.run_id,
+            "elapsed_seconds": round(self.elapsed_seconds, 2),
+            "timed_out": self.timed_out,
+            "failures": self.failures,
+            "operations": [o.to_dict() for o in self.operations],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Live:
+    scenario: Scenario
+    operation_id: str
+    machine: Machine
+    lineage: Lineage
+
+
+def run_demo(
+    services: Services,
+    progress: TextIO,
+    *,
+    topics: TopicNames | None = None,
+    timeout: float = 120.0,
+    partitions: int = 3,
+) -> DemoReport:
+    """Provision, start the runtime and the worker, play the incident, wait (at most
+    `timeout` seconds), stop everything and report. Raises `DemoError` when the demo
+    cannot start."""
+    names = topics or TopicNames.from_env()
+    run_id = uuid.uuid4().hex[:6]
+    _check_policy_key()
+    say = _Progress(progress)
+    say.line(f"ledger: migrating {_redact(services.database_url)}")
+    report_m = migrate_database(services.database_url)
+    say.line(f"ledger: {len(report_m.applied)} migration(s) applied, now at {report_m.current}")
+    for result in provision(services.bootstrap, partitions, names=names):
+        say.line(f"topic {result.name}: {'created' if result.created else 'exists'}")
+    machines = _machines()
+    stop = threading.Event()
+    runtime = run_roles(
+        ("controller", "relay"),
+        services,
+        stop,
+        topics=names,
+        controller_overrides={
+            "policy_path": DEMO_POLICY,
+            "group_id": f"recovery-controller-demo-{run_id}",
+            "instance_id": f"controller-demo-{run_id}",
+        },
+    )
+    _start_worker(runtime, services.bootstrap, names, run_id)
+    say.line("controller, relay and capability worker started")
+    ledger = PostgresLedger(services.database_url, max_size=2)
+    started = time.monotonic()
+    try:
+        live = [_live(s, run_id, machines) for s in SCENARIOS]
+        report = DemoReport(run_id, [_blank(item) for item in live])
+        with EventPublisher(services.bootstrap, topics=names) as publisher:
+            _play(live, ledger, publisher, runtime, say, started + timeout, report)
+        report.elapsed_seconds = time.monotonic() - started
+        _read_back(ledger, services.bootstrap, names, live, report)
+    finally:
+        stop.set()
+        runtime.join(timeout=60.0)
+        ledger.close()
+    report.failures.extend(f"runtime role {name} failed" for name in runtime.failures)
+    return report
+
+
+def _check_policy_key() -> None:
+    policy = load_policy(DEMO_POLICY)
+    entry = policy.approver(APPROVER)
+    expected = public_key_b64(insecure_test_key(APPROVER))
+    if entry is None or entry.public_key != expected:
+        raise DemoError(
+            f"{DEMO_POLICY}: approver {APPROVER} must have the test key {expected}; "
+            "restore the file"
+        )
+
+
+def _machines() -> dict[str, Machine]:
+    registry = load_registry(DEFAULT_REGISTRY)
+    folder = DEFAULT_REGISTRY.parent
+    pinned = load_locked_machines(
+        folder / "machines.lock",
+        registry,
+        load_trusted_publishers(folder / "trusted-publishers.yaml"),
+    )
+    return {m.name: m for m in pinned.values()}
+
+
+def _live(scenario: Scenario, run_id: str, machines: Mapping[str, Machine]) -> _Live:
+    op = operation_id_for(scenario, run_id)
+    parent = (
+        None
+        if scenario.parent is None
+        else operation_id_for(next(s for s in SCENARIOS if s.name == scenario.parent), run_id)
+    )
+    lineage = Lineage(
+        agent=scenario.agent,
+        task=f"incident-{run_id}:{scenario.name}",
+        initiating_principal="oncall-sam",
+        origin_operation=parent,
+        parent_operation=parent,
+    )
+    return _Live(scenario, op, machines[scenario.machine], lineage)
+
+
+def _blank(item: _Live) -> OperationReport:
+    s = item.scenario
+    return OperationReport(
+        s.name, s.story, item.operation_id, item.machine.name, s.path, s.commands
+    )
+
+
+def _start_worker(runtime: Runtime, bootstrap: str, names: TopicNames, run_id: str) -> None:
+    publisher = EventPublisher(bootstrap, topics=names)
+    runtime.closers.append(publisher.close)
+    worker = CapabilityWorker(
+        bootstrap,
+        f"demo-worker-{run_id}",
+        RecoveryClient(publisher, _WORKER),
+        demo_handlers(),
+        topics=names,
+    )
+    runtime.start("capability-worker", worker.run)
+
+
+class _Progress:
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+        self._start = time.monotonic()
+
+    def line(self, text: str) -> None:
+        self._out.write(f"[{time.monotonic() - self._start:6.1f}s] {text}\n")
+        self._out.flush()
+
+
+def _play(
+    live: list[_Live],
+    ledger: Ledger,
+    publisher: EventPublisher,
+    runtime: Runtime,
+    say: _Progress,
+    deadline: float,
+    report: DemoReport,
+) -> None:
+    """Publish first events, react to states, until all are final or the deadline."""
+    tool = RecoveryClient(publisher, _TOOL)
+    approver = RecoveryClient(publisher, APPROVER)
+    states: dict[str, str | None] = {item.scenario.name: None for item in live}
+    done: set[tuple[str, str]] = set()
+    for item in live:
+        if item.scenario.parent is None:
+            _tool_event(tool, item, item.scenario.first_event)
+            say.line(f"{item.scenario.name}: tool reports {item.scenario.first_event}")
+    publisher.flush()
+    while time.monotonic() < deadline:
+        if runtime.failures:
+            report.failures.append(f"roles failed: {', '.join(runtime.failures)}")
+            return
+        for item in live:
+            name = item.scenario.name
+            state = _state(ledger, item.operation_id)
+            if state != states[name]:
+                say.line(f"{name}: {states[name] or '-'} -> {state}")
+                states[name] = state
+            _react(item, state, states, tool, approver, ledger, done, say)
+        publisher.flush()
+        if all(states[i.scenario.name] == i.scenario.final_state for i in live):
+            return
+        time.sleep(0.2)
+    report.timed_out = True
+    waiting = [f"{n} ({s})" for n, s in states.items()]
+    say.line(f"timed out waiting; states: {', '.join(waiting)}")
+
+
+def _react(
+    item: _Live,
+    state: str | None,
+    states: Mapping[str, str | None],
+    tool: RecoveryClient,
+    approver: RecoveryClient,
+    ledger: Ledger,
+    done: set[tuple[str, str]],
+    say: _Progress,
+) -> None:
+    scenario = item.scenario
+    if state is None and scenario.parent is not None:
+        parent = next(s for s in SCENARIOS if s.name == scenario.parent)
+        if states.get(parent.name) == parent.final_state and (scenario.name, "") not in done:
+            done.add((scenario.name, ""))
+            _tool_event(
+                tool,
+                item,
+                scenario.first_event,
+                EvidencePayload(ancestor_operation=item.lineage.parent_operation),
+            )
+            say.line(f"{scenario.name}: orchestrator reports {scenario.first_event}")
+        return
+    for reaction in scenario.reactions:
+        key = (scenario.name, reaction.when)
+        if reaction.when != state or key in done:
+            continue
+        done.add(key)
+        if reaction.kind == "report":
+            _tool_event(tool, item, reaction.event_type)
+            say.line(f"{scenario.name}: tool reports {reaction.event_type}")
+            continue
+        info = ledger.operation(item.operation_id)
+        approver.publish_human_decision(
+            private_key=insecure_test_key(APPROVER),
+            verdict="approved" if reaction.kind == "approve" else "rejected",
+            operation_id=item.operation_id,
+            correlation_id=info.correlation_id,
+            machine_name=item.machine.name,
+            machine_version=item.machine.version,
+            machine_digest=info.machine_digest,
+            state=state,
+            transition=reaction.target,
+            lineage=item.lineage,
+            expires_at=datetime.now(UTC) + timedelta(minutes=30),
+        )
+        say.line(f"{scenario.name}: {APPROVER} signs '{reaction.kind}' toward {reaction.target}")
+
+
+def _tool_event(
+    tool: RecoveryClient, item: _Live, event_type: str, evidence: EvidencePayload | None = None
+) -> None:
+    tool.publish_event(
+        event_type,
+        operation_id=item.operation_id,
+        correlation_id=f"incident-{item.lineage.task.split(':')[0]}",
+        machine_name=item.machine.name,
+        machine_version=item.machine.version,
+        lineage=item.lineage,
+        evidence_ref=f"{_TOOL}:{item.operation_id}:{event_type.lower()}",
+        evidence=evidence,
+    )
+
+
+def _state(ledger: Ledger, operation_id: str) -> str | None:
+    try:
+        return ledger.operation(operation_id).state
+    except UnknownOperation:
+        return None
+
+
+def _read_back(
+    ledger: Ledger, bootstrap: str, names: TopicNames, live: list[_Live], report: DemoReport
+) -> None:
+    """Fill each operation's report from the ledger and the commands topic."""
+    by_op = {o.operation_id: o for o in report.operations}
+    expected = sum(len(o.expected_commands) for o in report.operations)
+    for op, capability in _commands(bootstrap, names.commands, set(by_op), expected):
+        by_op[op].commands.append(capability)
+    for item in live:
+        entry = by_op[item.operation_id]
+        entry.state = _state(ledger, item.operation_id)
+        entry.steps = [
+            Step(
+                str(d.get("event_type") or (d.get("event") or {}).get("type")),
+                str(d["state_before"]),
+                str(d["state_after"]),
+                str(d["outcome"]),
+            )
+            for d in ledger.decisions(item.operation_id)
+        ]
+        records, _head = ledger.audit_chain(item.operation_id)
+        entry.audit_records = len(records)
+        entry.audit_intact = not ledger.verify_audit(item.operation_id)
+
+
+def _commands(
+    bootstrap: str, topic: str, operations: set[str], expected: int, timeout: float = 15.0
+) -> list[tuple[str, str]]:
+    """(operation id, capability) of every command on `topic` for `operations`, each
+    command id once (the relay may publish a command twice; consumers dedupe by id)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"demo-reader-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+        }
+    )
+    decoder = WireDecoder()
+    seen: dict[str, tuple[str, str]] = {}
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+        end = time.monotonic() + timeout
+        quiet = 0
+        while time.monotonic() < end and (len(seen) < expected or quiet < 3):
+            messages = consumer.consume(500, 0.5)
+            quiet = 0 if messages else quiet + 1
+            for message in messages:
+                if message.error() is not None:
+                    continue
+                command = _decode(decoder, message.value(), message.headers())
+                if command is not None and command.operation_id in operations:
+                    seen[command.command_id] = (command.operation_id, command.capability)
+    finally:
+        consumer.close()
+    return list(seen.values())
+
+
+def _decode(decoder: WireDecoder, value: bytes | None, headers: Any) -> CapabilityCommand | None:
+    content_type = None
+    for key, raw in headers or []:
+        if key == "content-type" and raw is not None:
+            content_type = raw.decode() if isinstance(raw, bytes) else str(raw)
+    try:
+        name, record = decoder.decode(value or b"", content_type)
+        return CapabilityCommand.from_record(record) if name == CAPABILITY_COMMAND else None
+    except WireError:
+        return None
+
+
+def _redact(url: str) -> str:
+    # Never print a password that may be in the URL.
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.split("@", 1)
+        return f"{scheme}://{creds.split(':')[0]}@{host}"
+    return url

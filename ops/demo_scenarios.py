@@ -1,0 +1,206 @@
+"""The incident `recoveryctl demo` plays: seven failed agent operations, one per story.
+
+Each `Scenario` says what the tool reports first, how the outside world reacts when the
+operation reaches a state (a signed human decision, a tool's follow-up report), and
+what must come out: the path through the machine's states and the capabilities the
+controller asks for. Verification and containment results come from the example
+capability worker (`producers.worker.demo_handlers`), whose fake verifier answers from
+a hash of the operation id; `operation_id_for` picks ids that get the wanted answer.
+
+The controller opens an operation with no declared tool facts (no idempotency key, no
+compensation support): that is why a verified not-applied procurement is escalated
+rather than retried, and a confirmed duplicate refund is escalated rather than
+cancelled. The paths below are what the pinned catalogue decides under those facts
+and `ops/demo_policy.yaml`; `tests/unit/test_demo_scenarios.py` replays them through the
+decision core.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final, Literal
+
+from machines.event import Lineage
+from producers.worker import verify_outcome
+from schemas import CapabilityCommand
+
+__all__ = [
+    "APPROVER",
+    "DEMO_POLICY",
+    "SCENARIOS",
+    "Reaction",
+    "Scenario",
+    "operation_id_for",
+]
+
+DEMO_POLICY: Final = Path(__file__).resolve().parent / "demo_policy.yaml"
+APPROVER: Final = "approver-dana"
+
+ReactionKind = Literal["approve", "reject", "report"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reaction:
+    """What happens once the operation is in state `when`: a signed approval or
+    rejection toward `target`, or a tool's report of `event_type`."""
+
+    when: str
+    kind: ReactionKind
+    target: str = ""
+    event_type: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One operation of the incident and what must happen to it."""
+
+    name: str
+    story: str
+    machine: str
+    agent: str
+    first_event: str
+    path: tuple[str, ...]
+    commands: tuple[str, ...]
+    reactions: tuple[Reaction, ...] = ()
+    verify: Literal["found", "not_found"] | None = None
+    # The scenario whose operation delegated this one; its first event waits until that
+    # operation reached its final state.
+    parent: str | None = None
+
+    @property
+    def final_state(self) -> str:
+        """The state the operation must end in."""
+        return self.path[-1]
+
+
+SCENARIOS: Final[tuple[Scenario, ...]] = (
+    Scenario(
+        name="procurement-applied",
+        story="a purchase request timed out; the status API shows it exists: done",
+        machine="procurement-request",
+        agent="procurement-agent",
+        first_event="TOOL_TIMEOUT",
+        verify="found",
+        path=("failure-reported", "verifying", "completed"),
+        commands=("procurement.verify-request",),
+    ),
+    Scenario(
+        name="procurement-not-applied",
+        story=(
+            "a purchase request timed out and is verified not applied; no idempotency key "
+            "was declared, so a retry is refused and a human approves the resumption"
+        ),
+        machine="procurement-request",
+        agent="procurement-agent",
+        first_event="TOOL_TIMEOUT",
+        verify="not_found",
+        path=("failure-reported", "verifying", "escalated", "resume-pending"),
+        commands=("procurement.verify-request", "human.escalate"),
+        reactions=(Reaction("escalated", "approve", target="resume-pending"),),
+    ),
+    Scenario(
+        name="email-timeout",
+        story=(
+            "an email send timed out (at-most-once: never retried); the outbox is "
+            "quarantined and a human approves with a signed decision"
+        ),
+        machine="email-send",
+        agent="mail-agent",
+        first_event="TOOL_TIMEOUT",
+        path=("failure-reported", "unresolved", "resume-pending"),
+        commands=("email.quarantine-outbox", "human.escalate"),
+        reactions=(Reaction("unresolved", "approve", target="resume-pending"),),
+    ),
+    Scenario(
+        name="refund-duplicate",
+        story=(
+            "a refund may have been issued twice; it is confirmed, compensation is not "
+            "available, a human rejects continuing and the agent is contained"
+        ),
+        machine="payment-refund",
+        agent="billing-agent",
+        first_event="DUPLICATE_DETECTED",
+        verify="found",
+        path=("failure-reported", "duplicate-review", "escalated", "containing", "contained"),
+        commands=(
+            "payment.verify-refund",
+            "human.escalate",
+            "agent.stop-task",
+            "credentials.revoke-delegation",
+        ),
+        reactions=(Reaction("escalated", "reject", target="containing"),),
+    ),
+    Scenario(
+        name="deployment-half-done",
+        story=(
+            "a rollout failed half way; verification finds the applied steps, the "
+            "rollout continues and the pipeline reports the last step"
+        ),
+        machine="multistep-deployment",
+        agent="deploy-agent",
+        first_event="STEP_FAILED",
+        verify="found",
+        path=("failure-reported", "verifying", "rolling-out", "completed"),
+        commands=("deploy.verify-steps",),
+        reactions=(Reaction("rolling-out", "report", event_type="STEP_COMPLETED"),),
+    ),
+    Scenario(
+        name="research-orchestrator",
+        story="a research orchestrator exceeded its authorisation and is contained",
+        machine="delegated-research",
+        agent="research-orchestrator",
+        first_event="AUTHORIZATION_DENIED",
+        path=("failure-reported", "containing", "contained"),
+        commands=("agent.stop-task", "credentials.revoke-delegation", "human.escalate"),
+    ),
+    Scenario(
+        name="research-subtask",
+        story=(
+            "the research task it delegated is contained too, once its ancestor is "
+            "(the orchestration tool reports ANCESTOR_CONTAINED)"
+        ),
+        machine="delegated-research",
+        agent="research-worker",
+        first_event="ANCESTOR_CONTAINED",
+        parent="research-orchestrator",
+        path=("failure-reported", "containing", "contained"),
+        commands=("agent.stop-task", "credentials.revoke-delegation"),
+    ),
+)
+
+
+def operation_id_for(scenario: Scenario, run_id: str) -> str:
+    """A fresh operation id for `scenario` in run `run_id` for which the demo verifier
+    answers what the scenario needs (the first suffix that does)."""
+    base = f"op-{scenario.name}-{run_id}"
+    if scenario.verify is None:
+        return base
+    for n in range(1000):
+        candidate = f"{base}-{n}"
+        if _verifier_answer(candidate) == scenario.verify:
+            return candidate
+    raise AssertionError("unreachable: half of all ids verify each way")  # pragma: no cover
+
+
+def _verifier_answer(operation_id: str) -> str:
+    # Ask the worker's own rule, so the demo cannot drift from it.
+    probe = CapabilityCommand(
+        command_id="probe",
+        capability="probe.verify",
+        kind="verify",
+        material=False,
+        params={},
+        origin="transition",
+        operation_id=operation_id,
+        correlation_id="probe",
+        causation_event_id="probe",
+        machine_name="probe",
+        machine_version="0",
+        machine_digest="probe",
+        sequence=1,
+        lineage=Lineage(agent="probe", task="probe", initiating_principal="probe"),
+        issued_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    return verify_outcome(probe)
