@@ -189,11 +189,13 @@ def run_demo(
         topics=names,
         controller_overrides={
             "policy_path": DEMO_POLICY,
-            "group_id": f"recovery-controller-demo-{run_id}",
+            # Stable groups: a demo run on a reused stack resumes where the last one
+            # stopped instead of replaying every earlier run's events and commands.
+            "group_id": "recovery-demo-controller",
             "instance_id": f"controller-demo-{run_id}",
         },
     )
-    _start_worker(runtime, services.bootstrap, names, run_id)
+    _start_worker(runtime, services.bootstrap, names)
     say.line("controller, relay and capability worker started")
     ledger = PostgresLedger(services.database_url, max_size=2)
     started = time.monotonic()
@@ -258,12 +260,12 @@ def _blank(item: _Live) -> OperationReport:
     )
 
 
-def _start_worker(runtime: Runtime, bootstrap: str, names: TopicNames, run_id: str) -> None:
+def _start_worker(runtime: Runtime, bootstrap: str, names: TopicNames) -> None:
     publisher = EventPublisher(bootstrap, topics=names)
     runtime.closers.append(publisher.close)
     worker = CapabilityWorker(
         bootstrap,
-        f"demo-worker-{run_id}",
+        "recovery-demo-worker",
         RecoveryClient(publisher, _WORKER),
         demo_handlers(),
         topics=names,

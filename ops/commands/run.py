@@ -4,7 +4,8 @@ services.
 Services come from `--bootstrap` / `--database-url`, else RECOVERY_KAFKA_BOOTSTRAP /
 RECOVERY_DATABASE_URL, else the running local stack (`recoveryctl stack up`). Before
 anything starts, the ledger schema is checked: pending migrations stop the run (exit 2)
-unless `--migrate` applies them. The roles then run as threads of this process, each
+unless `--migrate` applies them; `--create-topics` creates missing topics (as
+`recoveryctl topics create` with its defaults). The roles then run as threads of this process, each
 with its own clients: the controller (`consumer.service.run_controller`) and `--relays N`
 outbox relay instances. SIGTERM or SIGINT sets one stop event: every role finishes or
 abandons its current batch without loss and the process exits 0. A role that dies
@@ -33,8 +34,9 @@ from ledger.schema_check import pending_migrations
 from ops.errors import StackError
 from ops.settings import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, RUNTIME_ROLES
 from ops.stack import read_state
+from producers.errors import ProvisionError
 from producers.relay import OutboxRelay, RelaySettings
-from producers.topics import TopicNames
+from producers.topics import TopicNames, provision
 
 __all__ = ["Runtime", "Services", "register", "resolve_services", "run_roles"]
 
@@ -63,6 +65,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--database-url", metavar="URL", help="ledger database URL")
     parser.add_argument(
         "--migrate", action="store_true", help="apply pending ledger migrations first"
+    )
+    parser.add_argument(
+        "--create-topics",
+        action="store_true",
+        help="create the recovery topics that do not exist yet (as `recoveryctl topics create`)",
     )
     parser.add_argument(
         "--relays", type=int, default=1, metavar="N", help="relay instances (default 1)"
@@ -259,6 +266,12 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     if not check_schema(services.database_url, args.migrate, err):
         return 2
+    if args.create_topics:
+        try:
+            provision(services.bootstrap)
+        except ProvisionError as exc:
+            print(f"recoveryctl run: {exc}", file=err)
+            return 1
     roles = RUNTIME_ROLES if args.role == "all" else (args.role,)
     stop = threading.Event()
     with stop_on_signals(stop):

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from ops.cli import build_parser
 from ops.paths import repo_root
 from ops.settings import (
     COMPOSE_KAFKA_PORT,
@@ -67,7 +68,11 @@ def test_runtime_services_read_the_project_env_vars_and_reach_the_services(
     services: dict[str, Any], role: str
 ) -> None:
     service = services[role]
-    assert service["command"] == ["recoveryctl", "run", "--role", role]
+    command = service["command"]
+    assert command[:4] == ["recoveryctl", "run", "--role", role]
+    # Only flags `recoveryctl run` accepts, and the schema and topics are prepared.
+    assert set(command[4:]) == {"--migrate", "--create-topics"}
+    build_parser().parse_args(command[1:])
     environment = service["environment"]
     assert set(environment) == {ENV_KAFKA_BOOTSTRAP, ENV_DATABASE_URL}
 
@@ -80,3 +85,24 @@ def test_runtime_services_read_the_project_env_vars_and_reach_the_services(
     assert (url.hostname, url.port, url.username) == ("postgres", 5432, DATABASE_USER)
     assert url.path == f"/{DATABASE_NAME}"
     assert set(service["depends_on"]) == {"kafka", "postgres"}
+
+
+@pytest.mark.parametrize("role", RUNTIME_ROLES)
+def test_runtime_services_build_the_runtime_image_and_stop_gracefully(
+    services: dict[str, Any], role: str
+) -> None:
+    service = services[role]
+    assert service["build"] == {"context": ".", "dockerfile": "ops/Dockerfile"}
+    assert service["image"] == services[RUNTIME_ROLES[0]]["image"]
+    assert service["restart"] == "unless-stopped"
+    assert int(str(service["stop_grace_period"]).rstrip("s")) >= 30
+
+
+def test_the_runtime_image_ships_every_package_and_runs_recoveryctl() -> None:
+    root = Path(repo_root())
+    dockerfile = (root / "ops" / "Dockerfile").read_text()
+    for package in ("consumer", "ledger", "machines", "ops", "producers", "schemas"):
+        assert f"COPY {package} ./{package}" in dockerfile
+    assert "constraints.txt" in dockerfile
+    assert "USER recovery" in dockerfile
+    assert 'CMD ["recoveryctl", "run"' in dockerfile
