@@ -248,11 +248,17 @@ def check_schema(database_url: str, migrate: bool, err: TextIO) -> bool:
 
 
 def _run(args: argparse.Namespace) -> int:
-    err = sys.stderr  # looked up now: callers may have replaced it
     logging.basicConfig(
         level=str(args.log_level).upper(),
         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
     )
+    stop = threading.Event()
+    # Handlers first: a SIGTERM during the checks below is a clean stop, not a kill.
+    with stop_on_signals(stop):
+        return _serve(args, stop, sys.stderr)
+
+
+def _prepare(args: argparse.Namespace, err: TextIO) -> tuple[Services | None, int]:
     services = resolve_services(args.bootstrap, args.database_url)
     if services is None:
         print(
@@ -260,38 +266,46 @@ def _run(args: argparse.Namespace) -> int:
             f"{ENV_KAFKA_BOOTSTRAP} and {ENV_DATABASE_URL}, or run `recoveryctl stack up`",
             file=err,
         )
-        return 2
+        return None, 2
     if args.relays < 1:
         print("recoveryctl run: --relays must be at least 1", file=err)
-        return 2
+        return None, 2
     if not check_schema(services.database_url, args.migrate, err):
-        return 2
+        return None, 2
     if args.create_topics:
         try:
             provision(services.bootstrap)
         except ProvisionError as exc:
             print(f"recoveryctl run: {exc}", file=err)
-            return 1
+            return None, 1
+    return services, 0
+
+
+def _serve(args: argparse.Namespace, stop: threading.Event, err: TextIO) -> int:
+    services, code = _prepare(args, err)
+    if services is None:
+        return code
+    if stop.is_set():
+        print("recoveryctl run: stopped before starting", file=err)
+        return 0
     roles = RUNTIME_ROLES if args.role == "all" else (args.role,)
-    stop = threading.Event()
-    with stop_on_signals(stop):
-        try:
-            runtime = run_roles(
-                roles,
-                services,
-                stop,
-                relays=args.relays,
-                relay_settings=RelaySettings(wake=args.relay_wake),
-            )
-        except (LedgerError, ControllerError) as exc:
-            print(f"recoveryctl run: {exc}", file=err)
-            return 1
-        print(f"recoveryctl run: {', '.join(roles)} running; SIGTERM stops", file=err)
-        # Wake up now and then: signal handlers run only between bytecodes of the main
-        # thread, which a plain wait() without a timeout would never reach.
-        while not stop.wait(0.5):
-            pass
-        runtime.join(timeout=60.0)
+    try:
+        runtime = run_roles(
+            roles,
+            services,
+            stop,
+            relays=args.relays,
+            relay_settings=RelaySettings(wake=args.relay_wake),
+        )
+    except (LedgerError, ControllerError) as exc:
+        print(f"recoveryctl run: {exc}", file=err)
+        return 1
+    print(f"recoveryctl run: {', '.join(roles)} running; SIGTERM stops", file=err)
+    # Wake up now and then: signal handlers run only between bytecodes of the main
+    # thread, which a plain wait() without a timeout would never reach.
+    while not stop.wait(0.5):
+        pass
+    runtime.join(timeout=60.0)
     if runtime.failures:
         print(f"recoveryctl run: role(s) failed: {', '.join(runtime.failures)}", file=err)
         return 1
