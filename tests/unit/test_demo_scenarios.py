@@ -1,0 +1,168 @@
+"""The demo's incident replayed through the decision core, without services: each
+scenario's first event, the example worker's answers and the approver's signed
+decisions drive the pinned catalogue machine under the demo policy along exactly the
+path and commands `recoveryctl demo` expects."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from machines import DEFAULT_REGISTRY, load_policy, load_registry
+from machines.approvals import insecure_test_key, public_key_b64, sign_decision
+from machines.decision import Decision
+from machines.event import Event, EvidencePayload, HumanDecision, Lineage
+from machines.model import Machine
+from machines.provenance import load_locked_machines, load_trusted_publishers
+from machines.simulation import Simulation
+from ops.demo_scenarios import APPROVER, DEMO_POLICY, SCENARIOS, Scenario, operation_id_for
+from producers import RESULT_EVENTS, demo_handlers
+from schemas import CapabilityCommand
+
+_NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
+_VERIFY = {"applied": "VERIFICATION_FOUND", "not_applied": "VERIFICATION_NOT_FOUND"}
+
+
+def _machines() -> dict[str, Machine]:
+    folder = Path(DEFAULT_REGISTRY).parent
+    registry = load_registry(DEFAULT_REGISTRY)
+    trust = load_trusted_publishers(folder / "trusted-publishers.yaml")
+    pinned = load_locked_machines(folder / "machines.lock", registry, trust)
+    return {m.name: m for m in pinned.values()}
+
+
+class _Incident:
+    """One scenario's operation in a simulation, fed like the live demo feeds it."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        machine = _machines()[scenario.machine]
+        self.machine = machine
+        self.scenario = scenario
+        registry = load_registry(DEFAULT_REGISTRY)
+        self.sim = Simulation(machine, registry, load_policy(DEMO_POLICY))
+        self.op = operation_id_for(scenario, "unit")
+        parent = "op-parent" if scenario.parent else None
+        self.lineage = Lineage(
+            agent=scenario.agent,
+            task="t",
+            initiating_principal="oncall-sam",
+            origin_operation=parent,
+            parent_operation=parent,
+        )
+        self.decisions: list[Decision] = []
+        self.commands: list[str] = []
+        self._n = 0
+
+    def feed(self, event_type: str, **extra: object) -> Decision:
+        self._n += 1
+        event = Event(
+            event_type=event_type,
+            event_id=f"e{self._n}",
+            operation_id=self.op,
+            correlation_id="c",
+            machine_name=self.machine.name,
+            machine_version=self.machine.version,
+            event_time=_NOW,
+            evidence_ref="r",
+            producer="demo",
+            lineage=self.lineage,
+            **extra,  # type: ignore[arg-type]
+        )
+        decision = self.sim.feed(event, _NOW)
+        self.decisions.append(decision)
+        pending = list(decision.invocations)
+        self.commands.extend(i.capability for i in pending)
+        for invocation in pending:
+            self._work(invocation.command_id, invocation.capability, invocation.kind)
+        return decision
+
+    def _work(self, command_id: str, capability: str, kind: str) -> None:
+        """What the example worker reports for one command."""
+        handler = demo_handlers().get(capability)
+        if handler is None:
+            return
+        command = CapabilityCommand(
+            command_id=command_id,
+            capability=capability,
+            kind=kind,
+            material=False,
+            params={},
+            origin="transition",
+            operation_id=self.op,
+            correlation_id="c",
+            causation_event_id="e",
+            machine_name="m",
+            machine_version="1",
+            machine_digest="d",
+            sequence=1,
+            lineage=self.lineage,
+            issued_at=_NOW,
+        )
+        result = handler(command)
+        if result is None:
+            return
+        if kind == "verify":
+            assert result.evidence is not None
+            self.feed(
+                _VERIFY[str(result.evidence.outcome)],
+                evidence=result.evidence,
+                causation=command_id,
+            )
+        else:
+            success, failure = RESULT_EVENTS[kind]
+            self.feed(success if result.succeeded else failure, causation=command_id)
+
+    def decide_as_human(self, verdict: str, target: str) -> None:
+        decision = sign_decision(
+            HumanDecision(
+                approver=APPROVER,
+                operation_id=self.op,
+                state=self.state,
+                transition=target,
+                machine_digest=self.machine.digest,
+                expires_at=_NOW + timedelta(minutes=30),
+                nonce=f"n-{self._n}",
+                decision="approved" if verdict == "approve" else "rejected",
+            ),
+            insecure_test_key(APPROVER),
+        )
+        self.feed(
+            "HUMAN_APPROVED" if verdict == "approve" else "HUMAN_REJECTED", human_decision=decision
+        )
+
+    @property
+    def state(self) -> str:
+        return self.sim.views[self.op].state
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        moved = [d.state_after for d in self.decisions if d.state_after != d.state_before]
+        return (self.decisions[0].state_before, *moved)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_the_core_takes_each_demo_operation_along_its_expected_path(scenario: Scenario) -> None:
+    incident = _Incident(scenario)
+    evidence = (
+        {"evidence": EvidencePayload(ancestor_operation="op-parent")} if scenario.parent else {}
+    )
+    incident.feed(scenario.first_event, **evidence)
+    for _ in range(len(scenario.reactions) + 1):
+        for reaction in scenario.reactions:
+            if reaction.when == incident.state:
+                if reaction.kind == "report":
+                    incident.feed(reaction.event_type)
+                else:
+                    incident.decide_as_human(reaction.kind, reaction.target)
+
+    assert incident.path == scenario.path
+    assert Counter(incident.commands) == Counter(scenario.commands)
+
+
+def test_the_demo_policy_names_the_approver_with_its_test_key() -> None:
+    entry = load_policy(DEMO_POLICY).approver(APPROVER)
+    assert entry is not None
+    assert entry.public_key == public_key_b64(insecure_test_key(APPROVER))
