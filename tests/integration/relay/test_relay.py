@@ -11,6 +11,9 @@ import time
 from collections import defaultdict
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ledger import PostgresLedger
 from producers import TopicNames
@@ -277,3 +280,26 @@ def test_an_audit_record_without_its_own_time_is_published_with_the_publish_time
     assert event["unmapped"]["recovery"]["time_source"] == "relay-publish-time"
     assert event["metadata"]["uid"] == row.payload["hash"]
     assert abs(event["time"] / 1000 - time.time()) < 60
+
+
+def test_the_publish_span_continues_the_rows_trace_and_the_record_names_it(
+    kafka_bootstrap: str, database_url: str, ledger: PostgresLedger, relay_topics: TopicNames
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    row = command_row(relay_topics, "op-t", 1)
+    traced = Row(
+        row.record_id, row.topic, row.key, {**row.headers, TRACEPARENT: _TRACEPARENT}, row.payload
+    )
+    insert_rows(database_url, [traced])
+    relay = OutboxRelay(ledger, kafka_bootstrap, topics=relay_topics, tracer_provider=provider)
+
+    assert _drain(relay) == 1
+
+    (publish,) = [s for s in exporter.get_finished_spans() if s.name.startswith("publish")]
+    assert publish.parent is not None
+    assert format(publish.context.trace_id, "032x") == _TRACEPARENT.split("-")[1]
+    assert format(publish.parent.span_id, "016x") == _TRACEPARENT.split("-")[2]
+    (seen,) = read_all(kafka_bootstrap, [relay_topics.commands], 1)
+    assert seen.headers[TRACEPARENT].split("-")[2] == format(publish.context.span_id, "016x")
