@@ -10,6 +10,7 @@ import threading
 import time
 from collections import defaultdict
 
+import psycopg
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -17,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from ledger import PostgresLedger
 from producers import TopicNames
-from producers.relay import OutboxRelay, RelaySettings
+from producers.relay import OutboxRelay, RelaySettings, RelayStats
 from schemas import (
     CAPABILITY_COMMAND,
     CONTENT_TYPE,
@@ -303,3 +304,71 @@ def test_the_publish_span_continues_the_rows_trace_and_the_record_names_it(
     assert format(publish.parent.span_id, "016x") == _TRACEPARENT.split("-")[2]
     (seen,) = read_all(kafka_bootstrap, [relay_topics.commands], 1)
     assert seen.headers[TRACEPARENT].split("-")[2] == format(publish.context.span_id, "016x")
+
+
+def test_nothing_is_marked_when_the_broker_does_not_acknowledge(
+    kafka_bootstrap: str, database_url: str, ledger: PostgresLedger, relay_topics: TopicNames
+) -> None:
+    rows = _rows(relay_topics, keys=2, per_key=2)
+    insert_rows(database_url, rows)
+    # Nothing listens on port 9 (discard) of loopback: every delivery times out.
+    unreachable = OutboxRelay(
+        ledger,
+        "127.0.0.1:9",
+        topics=relay_topics,
+        settings=RelaySettings(delivery_timeout=2.0),
+    )
+
+    result = unreachable.relay_once()
+
+    assert (result.leased, result.published, result.failed) == (4, 0, 4)
+    assert published_ids(database_url)[1] == {r.record_id for r in rows}
+    assert _drain(OutboxRelay(ledger, kafka_bootstrap, topics=relay_topics)) == 4
+
+
+def test_the_relay_rides_out_lost_database_connections(
+    kafka_bootstrap: str, database_url: str, relay_topics: TopicNames
+) -> None:
+    rows = _rows(relay_topics, keys=10, per_key=6)
+    led = PostgresLedger(database_url, max_size=2, retries=0)
+    relay = OutboxRelay(
+        led,
+        kafka_bootstrap,
+        database_url=database_url,
+        topics=relay_topics,
+        settings=RelaySettings(lease_keys=3, idle_poll=0.2, backoff_initial=0.05),
+    )
+    stop = threading.Event()
+    stats: list[RelayStats] = []
+    thread = threading.Thread(target=lambda: stats.append(relay.run(stop)))
+    thread.start()
+    try:
+        for start in range(0, len(rows), 10):
+            insert_rows(database_url, rows[start : start + 10])
+            _terminate_other_sessions(database_url)
+            time.sleep(0.05)
+        deadline = time.monotonic() + 60
+        while published_ids(database_url)[1] and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join(30)
+        led.close()
+
+    assert published_ids(database_url)[1] == set()
+    seen = read_all(kafka_bootstrap, [relay_topics.commands, relay_topics.audit], len(rows))
+    for topic in (relay_topics.commands, relay_topics.audit):
+        dedup = {
+            k: list(dict.fromkeys(v))
+            for k, v in _per_key([s for s in seen if s.topic == topic]).items()
+        }
+        assert dedup == _expected_per_key(rows, topic)
+    assert stats[0].outages >= 1
+
+
+def _terminate_other_sessions(database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
