@@ -1,10 +1,11 @@
 """The relay's OpenTelemetry metrics: records published, rows it cannot encode, and the
 outbox backlog.
 
-Instruments come from the global meter provider: without an SDK configured they are
-no-ops (the API's default), and `recoveryctl run` installs the configured exporter
-(OTLP, console or none). Names follow the OpenTelemetry convention of dotted,
-lower-case names with a unit.
+Instruments come from the meter provider the relay is given, else the global one:
+without an SDK configured they are no-ops (the API's default). `recoveryctl run` hands
+in the providers of the configured exporter (OTLP, console or none, the controller's
+`RECOVERY_CONTROLLER_EXPORTER` setting). Names follow the OpenTelemetry convention of
+dotted, lower-case names with a unit.
 
 - `recovery.relay.published` (counter, `{record}`): records acknowledged by the broker
   and marked published, by `topic`;
@@ -27,27 +28,26 @@ from ledger import OutboxRecord
 
 __all__ = ["RelayMetrics"]
 
-_meter = metrics.get_meter("producers.relay")
-
 
 class RelayMetrics:
     """The instruments of one relay instance (its id is the `relay` attribute)."""
 
-    def __init__(self, instance: str) -> None:
+    def __init__(self, instance: str, provider: metrics.MeterProvider | None = None) -> None:
+        meter = metrics.get_meter("producers.relay", meter_provider=provider)
         self._attributes = {"relay": instance}
-        self._published = _meter.create_counter(
+        self._published = meter.create_counter(
             "recovery.relay.published",
             unit="{record}",
             description="Outbox records acknowledged by the broker and marked published",
         )
-        self._unpublishable = _meter.create_counter(
+        self._unpublishable = meter.create_counter(
             "recovery.relay.unpublishable",
             unit="{row}",
             description="Outbox rows that could not be encoded for their topic",
         )
         self._lock = threading.Lock()
         self._backlog: int | None = None
-        _meter.create_observable_gauge(
+        meter.create_observable_gauge(
             "recovery.outbox.backlog",
             callbacks=[self._observe_backlog],
             unit="{row}",
