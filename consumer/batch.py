@@ -109,8 +109,10 @@ class Planned:
 
 def open_view(machine: Machine, rules: Rules, accepted: Accepted) -> OperationView:
     """The view of an operation its first event opens: the event's lineage agent is the
-    affected agent, no declared tool facts, the policy's budget and deadline from the
-    event time. This is `machines.Simulation.open`, so live and replayed runs agree."""
+    affected agent, the policy's budget and deadline from the event time. Tool facts the
+    first event declares are admitted by the core when it decides that event
+    (`machines.facts.admit_facts`, folded by `apply`), exactly as in
+    `machines.Simulation.feed`, so live and replayed runs agree."""
     event = accepted.event
     setup = OperationSetup(operation_id=event.operation_id, agent=event.lineage.agent)
     return Simulation(machine, rules.registry, rules.policy).open(setup, event.event_time)

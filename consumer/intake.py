@@ -11,11 +11,12 @@ Checks, in order (each failure is a `Refusal` whose code is the dead-letter reas
    partition's single owner both rest on it;
 5. the named machine must be pinned at that version (`machine-unknown`,
    `machine-unpinned`), and its `applies_to` must admit what the envelope tells about the
-   operation (`machine-not-applicable`). The envelope names the affected agent
-   (`lineage.agent`), so the `agents` dimension is checked here; capability, tool and
-   environment are not carried by the envelope and are bound when the operation is
-   opened (the machine named by its first event governs it for good; a later event
-   naming another machine is refused by `consumer.batch`).
+   operation (`machine-not-applicable`): the affected agent (`lineage.agent`) always,
+   and, when the envelope carries a `scope` block, its capability, tool and environment
+   too, through `machines.applies` (the rule `select_machine` uses). An envelope without
+   `scope` (schema v1/v2 producers) is checked on the agent only. The machine named by
+   an operation's first event governs it for good; a later event naming another
+   machine is refused by `consumer.batch`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from machines import Event, Machine
+from machines import Event, Machine, OperationScope, applies
 from schemas import CONTENT_TYPE, EVENT_ENVELOPE, WireDecoder, WireError, header_value
 from schemas import record_to_event as _record_to_event
 
@@ -208,7 +209,32 @@ class Intake:
                 event.event_id,
                 event.operation_id,
             )
-        return None
+        scope = event.scope
+        if scope is None:
+            return None
+        operation = OperationScope(
+            capability=scope.capability,
+            tool=scope.tool,
+            agent=event.lineage.agent,
+            environment=scope.environment,
+        )
+        if applies(machine.applies_to, operation):
+            return None
+        allowed = machine.applies_to
+        return Refusal(
+            RefusalCode.MACHINE_NOT_APPLICABLE,
+            f"{where}: machine {ref} does not apply to capability {scope.capability}, tool "
+            f"{scope.tool}, environment {scope.environment} (it applies to capabilities "
+            f"{_listed(allowed.capabilities)}, tools {_listed(allowed.tools)}, environments "
+            f"{_listed(allowed.environments)}); send the event for the machine that governs "
+            "this operation, or correct the scope",
+            event.event_id,
+            event.operation_id,
+        )
+
+
+def _listed(values: tuple[str, ...]) -> str:
+    return ", ".join(values) if values else "any"
 
 
 def examine_all(intake: Intake, records: Sequence[RawRecord]) -> list[Outcome]:

@@ -46,12 +46,15 @@ def facts_to_json(facts: ToolFacts) -> dict[str, Any]:
 def envelope_json(event: Event) -> str:
     """The canonical JSON of `event.to_dict()` (the full envelope, SPEC §6.2), written
     field by field for the common shapes because `to_dict`'s generic walk dominated the
-    cost of a batch; rarer shapes (human decisions, classifier output, checkpoints) go
-    through `to_dict`. A unit test holds both paths to the same result."""
+    cost of a batch; rarer shapes (human decisions, classifier output, checkpoints, the
+    optional facts and scope blocks) go through `to_dict`. A unit test holds both paths
+    to the same result."""
     evidence = event.evidence
     if (
         event.human_decision is not None
         or event.classifier is not None
+        or event.facts is not None
+        or event.scope is not None
         or (evidence is not None and evidence.checkpoint is not None)
     ):
         return dumps(event.to_dict())

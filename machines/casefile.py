@@ -26,12 +26,14 @@ from machines.decision import Decision
 from machines.event import (
     CheckpointReport,
     ClassifierOutput,
+    DeclaredFacts,
     Event,
     EvidencePayload,
     HumanDecision,
     Lineage,
     Outcome,
 )
+from machines.facts import declare
 from machines.guards import STANDARD_GUARDS, GuardContext, GuardFn, GuardResult
 from machines.model import GuardSpec, Machine, Registry
 from machines.policy import Policy, PolicyError, check_policy_against_registry, parse_policy
@@ -162,6 +164,7 @@ class StepSpec(BaseModel):
     classifier: ClassifierSpec | None = None
     ancestor: str | None = None
     causation: str | None = None
+    facts: FactsSpec | None = None  # a `facts` block on this step's envelope
     replay: str | None = None  # resend the exact event of this earlier step id
     expect: ExpectSpec = ExpectSpec()
 
@@ -289,7 +292,7 @@ class _Runner:
                 operation_id=op.id,
                 agent=op.agent,
                 lineage_agents=frozenset(op.lineage_agents),
-                facts=ToolFacts(**op.facts.model_dump()),
+                facts=self._opening_facts(op),
                 budget=op.budget,
                 deadline=None
                 if op.deadline_seconds is None
@@ -333,9 +336,19 @@ class _Runner:
             human_decision=self._decision(step, now),
             classifier=self._classifier(step),
             causation=step.causation,
+            facts=None if step.facts is None else DeclaredFacts(**step.facts.model_dump()),
         )
         self.sent[event_id] = event
         return event
+
+    @staticmethod
+    def _opening_facts(op: OperationSpec) -> ToolFacts:
+        # A case that states `operation.facts` declares them as the tool integration
+        # would on the opening event, through the same function the core applies to an
+        # envelope's `facts` block; a case that states none opens with nothing declared.
+        if "facts" not in op.model_fields_set:
+            return ToolFacts()
+        return declare(DeclaredFacts(**op.facts.model_dump()), DEFAULT_PRODUCER)
 
     def _producer(self, step: StepSpec) -> str:
         if step.producer is not None:

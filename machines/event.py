@@ -142,6 +142,39 @@ class ClassifierOutput:
 
 
 @dataclass(frozen=True, slots=True)
+class DeclaredFacts:
+    """The tool integration's declaration about its operation (CONFORMANCE Level 2), as
+    the envelope carries it. Field names and defaults are `machines.view.ToolFacts`'s;
+    whether the core believes the declaration is `machines.facts.admit_facts`'s call."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _STRICT
+
+    idempotency_key: str | None = None
+    side_effect_possible: bool = True
+    side_effect_confirmed: bool = False
+    compensation_supported: bool = False
+    status_api: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What the operation is, for matching a machine's `applies_to` (SPEC §8 step 2): the
+    capability it invoked, the tool and the environment. The agent is `lineage.agent`."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = _STRICT
+
+    capability: str
+    tool: str | None = None
+    environment: str | None = None
+
+
+# Envelope fields added after the first digests were published: they enter the digest
+# only when present, so every event without them keeps the digest (and any signature or
+# test vector) it had before they existed.
+_OPTIONAL_BLOCKS: tuple[str, ...] = ("facts", "scope")
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     """One validated recovery event. `event_type` is the opaque uppercase identifier the
     machine's `on:` keys name; `payload_digest` is computed when the value is built."""
@@ -163,6 +196,8 @@ class Event:
     classifier: ClassifierOutput | None = None
     causation: str | None = None
     payload_digest: str = ""
+    facts: DeclaredFacts | None = None
+    scope: Scope | None = None
 
     def __post_init__(self) -> None:
         # The digest is a function of the content, so a value built in a test and one
@@ -171,9 +206,13 @@ class Event:
             object.__setattr__(self, "payload_digest", sha256_digest(self.content()))
 
     def content(self) -> dict[str, Any]:
-        """The event as plain JSON-ready data, without its digest."""
+        """The event as plain JSON-ready data, without its digest; `facts` and `scope`
+        appear only when the event carries them."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data.pop("payload_digest")
+        for name in _OPTIONAL_BLOCKS:
+            if data[name] is None:
+                del data[name]
         return {k: _plain(v) for k, v in data.items()}
 
     def to_dict(self) -> dict[str, Any]:

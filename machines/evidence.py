@@ -4,7 +4,8 @@ An event offers evidence; the core decides whether it is trusted. A verification
 counts only from a verifier the policy trusts that is not the affected agent's lineage;
 a human decision counts only once `machines.approvals.check_decision` accepts it; a
 checkpoint is stored either way but marked validated only when a trusted validator
-vouched for it; a contained ancestor is recorded as lineage status. The accepted part
+vouched for it; a contained ancestor is recorded as lineage status; declared tool facts
+count under `machines.facts.admit_facts`'s rule. The accepted part
 is an `EvidenceDelta`, carried in the decision and folded into the view by `apply`.
 Evidence is a fact about the world, so it is recorded even when no transition fires.
 """
@@ -17,9 +18,10 @@ from typing import Any
 
 from machines.approvals import check_decision
 from machines.event import Event, Outcome
+from machines.facts import admit_facts
 from machines.invariants import HUMAN_EVENTS, VERIFICATION_EVENTS, Notice
 from machines.policy import Policy
-from machines.view import Approval, Checkpoint, OperationView, Verification
+from machines.view import Approval, Checkpoint, OperationView, ToolFacts, Verification
 
 _OUTCOME_OF: dict[str, Outcome] = {
     "VERIFICATION_FOUND": "applied",
@@ -37,6 +39,7 @@ class EvidenceDelta:
     approval: Approval | None = None
     checkpoint: Checkpoint | None = None
     contained_ancestor: str | None = None
+    facts: ToolFacts | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready form; absent parts are omitted."""
@@ -64,6 +67,16 @@ class EvidenceDelta:
             out["checkpoint"] = {"id": c.checkpoint_id, "validated": c.validated}
         if self.contained_ancestor is not None:
             out["contained_ancestor"] = self.contained_ancestor
+        if self.facts is not None:
+            f = self.facts
+            out["facts"] = {
+                "declared_by": f.declared_by,
+                "idempotency_key": f.idempotency_key,
+                "side_effect_possible": f.side_effect_possible,
+                "side_effect_confirmed": f.side_effect_confirmed,
+                "compensation_supported": f.compensation_supported,
+                "status_api": f.status_api,
+            }
         return out
 
 
@@ -75,7 +88,20 @@ def intake(
 ) -> tuple[EvidenceDelta, Notice | None]:
     """The trusted evidence `event` adds to `view`, or the reason it is refused. A refused
     verification or human decision refuses the whole event: acting on an event whose
-    evidence we do not trust would let the event's type speak for the evidence."""
+    evidence we do not trust would let the event's type speak for the evidence. The same
+    holds for a refused declaration of tool facts."""
+    facts, refusal = admit_facts(event, view, policy)
+    if refusal is not None:
+        return NO_EVIDENCE, refusal
+    delta, refusal = _offered(event, view, policy, now)
+    if refusal is not None or facts is None:
+        return delta, refusal
+    return replace(delta, facts=facts), None
+
+
+def _offered(
+    event: Event, view: OperationView, policy: Policy, now: datetime
+) -> tuple[EvidenceDelta, Notice | None]:
     event_type = event.event_type
     if event_type in VERIFICATION_EVENTS:
         verification, notice = _verification(event, view, policy)
@@ -191,6 +217,8 @@ def with_evidence(view: OperationView, delta: EvidenceDelta) -> OperationView:
     if delta.approval is not None:
         changes["approvals"] = (*view.approvals, delta.approval)
         changes["used_nonces"] = view.used_nonces | {delta.approval.nonce}
+    if delta.facts is not None:
+        changes["facts"] = delta.facts
     if delta.checkpoint is not None:
         changes["checkpoints"] = (*view.checkpoints, delta.checkpoint)
     if delta.contained_ancestor is not None and (

@@ -87,7 +87,9 @@ class Simulation:
     def feed(self, event: Event, now: datetime) -> Decision:
         """Decide `event` at `now` and fold the decision into the operation's view. An
         event for an operation not yet open opens it with conservative defaults: the
-        event's lineage agent as the affected agent and no declared tool facts."""
+        event's lineage agent as the affected agent and nothing declared; a `facts` block
+        on that first event is then admitted by the core while it decides the event
+        (`machines.facts.admit_facts`), exactly as the live controller does."""
         view = self.views.get(event.operation_id)
         if view is None:
             setup = OperationSetup(operation_id=event.operation_id, agent=event.lineage.agent)

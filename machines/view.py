@@ -25,13 +25,18 @@ _NO_EVENTS: Mapping[str, str] = MappingProxyType({})
 
 @dataclass(frozen=True, slots=True)
 class ToolFacts:
-    """What the tool integration declared about this operation (CONFORMANCE L2)."""
+    """What the tool integration declared about this operation (CONFORMANCE L2).
+
+    `declared_by` names who declared them (the producer, or the case file); `None` means
+    nothing was declared and these are the conservative defaults. Once declared, the
+    facts never change (`machines.facts.admit_facts`)."""
 
     idempotency_key: str | None = None
     side_effect_possible: bool = True
     side_effect_confirmed: bool = False
     compensation_supported: bool = False
     status_api: bool = False
+    declared_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,10 +29,12 @@ from opentelemetry import propagate
 from machines.approvals import sign_decision
 from machines.event import (
     ClassifierOutput,
+    DeclaredFacts,
     Event,
     EvidencePayload,
     HumanDecision,
     Lineage,
+    Scope,
     Verdict,
 )
 from producers.errors import DeliveryFailed, ProducersError
@@ -261,10 +263,16 @@ class RecoveryClient:
         human_decision: HumanDecision | None = None,
         classifier: ClassifierOutput | None = None,
         causation: str | None = None,
+        facts: DeclaredFacts | None = None,
+        scope: Scope | None = None,
     ) -> Event:
         """A validated `Event` (it goes through `parse_event`, as the controller will):
-        a random event id unless one is given, the time now (UTC) unless given. Raises
-        `WireError` (`envelope-invalid`) when the envelope would be refused."""
+        a random event id unless one is given, the time now (UTC) unless given. `facts`
+        is the tool integration's declaration (CONFORMANCE Level 2): put it on the event
+        that opens the operation, since later declarations count only from producers the
+        policy trusts and never change facts already declared. `scope` names the
+        capability, tool and environment the machine's `applies_to` is checked against.
+        Raises `WireError` (`envelope-invalid`) when the envelope would be refused."""
         event = Event(
             event_type=event_type,
             event_id=event_id or f"evt-{secrets.token_hex(12)}",
@@ -280,6 +288,8 @@ class RecoveryClient:
             human_decision=human_decision,
             classifier=classifier,
             causation=causation,
+            facts=facts,
+            scope=scope,
         )
         # Round-trip through the edge validator so a tool learns of a bad envelope here,
         # not from the dead-letter topic.

@@ -40,8 +40,9 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
 
 def event_to_record(event: Event) -> dict[str, Any]:
     """The event as a record of the current `recovery.EventEnvelope` schema: datetimes
-    stay datetimes (Avro timestamp-micros), tuples become lists, and `payload_digest`
-    is included (schema v2). Raises `WireError` (`non-utc-time`) for a time not in UTC."""
+    stay datetimes (Avro timestamp-micros), tuples become lists, `payload_digest` is
+    included (schema v2), and so are `facts` and `scope` (schema v3, null when absent).
+    Raises `WireError` (`non-utc-time`) for a time not in UTC."""
     record: dict[str, Any] = {
         f.name: _value(event.event_id, getattr(event, f.name)) for f in fields(event)
     }

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from consumer import Accepted, Intake, Rejected
+from machines.event import Scope
 from schemas import CONTENT_TYPE, CONTENT_TYPE_JSON, event_to_json
 from tests.unit.consumer.support import encoded, event, pinned, record
 
@@ -89,3 +90,27 @@ def test_a_refusal_names_the_coordinates_and_the_ids_it_could_read(intake: Intak
     assert "recovery.events[0]@7" in outcome.refusal.reason
     assert outcome.refusal.event_id == "op-1-tool_timeout"
     assert outcome.refusal.operation_id == "op-1"
+
+
+@pytest.mark.parametrize(
+    "scope",
+    [
+        Scope(capability="payment.refund", tool="smtp-relay", environment="production"),
+        Scope(capability="email.send", tool="sendgrid", environment="production"),
+        Scope(capability="email.send", tool="smtp-relay", environment="development"),
+        Scope(capability="email.send", tool=None, environment="production"),
+    ],
+    ids=["capability", "tool", "environment", "tool-unknown"],
+)
+def test_a_scope_outside_the_machines_applies_to_is_refused_on_every_dimension(
+    intake: Intake, scope: Scope
+) -> None:
+    outcome = intake.examine(encoded(event("TOOL_TIMEOUT", scope=scope), 0))
+    assert isinstance(outcome, Rejected)
+    assert outcome.refusal.code == "machine-not-applicable"
+    assert scope.capability in outcome.refusal.reason
+
+
+def test_a_scope_inside_the_machines_applies_to_is_accepted(intake: Intake) -> None:
+    scope = Scope(capability="email.send", tool="postfix", environment="staging")
+    assert isinstance(intake.examine(encoded(event("TOOL_TIMEOUT", scope=scope), 0)), Accepted)

@@ -47,7 +47,7 @@ def test_every_shipped_schema_fingerprint_agrees_with_fastavro() -> None:
 def test_the_catalogue_reads_the_highest_version_as_the_current_reader() -> None:
     catalog = default_catalog()
     assert catalog.names() == (CAPABILITY_COMMAND, DEAD_LETTER, EVENT_ENVELOPE, EVIDENCE_EVENT)
-    assert catalog.current(EVENT_ENVELOPE).version == 2
+    assert catalog.current(EVENT_ENVELOPE).version == 3
 
 
 def test_encoded_records_start_with_the_marker_and_the_writer_fingerprint(
@@ -72,7 +72,7 @@ def test_an_event_survives_an_avro_round_trip_unchanged(
     assert decoded.payload_digest == event.payload_digest
 
 
-def test_a_record_written_with_schema_v1_is_read_with_the_v2_reader(
+def test_a_record_written_with_schema_v1_is_read_with_the_current_reader(
     codec: AvroSingleObjectCodec,
 ) -> None:
     v1 = next(
@@ -81,7 +81,8 @@ def test_a_record_written_with_schema_v1_is_read_with_the_v2_reader(
         if v.version == 1 and v.name == EVENT_ENVELOPE
     )
     record = event_to_record(full_event())
-    record.pop("payload_digest")  # v1 has no such field
+    for later in ("payload_digest", "facts", "scope"):  # v1 has no such fields
+        record.pop(later)
     buffer = io.BytesIO()
     fastavro.schemaless_writer(buffer, v1.parsed, record)
     old_bytes = b"\xc3\x01" + v1.fingerprint + buffer.getvalue()
@@ -90,17 +91,21 @@ def test_a_record_written_with_schema_v1_is_read_with_the_v2_reader(
 
     assert name == EVENT_ENVELOPE
     assert decoded["payload_digest"] is None  # the v2 field took its default
+    assert decoded["facts"] is None
+    assert decoded["scope"] is None
     assert record_to_event(decoded) == full_event()
 
 
-def test_v1_and_v2_canonical_forms_differ_only_by_the_added_field() -> None:
+def test_each_envelope_version_differs_from_the_last_only_by_the_added_fields() -> None:
     versions = [v for v in default_catalog().versions().values() if v.name == EVENT_ENVELOPE]
-    v1, v2 = sorted(versions, key=lambda v: v.version)
-    assert v1.fingerprint != v2.fingerprint
+    v1, v2, v3 = sorted(versions, key=lambda v: v.version)
+    assert len({v1.fingerprint, v2.fingerprint, v3.fingerprint}) == 3
+    v3_fields = [f["name"] for f in json.loads(v3.canonical_form)["fields"]]
     v2_fields = [f["name"] for f in json.loads(v2.canonical_form)["fields"]]
     v1_fields = [f["name"] for f in json.loads(v1.canonical_form)["fields"]]
     assert v2_fields == [*v1_fields, "payload_digest"]
-    assert to_parsing_canonical_form(v2.parsed) == v2.canonical_form
+    assert v3_fields == [*v2_fields, "facts", "scope"]
+    assert to_parsing_canonical_form(v3.parsed) == v3.canonical_form
 
 
 def test_encoding_refuses_a_record_with_an_unknown_field(codec: AvroSingleObjectCodec) -> None:
