@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from ops.commands import (
     audit,
+    bench,
     db,
     demo,
     machines,
@@ -36,3 +37,4 @@ COMMANDS.append(topics.register)
 COMMANDS.append(run.register)
 COMMANDS.extend([db.register, audit.register])
 COMMANDS.append(demo.register)
+COMMANDS.append(bench.register)

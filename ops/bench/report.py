@@ -1,0 +1,213 @@
+"""How the benchmark shows its figures: a progress line while it runs, a table at the
+end, and a JSON file with every figure and a description of the machine it ran on.
+
+The verdicts compare the figures with the targets of issue #7 on a 2-core machine with
+Kafka and PostgreSQL on the same host: throughput at least 50% of the bare pipeline and
+at least 2,000 events per second, p99 at most 100 ms at 500 events per second offered,
+controller resident memory at most 200 MB and flat as the backlog grows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+from ledger.bench_baseline import server_version
+from ops.bench.runner import BenchResult
+from producers.bench_baseline import kafka_versions
+
+__all__ = ["Progress", "machine_description", "render_table", "verdicts", "write_json"]
+
+TARGET_RATIO: Final = 0.5
+TARGET_RATE: Final = 2_000.0
+TARGET_P99_MS: Final = 100.0
+TARGET_P99_RATE: Final = 500
+TARGET_RSS_MB: Final = 200.0
+# Peak RSS may grow this much from the smallest to the largest backlog and still count
+# as flat (allocator noise, librdkafka buffers filling once).
+FLAT_TOLERANCE: Final = 0.15
+
+
+class Progress:
+    """One rewritten status line on a terminal; on a pipe, a line per message at most
+    every `every` seconds (phase changes always print)."""
+
+    def __init__(self, out: TextIO, every: float = 2.0) -> None:
+        self._out = out
+        self._tty = out.isatty()
+        self._every = every
+        self._start = time.monotonic()
+        self._last = 0.0
+        self._phase = ""
+
+    def __call__(self, text: str) -> None:
+        """Show `text` (its part before the first ':' names the phase)."""
+        now = time.monotonic()
+        phase = text.split(":", 1)[0]
+        line = f"[{now - self._start:6.1f}s] {text}"
+        if self._tty:
+            end = "\n" if phase != self._phase and self._phase else ""
+            self._out.write(f"{end}\r\x1b[2K{line}")
+        elif phase != self._phase or now - self._last >= self._every:
+            self._out.write(line + "\n")
+            self._last = now
+        self._phase = phase
+        self._out.flush()
+
+    def done(self) -> None:
+        """End the status line."""
+        if self._tty:
+            self._out.write("\n")
+            self._out.flush()
+
+
+def machine_description(database_url: str) -> dict[str, Any]:
+    """CPU model, cores, memory, OS, and the versions of Python, the Kafka client, the
+    PostgreSQL server and this repository's commit."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_mb = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory_mb = int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return {
+        "cpu_model": cpu,
+        "cores": os.cpu_count(),
+        "memory_mb": memory_mb,
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "kafka_client": kafka_versions(),
+        "postgresql": server_version(database_url),
+        "commit": _commit(),
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() + ("+uncommitted" if dirty.stdout.strip() else "")
+
+
+def verdicts(result: BenchResult) -> dict[str, dict[str, Any]]:
+    """Each target of the issue: the measured figure, the target and whether it holds."""
+    sat = result.saturation
+    out: dict[str, dict[str, Any]] = {
+        "throughput_ratio": _verdict(sat.get("ratio_to_baseline", 0.0), TARGET_RATIO, above=True),
+        "throughput_rate": _verdict(sat.get("events_per_second", 0.0), TARGET_RATE, above=True),
+    }
+    at_target = [x for x in result.latency if x["offered_rate"] == TARGET_P99_RATE]
+    if at_target:
+        out["p99_at_500"] = _verdict(at_target[0]["p99_ms"], TARGET_P99_MS, above=False)
+    peaks = [m["roles"]["controller"]["peak_rss_mb"] for m in result.memory]
+    sat_peak = sat.get("roles", {}).get("controller", {}).get("peak_rss_mb")
+    all_peaks = [p for p in [*peaks, sat_peak] if p is not None]
+    if all_peaks:
+        out["controller_rss"] = _verdict(max(all_peaks), TARGET_RSS_MB, above=False)
+    if len(peaks) >= 2:
+        growth = (peaks[-1] - peaks[0]) / peaks[0] if peaks[0] else 0.0
+        out["controller_rss_flat"] = _verdict(round(growth, 3), FLAT_TOLERANCE, above=False)
+    return out
+
+
+def _verdict(value: float, target: float, *, above: bool) -> dict[str, Any]:
+    met = value >= target if above else value <= target
+    return {"value": value, "target": target, "met": met}
+
+
+def render_table(result: BenchResult, out: TextIO) -> None:
+    """The figures as a plain table, then the verdicts."""
+    w = result.workload
+    sat, base = result.saturation, result.baseline
+    lines = [
+        f"workload: {w.get('records', 0):,} records, {w.get('operations', 0):,} operations, "
+        f"{w.get('commands', 0):,} commands, {w.get('dead_letters_expected', 0):,} dead letters "
+        f"expected; partitions {result.config['partitions']}",
+        "",
+        f"{'throughput (backlog drain)':<34}{'records':>10}{'seconds':>10}{'ev/s':>10}",
+        f"{'  bare pipeline (baseline)':<34}{base.get('records', 0):>10,}"
+        f"{base.get('seconds', 0):>10.2f}{base.get('events_per_second', 0):>10,.0f}",
+        f"{'  controller + relay':<34}{sat.get('records', 0):>10,}"
+        f"{sat.get('seconds', 0):>10.2f}{sat.get('events_per_second', 0):>10,.0f}",
+        f"{'  ratio to baseline':<34}{sat.get('ratio_to_baseline', 0):>30.2f}",
+        "",
+        f"{'latency (event → command readable)':<34}{'p50':>8}{'p95':>8}{'p99':>8}{'max':>8}  ms",
+    ]
+    for x in result.latency:
+        lines.append(
+            f"{'  offered ' + str(x['offered_rate']) + ' ev/s':<34}{x['p50_ms']:>8.1f}"
+            f"{x['p95_ms']:>8.1f}{x['p99_ms']:>8.1f}{x['max_ms']:>8.1f}"
+        )
+    lines += ["", f"{'memory (peak RSS, MB)':<34}{'controller':>12}{'relay':>10}{'ev/s':>10}"]
+    roles = sat.get("roles", {})
+    if roles:
+        lines.append(
+            f"{'  saturation + latency phases':<34}{roles['controller']['peak_rss_mb']:>12.1f}"
+            f"{roles['relay']['peak_rss_mb']:>10.1f}{'':>10}"
+        )
+    for m in result.memory:
+        lines.append(
+            f"{'  backlog ' + format(m['backlog'], ',') + ' events':<34}"
+            f"{m['roles']['controller']['peak_rss_mb']:>12.1f}"
+            f"{m['roles']['relay']['peak_rss_mb']:>10.1f}{m['events_per_second']:>10,.0f}"
+        )
+    lines += ["", "targets:"]
+    for name, v in verdicts(result).items():
+        lines.append(
+            f"  {name:<24} {v['value']!s:>10}  target {v['target']!s:>8}  "
+            f"{'met' if v['met'] else 'NOT MET'}"
+        )
+    out.write("\n".join(lines) + "\n")
+
+
+def write_json(
+    result: BenchResult, machine: dict[str, Any], command: str, path: Path
+) -> dict[str, Any]:
+    """Write every figure, the verdicts, the machine and the command line to `path`."""
+    document = {
+        "command": command,
+        "run_id": result.run_id,
+        "machine": machine,
+        "config": result.config,
+        "workload": result.workload,
+        "baseline": result.baseline,
+        "saturation": result.saturation,
+        "latency": result.latency,
+        "memory": result.memory,
+        "verdicts": verdicts(result),
+        "notes": result.notes,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
+    return document

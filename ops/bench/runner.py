@@ -1,0 +1,451 @@
+"""The benchmark's phases, against one broker and one PostgreSQL server.
+
+1. **Setup**: a scratch database (migrated ledger schema) and topics of the run's own
+   (`bench-<run>.recovery.*`, `--partitions` each), so nothing else on the services is
+   read or disturbed; both are dropped at the end.
+2. **Baseline**: a backlog of `events` records is loaded, then drained by the bare
+   pipeline (`producers.bench_baseline.run_baseline`) into the same database.
+3. **Saturation**: the same backlog is drained by one controller and one relay (child
+   processes). Throughput = records / (last command readable on the commands topic, or
+   the last offset stored, whichever is later, minus the controller's first assignment).
+4. **Latency**: at each offered rate, fresh operations are produced at that pace for
+   `latency_seconds`; per event that causes commands, the time from its produce call to
+   the moment its last command is readable.
+5. **Memory**: for each backlog size, the controller and relay are stopped, the backlog
+   is loaded, fresh processes drain it; their peak RSS (VmHWM) is recorded per size.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ledger import (
+    PostgresLedger,
+    create_database,
+    drop_database,
+    migrate_database,
+    with_database,
+)
+from ledger.bench_baseline import BaselineSink
+from ops.bench.roles import BenchError, RoleProcess
+from ops.bench.workload import BENCH_POLICY, BenchRecord, WorkloadSpec, WorkloadStats, generate
+from producers import EventPublisher, TopicNames, provision
+from producers.bench_baseline import TopicTail, create_topic, delete_topics, run_baseline
+
+__all__ = ["BenchConfig", "BenchResult", "run_bench"]
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    """What to run."""
+
+    bootstrap: str
+    database_url: str
+    events: int = 20_000
+    partitions: int = 6
+    rates: tuple[int, ...] = (200, 500, 1000)
+    latency_seconds: float = 15.0
+    memory_backlogs: tuple[int, ...] = (10_000, 50_000)
+    batch_max_records: int = 500
+    phase_timeout: float = 900.0
+    log_dir: Path = Path(".bench")
+    interleave: int = 64
+    keep_on_failure: bool = False
+    settle_seconds: float = 5.0
+
+
+@dataclass
+class BenchResult:
+    """Every figure, JSON-ready (`report.py` prints and writes it)."""
+
+    run_id: str
+    config: dict[str, Any]
+    workload: dict[str, Any] = field(default_factory=dict)
+    baseline: dict[str, Any] = field(default_factory=dict)
+    saturation: dict[str, Any] = field(default_factory=dict)
+    latency: list[dict[str, Any]] = field(default_factory=list)
+    memory: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Run:
+    config: BenchConfig
+    run_id: str
+    url: str
+    topics: TopicNames
+    group: str
+    say: Progress
+    produced: int = 0
+    controller: RoleProcess | None = None
+    relay: RoleProcess | None = None
+
+    def env(self) -> dict[str, str]:
+        env = {
+            "RECOVERY_KAFKA_BOOTSTRAP": self.config.bootstrap,
+            "RECOVERY_DATABASE_URL": self.url,
+            "RECOVERY_CONTROLLER_POLICY_PATH": str(BENCH_POLICY),
+            "RECOVERY_CONTROLLER_GROUP_ID": self.group,
+            "RECOVERY_CONTROLLER_BATCH_MAX_RECORDS": str(self.config.batch_max_records),
+        }
+        for name in ("events", "commands", "evidence", "audit", "dlq"):
+            env[f"RECOVERY_TOPIC_{name.upper()}"] = getattr(self.topics, name)
+        return env
+
+    def start_roles(self, label: str) -> None:
+        self.config.log_dir.mkdir(parents=True, exist_ok=True)
+        label = label.replace(" ", "-").replace(",", "")
+        self.relay = RoleProcess(
+            "relay", self.env(), self.config.log_dir / f"{self.run_id}-{label}-relay.log"
+        )
+        self.controller = RoleProcess(
+            "controller",
+            {**self.env(), "RECOVERY_CONTROLLER_INSTANCE_ID": f"bench-{self.run_id}-{label}"},
+            self.config.log_dir / f"{self.run_id}-{label}-controller.log",
+        )
+        self.relay.start()
+        self.controller.start()
+
+    def stop_roles(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for role in (self.controller, self.relay):
+            if role is not None:
+                status = role.stop()
+                out[role.role] = {
+                    "peak_rss_mb": _mb(role.peak_rss),
+                    "exit_status": status,
+                    "rss_samples_mb": _downsample([_mb(s.rss) for s in role.samples]),
+                }
+        self.controller = self.relay = None
+        return out
+
+
+def run_bench(config: BenchConfig, say: Progress) -> BenchResult:
+    """Run every phase (module docstring) and return the figures. Raises `BenchError`
+    when a phase cannot complete."""
+    run_id = uuid.uuid4().hex[:6]
+    result = BenchResult(run_id, _config_dict(config))
+    database = f"bench_{run_id}"
+    say(f"setup: database {database}, topics bench-{run_id}.* x{config.partitions} partitions")
+    create_database(config.database_url, database)
+    url = with_database(config.database_url, database)
+    topics = TopicNames(
+        **{
+            n: f"bench-{run_id}.recovery.{n}"
+            for n in ("events", "commands", "evidence", "audit", "dlq")
+        }
+    )
+    run = _Run(config, run_id, url, topics, f"bench-{run_id}", say)
+    keep = False
+    try:
+        migrate_database(url)
+        provision(config.bootstrap, config.partitions, names=topics)
+        create_topic(config.bootstrap, _baseline_topic(topics), config.partitions)
+        _phases(run, result)
+    except BenchError:
+        # Leave the evidence for a post-mortem when asked to.
+        keep = config.keep_on_failure
+        raise
+    finally:
+        run.stop_roles()
+        if keep:
+            say(f"kept database {database} and topics bench-{run_id}.* for inspection")
+        else:
+            drop_database(config.database_url, database)
+            _delete_topics(config.bootstrap, topics)
+    return result
+
+
+def _phases(run: _Run, result: BenchResult) -> None:
+    config = run.config
+    stats = WorkloadStats()
+    spec = WorkloadSpec(run.run_id, "sat", config.events, interleave=config.interleave)
+    expected = _load(run, generate(spec, stats), "saturation backlog")
+    result.workload = _workload_dict(stats)
+    result.baseline = _baseline(run, stats.records)
+    with _tail(run) as tail:
+        result.saturation = _drain(run, tail, "saturation", stats.records, expected)
+        base = result.baseline["events_per_second"]
+        result.saturation["ratio_to_baseline"] = round(
+            result.saturation["events_per_second"] / base, 3
+        )
+        for rate in config.rates:
+            result.latency.append(_latency(run, tail, rate))
+        result.saturation["roles"] = run.stop_roles()
+        for size in config.memory_backlogs:
+            result.memory.append(_memory(run, tail, size))
+
+
+class _tail:
+    def __init__(self, run: _Run) -> None:
+        self._run = run
+        self._tail: TopicTail | None = None
+
+    def __enter__(self) -> TopicTail:
+        topics = self._run.topics
+        self._tail = TopicTail(
+            self._run.config.bootstrap,
+            [topics.commands, topics.dlq],
+            topics.commands,
+            from_start=True,
+        )
+        return self._tail
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._tail is not None:
+            self._tail.close()
+
+
+def _load(
+    run: _Run,
+    records: Iterable[BenchRecord],
+    label: str,
+    *,
+    rate: float | None = None,
+    sent_at: dict[str, float] | None = None,
+) -> dict[str, str]:
+    """Produce `records` (paced at `rate` per second when given); returns command id →
+    causing record id, and fills `sent_at` (record id → produce time) for records that
+    cause commands."""
+    expected: dict[str, str] = {}
+    started = time.monotonic()
+    count = 0
+    with EventPublisher(run.config.bootstrap, topics=run.topics) as publisher:
+        for count, record in enumerate(records, start=1):
+            if rate is not None:
+                delay = started + count / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            if sent_at is not None and record.commands:
+                sent_at[record.record_id] = time.time()
+            publisher.send(
+                run.topics.events,
+                key=record.key,
+                value=record.value,
+                record_id=record.record_id,
+                content_type=record.content_type,
+                fingerprint=record.fingerprint,
+            )
+            for command in record.commands:
+                expected[command] = record.record_id
+            if count % 2000 == 0:
+                run.say(f"{label}: {count:,} records produced")
+    run.produced += count
+    run.say(f"{label}: {count:,} records produced in {time.monotonic() - started:.1f}s")
+    return expected
+
+
+def _baseline(run: _Run, records: int) -> dict[str, Any]:
+    run.say(f"baseline: draining {records:,} records (row + offsets per batch, acks=all)")
+    sink = BaselineSink(run.url)
+    try:
+        outcome = run_baseline(
+            run.config.bootstrap,
+            run.topics.events,
+            _baseline_topic(run.topics),
+            sink,
+            records,
+            batch_max=run.config.batch_max_records,
+            timeout=run.config.phase_timeout,
+        )
+        stored = sink.stored()
+    finally:
+        sink.close()
+    run.say(f"baseline: {outcome.rate:,.0f} records/s ({outcome.seconds:.2f}s)")
+    return {
+        "records": outcome.records,
+        "rows_stored": stored,
+        "batches": outcome.batches,
+        "seconds": round(outcome.seconds, 3),
+        "events_per_second": round(outcome.rate, 1),
+    }
+
+
+def _drain(
+    run: _Run, tail: TopicTail, label: str, records: int, expected: dict[str, str]
+) -> dict[str, Any]:
+    """Start the roles on a loaded backlog and time it until it is decided and every
+    expected command is readable."""
+    run.say(f"{label}: starting controller and relay on a backlog of {records:,} records")
+    run.start_roles(label)
+    assert run.controller is not None
+    started = run.controller.wait_assigned(120.0)
+    done = _wait_done(run, tail, label, expected, started)
+    seen = tail.commands()
+    missing = _missing(tail, expected)
+    if missing:
+        run.say(f"{label}: {len(missing)} command(s) never readable, e.g. {missing[0]}")
+    last_command = max((seen[c] for c in expected if c in seen), default=started)
+    end = max(last_command, done)
+    seconds = max(end - started, 1e-9)
+    run.say(f"{label}: {records / seconds:,.0f} records/s ({seconds:.2f}s)")
+    return {
+        "records": records,
+        "commands_expected": len(expected),
+        "commands_seen": len(expected) - len(missing),
+        "commands_missing": len(missing),
+        "commands_missing_examples": missing[:5],
+        "seconds": round(seconds, 3),
+        "events_per_second": round(records / seconds, 1),
+        "dead_letters_seen": tail.count(run.topics.dlq),
+    }
+
+
+def _wait_done(
+    run: _Run, tail: TopicTail, label: str, expected: dict[str, str], started: float
+) -> float:
+    """Wait until the ledger's stored offsets account for every produced record and
+    every expected command is readable, or, once the offsets are complete, no new
+    command has appeared for `settle_seconds` (a command the relay never publishes is
+    then reported missing rather than hanging the run). Returns when the offsets got
+    there (`time.time()`)."""
+    ledger = PostgresLedger(run.url, max_size=1)
+    deadline = time.monotonic() + run.config.phase_timeout
+    offsets_done: float | None = None
+    found, changed = -1, time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            if offsets_done is None:
+                stored = sum(ledger.offsets(run.group, run.topics.events).values())
+                if stored >= run.produced:
+                    offsets_done = time.time()
+            seen = tail.commands()
+            now_found = sum(1 for c in expected if c in seen)
+            if now_found != found:
+                found, changed = now_found, time.monotonic()
+            run.say(
+                f"{label}: {found:,}/{len(expected):,} commands readable, "
+                f"{time.time() - started:.1f}s"
+            )
+            if offsets_done is not None and (
+                found >= len(expected) or time.monotonic() - changed > run.config.settle_seconds
+            ):
+                return offsets_done
+            _check_alive(run)
+            time.sleep(0.05)
+    finally:
+        ledger.close()
+    seen = tail.commands()
+    missing = sorted(c for c in expected if c not in seen)
+    raise BenchError(
+        f"{label}: not done within {run.config.phase_timeout:.0f}s (offsets complete: "
+        f"{offsets_done is not None}; {len(missing)} expected command(s) not readable, "
+        f"e.g. {', '.join(missing[:4]) or '-'}); see the logs in {run.config.log_dir}"
+    )
+
+
+def _missing(tail: TopicTail, expected: dict[str, str]) -> list[str]:
+    seen = tail.commands()
+    return sorted(c for c in expected if c not in seen)
+
+
+def _check_alive(run: _Run) -> None:
+    for role in (run.controller, run.relay):
+        if role is not None and role.exit_code() is not None:
+            raise BenchError(
+                f"{role.role} exited with status {role.exit_code()} mid-phase; see {role.log_path}"
+            )
+
+
+def _latency(run: _Run, tail: TopicTail, rate: int) -> dict[str, Any]:
+    config = run.config
+    total = max(int(rate * config.latency_seconds), 50)
+    spec = WorkloadSpec(run.run_id, f"lat{rate}", total, interleave=min(config.interleave, 16))
+    records = list(generate(spec))
+    run.say(f"latency @ {rate} ev/s: producing {len(records):,} records")
+    sent_at: dict[str, float] = {}
+    expected = _load(run, records, f"latency @ {rate} ev/s", rate=rate, sent_at=sent_at)
+    _wait_done(run, tail, f"latency @ {rate} ev/s", expected, time.time())
+    seen = tail.commands()
+    readable: dict[str, float] = {}
+    incomplete: set[str] = set()
+    for command, record in expected.items():
+        if command not in seen:
+            incomplete.add(record)
+            continue
+        readable[record] = max(readable.get(record, 0.0), seen[command])
+    latencies = sorted((readable[r] - sent_at[r]) * 1000 for r in readable if r not in incomplete)
+    figures = _percentiles(latencies)
+    run.say(f"latency @ {rate} ev/s: p50 {figures['p50_ms']} ms, p99 {figures['p99_ms']} ms")
+    return {
+        "offered_rate": rate,
+        "records": len(records),
+        "events_measured": len(latencies),
+        "events_with_missing_commands": len(incomplete),
+        **figures,
+    }
+
+
+def _memory(run: _Run, tail: TopicTail, size: int) -> dict[str, Any]:
+    stats = WorkloadStats()
+    spec = WorkloadSpec(run.run_id, f"mem{size}", size, interleave=run.config.interleave)
+    expected = _load(run, generate(spec, stats), f"memory backlog {size:,}")
+    drained = _drain(run, tail, f"memory backlog {size:,}", stats.records, expected)
+    drained["roles"] = run.stop_roles()
+    drained["backlog"] = size
+    return drained
+
+
+def _percentiles(values: Sequence[float]) -> dict[str, float]:
+    if not values:
+        return {"p50_ms": 0.0, "p95_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0}
+
+    def at(q: float) -> float:
+        return round(values[min(len(values) - 1, int(q * len(values)))], 1)
+
+    return {
+        "p50_ms": at(0.50),
+        "p95_ms": at(0.95),
+        "p99_ms": at(0.99),
+        "max_ms": round(values[-1], 1),
+    }
+
+
+def _workload_dict(stats: WorkloadStats) -> dict[str, Any]:
+    return {
+        "operations": stats.operations,
+        "records": stats.records,
+        "commands": stats.commands,
+        "dead_letters_expected": stats.dead_letters,
+        "kinds": dict(stats.kinds),
+        "machines": dict(stats.machines),
+        "event_types": dict(stats.event_types),
+        "outcomes": dict(stats.outcomes),
+    }
+
+
+def _config_dict(config: BenchConfig) -> dict[str, Any]:
+    return {
+        "events": config.events,
+        "partitions": config.partitions,
+        "rates": list(config.rates),
+        "latency_seconds": config.latency_seconds,
+        "memory_backlogs": list(config.memory_backlogs),
+        "batch_max_records": config.batch_max_records,
+    }
+
+
+def _mb(value: int) -> float:
+    return round(value / (1024 * 1024), 1)
+
+
+def _downsample(values: list[float], points: int = 60) -> list[float]:
+    if len(values) <= points:
+        return values
+    step = len(values) / points
+    return [values[int(i * step)] for i in range(points)]
+
+
+def _delete_topics(bootstrap: str, topics: TopicNames) -> None:
+    delete_topics(bootstrap, [*topics.all(), _baseline_topic(topics)])
+
+
+def _baseline_topic(topics: TopicNames) -> str:
+    return f"{topics.events}.baseline-out"

@@ -1,0 +1,161 @@
+"""`recoveryctl bench`: how many events per second one controller decides, how long from
+an event to its command, and how much memory it takes, next to the bare pipeline.
+
+Runs against `--bootstrap` / `--database-url`, else RECOVERY_KAFKA_BOOTSTRAP /
+RECOVERY_DATABASE_URL, else the local stack (started for the run if none is running,
+and stopped after). Everything the run creates (a scratch database, its own topics) is
+removed at the end. See docs/PERFORMANCE.md for what each figure means and the results.
+
+Exit status: 0 when the run completed (whether or not the targets held; the table and
+the JSON say), 1 when a phase failed, 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from ledger import LedgerError
+from ops.bench.report import Progress, machine_description, render_table, write_json
+from ops.bench.roles import BenchError
+from ops.bench.runner import BenchConfig, run_bench
+from ops.commands.run import resolve_services
+from ops.errors import OpsError
+from ops.stack import stack_up
+from producers import ProducersError
+
+__all__ = ["register"]
+
+_QUICK_EVENTS = 300
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `bench` subcommand."""
+    parser = subparsers.add_parser(
+        "bench",
+        help="measure controller throughput, latency and memory against the bare pipeline",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--events", type=int, default=20_000, help="saturation backlog")
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument(
+        "--rates", default="200,500,1000", help="offered rates for latency, events/s"
+    )
+    parser.add_argument(
+        "--latency-seconds", type=float, default=15.0, help="how long each rate is offered"
+    )
+    parser.add_argument(
+        "--memory-backlogs",
+        default="10000,50000",
+        help="backlog sizes for the memory phase (comma-separated)",
+    )
+    parser.add_argument(
+        "--full-memory",
+        action="store_true",
+        help="add the 200,000-event backlog to the memory phase (several minutes)",
+    )
+    parser.add_argument("--json-out", type=Path, default=Path(".bench/bench.json"))
+    parser.add_argument(
+        "--quick", action="store_true", help=f"a smoke run: {_QUICK_EVENTS} events, short phases"
+    )
+    parser.add_argument(
+        "--keep-on-failure",
+        action="store_true",
+        help="keep the scratch database and topics when a phase fails (for a post-mortem)",
+    )
+    parser.add_argument("--bootstrap", metavar="HOST:PORT")
+    parser.add_argument("--database-url", metavar="URL")
+    parser.set_defaults(handler=_bench)
+
+
+def _ints(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError as exc:
+        raise ValueError(f"{flag} {text!r}: give comma-separated whole numbers") from exc
+    if not values or min(values) < 1:
+        raise ValueError(f"{flag} {text!r}: give at least one positive number")
+    return values
+
+
+def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> BenchConfig:
+    rates = _ints(args.rates, "--rates")
+    backlogs = _ints(args.memory_backlogs, "--memory-backlogs")
+    if args.full_memory and 200_000 not in backlogs:
+        backlogs = (*backlogs, 200_000)
+    if args.quick:
+        return BenchConfig(
+            bootstrap,
+            database_url,
+            events=_QUICK_EVENTS,
+            partitions=min(args.partitions, 3),
+            rates=rates,
+            latency_seconds=1.0,
+            memory_backlogs=(150, 300),
+            interleave=8,
+            phase_timeout=20.0,
+            settle_seconds=2.0,
+            keep_on_failure=args.keep_on_failure,
+        )
+    if args.events < 1 or args.partitions < 1:
+        raise ValueError("--events and --partitions must be at least 1")
+    return BenchConfig(
+        bootstrap,
+        database_url,
+        events=args.events,
+        partitions=args.partitions,
+        rates=rates,
+        latency_seconds=args.latency_seconds,
+        memory_backlogs=backlogs,
+        keep_on_failure=args.keep_on_failure,
+    )
+
+
+def _bench(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    services = resolve_services(args.bootstrap, args.database_url)
+    stack = None
+    if services is None:
+        stack = stack_up(progress=err)
+        bootstrap, database_url = stack.bootstrap, stack.database_url
+    else:
+        bootstrap, database_url = services.bootstrap, services.database_url
+    try:
+        config = _config(args, bootstrap, database_url)
+    except ValueError as exc:
+        print(f"recoveryctl bench: {exc}", file=err)
+        return 2
+    progress = Progress(err)
+    try:
+        result = run_bench(config, progress)
+        machine = machine_description(database_url)
+    except (BenchError, LedgerError, ProducersError, OpsError) as exc:
+        progress.done()
+        print(f"recoveryctl bench: {exc}", file=err)
+        return 1
+    finally:
+        if stack is not None and not stack.reused:
+            stack.stop()
+    progress.done()
+    render_table(result, out)
+    write_json(result, machine, _command_line(args), args.json_out)
+    print(f"figures written to {args.json_out}", file=out)
+    return 0
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The command that reproduces this run (services left out: they are per machine)."""
+    parts = ["recoveryctl", "bench"]
+    if args.quick:
+        parts.append("--quick")
+    else:
+        parts += ["--events", str(args.events), "--partitions", str(args.partitions)]
+        parts += ["--latency-seconds", f"{args.latency_seconds:g}"]
+        parts += ["--memory-backlogs", args.memory_backlogs]
+        if args.full_memory:
+            parts.append("--full-memory")
+    parts += ["--rates", args.rates, "--json-out", str(args.json_out)]
+    return shlex.join(parts)
