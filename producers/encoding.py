@@ -215,6 +215,15 @@ def _time(value: Any) -> datetime:
     return moment.astimezone(UTC)
 
 
+def _kafka_time(value: Any) -> datetime:
+    # The controller stores the source record's Kafka timestamp as it reads it: epoch
+    # milliseconds. Read as ISO-8601 it would be refused (and, being unpublishable, hold
+    # back every later row of its key, commands included).
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value / 1000, UTC)
+    return _time(value)
+
+
 def _bytes(value: Any) -> bytes | None:
     # JSON cannot hold bytes: writers store them base64-encoded.
     if value is None:
@@ -236,7 +245,7 @@ def _dead_letter(row: OutboxRecord) -> dict[str, Any]:
         ]
         record["dead_lettered_at"] = _time(record["dead_lettered_at"])
         stamp = record.get("source_timestamp")
-        record["source_timestamp"] = None if stamp is None else _time(stamp)
+        record["source_timestamp"] = None if stamp is None else _kafka_time(stamp)
         return record
     # The ledger's conflict form: the refused envelope is the original value, as JSON.
     envelope = payload.get("envelope") or {}
