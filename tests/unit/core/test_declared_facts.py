@@ -169,7 +169,7 @@ def test_a_case_file_without_facts_opens_with_nothing_declared() -> None:
 def _case(operation: OperationSpec) -> CaseSpec:
     return CaseSpec(
         name="facts",
-        scenario="timeout before a side effect",
+        scenario=("timeout before a side effect",),
         operation=operation,
         steps=(StepSpec(event="TOOL_TIMEOUT"),),
     )
