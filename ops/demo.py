@@ -29,18 +29,24 @@ from confluent_kafka import Consumer, TopicPartition
 from ledger import Ledger, PostgresLedger, UnknownOperation, migrate_database
 from machines import DEFAULT_REGISTRY, load_policy, load_registry
 from machines.approvals import insecure_test_key, public_key_b64
-from machines.event import EvidencePayload, Lineage
+from machines.event import DeclaredFacts, EvidencePayload, Lineage
 from machines.model import Machine
 from machines.provenance import load_locked_machines, load_trusted_publishers
 from ops.commands.run import Runtime, Services, run_roles
-from ops.demo_scenarios import APPROVER, DEMO_POLICY, SCENARIOS, Scenario, operation_id_for
+from ops.demo_scenarios import (
+    APPROVER,
+    DEMO_HANDLERS,
+    DEMO_POLICY,
+    SCENARIOS,
+    Scenario,
+    operation_id_for,
+)
 from ops.errors import OpsError
 from producers import (
     CapabilityWorker,
     EventPublisher,
     RecoveryClient,
     TopicNames,
-    demo_handlers,
     provision,
 )
 from schemas import CAPABILITY_COMMAND, CapabilityCommand, WireDecoder, WireError
@@ -267,7 +273,7 @@ def _start_worker(runtime: Runtime, bootstrap: str, names: TopicNames) -> None:
         bootstrap,
         "recovery-demo-worker",
         RecoveryClient(publisher, _WORKER),
-        demo_handlers(),
+        DEMO_HANDLERS,
         topics=names,
     )
     runtime.start("capability-worker", worker.run)
@@ -299,7 +305,7 @@ def _play(
     done: set[tuple[str, str]] = set()
     for item in live:
         if item.scenario.parent is None:
-            _tool_event(tool, item, item.scenario.first_event)
+            _tool_event(tool, item, item.scenario.first_event, facts=item.scenario.facts)
             say.line(f"{item.scenario.name}: tool reports {item.scenario.first_event}")
     publisher.flush()
     while time.monotonic() < deadline:
@@ -372,7 +378,12 @@ def _react(
 
 
 def _tool_event(
-    tool: RecoveryClient, item: _Live, event_type: str, evidence: EvidencePayload | None = None
+    tool: RecoveryClient,
+    item: _Live,
+    event_type: str,
+    evidence: EvidencePayload | None = None,
+    *,
+    facts: DeclaredFacts | None = None,
 ) -> None:
     tool.publish_event(
         event_type,
@@ -383,6 +394,8 @@ def _tool_event(
         lineage=item.lineage,
         evidence_ref=f"{_TOOL}:{item.operation_id}:{event_type.lower()}",
         evidence=evidence,
+        facts=facts,
+        scope=item.scenario.scope,
     )
 
 

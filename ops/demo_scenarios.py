@@ -1,4 +1,4 @@
-"""The incident `recoveryctl demo` plays: seven failed agent operations, one per story.
+"""The incident `recoveryctl demo` plays: eight failed agent operations, one per story.
 
 Each `Scenario` says what the tool reports first, how the outside world reacts when the
 operation reaches a state (a signed human decision, a tool's follow-up report), and
@@ -7,27 +7,31 @@ controller asks for. Verification and containment results come from the example
 capability worker (`producers.worker.demo_handlers`), whose fake verifier answers from
 a hash of the operation id; `operation_id_for` picks ids that get the wanted answer.
 
-The controller opens an operation with no declared tool facts (no idempotency key, no
-compensation support): that is why a verified not-applied procurement is escalated
-rather than retried, and a confirmed duplicate refund is escalated rather than
-cancelled. The paths below are what the pinned catalogue decides under those facts
-and `ops/demo_policy.yaml`; `tests/unit/test_demo_scenarios.py` replays them through the
-decision core.
+Tools declare their facts (idempotency key, status API, compensation support) on the
+event that opens the operation, and every tool event names its scope (capability,
+tool, environment) so the controller checks the machine's `applies_to`. Where a tool
+declares no idempotency key, a verified not-applied request is escalated rather than
+retried: the demo shows both. The paths below are what the pinned catalogue decides
+under those facts and `ops/demo_policy.yaml`; `tests/unit/test_demo_scenarios.py`
+replays them through the decision core.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import Final, Literal
 
-from machines.event import Lineage
-from producers.worker import verify_outcome
+from machines.event import DeclaredFacts, Lineage, Scope
+from producers.worker import ActionResult, Handler, demo_handlers, verify_outcome
 from schemas import CapabilityCommand
 
 __all__ = [
     "APPROVER",
+    "DEMO_HANDLERS",
     "DEMO_POLICY",
     "SCENARIOS",
     "Reaction",
@@ -65,6 +69,9 @@ class Scenario:
     commands: tuple[str, ...]
     reactions: tuple[Reaction, ...] = ()
     verify: Literal["found", "not_found"] | None = None
+    capability: str = ""
+    tool: str | None = None
+    facts: DeclaredFacts | None = None
     # The scenario whose operation delegated this one; its first event waits until that
     # operation reached its final state.
     parent: str | None = None
@@ -74,6 +81,11 @@ class Scenario:
         """The state the operation must end in."""
         return self.path[-1]
 
+    @property
+    def scope(self) -> Scope:
+        """What the operation is, as its tool events say (checked against `applies_to`)."""
+        return Scope(capability=self.capability, tool=self.tool, environment="production")
+
 
 SCENARIOS: Final[tuple[Scenario, ...]] = (
     Scenario(
@@ -81,10 +93,29 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
         story="a purchase request timed out; the status API shows it exists: done",
         machine="procurement-request",
         agent="procurement-agent",
+        capability="procurement.create-request",
+        tool="coupa",
+        facts=DeclaredFacts(idempotency_key="req-4711", status_api=True),
         first_event="TOOL_TIMEOUT",
         verify="found",
         path=("failure-reported", "verifying", "completed"),
         commands=("procurement.verify-request",),
+    ),
+    Scenario(
+        name="procurement-retried",
+        story=(
+            "a purchase request timed out and is verified not applied; the tool declared "
+            "an idempotency key, so it is retried with the same key and succeeds"
+        ),
+        machine="procurement-request",
+        agent="procurement-agent",
+        capability="procurement.create-request",
+        tool="coupa",
+        facts=DeclaredFacts(idempotency_key="req-4712", status_api=True),
+        first_event="TOOL_TIMEOUT",
+        verify="not_found",
+        path=("failure-reported", "verifying", "retrying", "completed"),
+        commands=("procurement.verify-request", "procurement.create-request"),
     ),
     Scenario(
         name="procurement-not-applied",
@@ -94,6 +125,8 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
         ),
         machine="procurement-request",
         agent="procurement-agent",
+        capability="procurement.create-request",
+        tool="sap-ariba",
         first_event="TOOL_TIMEOUT",
         verify="not_found",
         path=("failure-reported", "verifying", "escalated", "resume-pending"),
@@ -108,29 +141,44 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
         ),
         machine="email-send",
         agent="mail-agent",
+        capability="email.send",
+        tool="smtp-relay",
         first_event="TOOL_TIMEOUT",
         path=("failure-reported", "unresolved", "resume-pending"),
         commands=("email.quarantine-outbox", "human.escalate"),
         reactions=(Reaction("unresolved", "approve", target="resume-pending"),),
     ),
     Scenario(
-        name="refund-duplicate",
+        name="refund-compensation-fails",
         story=(
-            "a refund may have been issued twice; it is confirmed, compensation is not "
-            "available, a human rejects continuing and the agent is contained"
+            "a refund was issued twice; the duplicate is confirmed, its cancellation "
+            "fails, a human rejects continuing and the agent is contained"
         ),
         machine="payment-refund",
         agent="billing-agent",
+        capability="payment.create-refund",
+        tool="stripe",
+        facts=DeclaredFacts(
+            idempotency_key="rf-2207", status_api=True, compensation_supported=True
+        ),
         first_event="DUPLICATE_DETECTED",
         verify="found",
-        path=("failure-reported", "duplicate-review", "escalated", "containing", "contained"),
+        path=(
+            "failure-reported",
+            "duplicate-review",
+            "compensating",
+            "compensation-failed",
+            "containing",
+            "contained",
+        ),
         commands=(
             "payment.verify-refund",
+            "payment.cancel-refund",
             "human.escalate",
             "agent.stop-task",
             "credentials.revoke-delegation",
         ),
-        reactions=(Reaction("escalated", "reject", target="containing"),),
+        reactions=(Reaction("compensation-failed", "reject", target="containing"),),
     ),
     Scenario(
         name="deployment-half-done",
@@ -140,6 +188,8 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
         ),
         machine="multistep-deployment",
         agent="deploy-agent",
+        capability="deploy.rollout",
+        tool="argo-cd",
         first_event="STEP_FAILED",
         verify="found",
         path=("failure-reported", "verifying", "rolling-out", "completed"),
@@ -151,6 +201,7 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
         story="a research orchestrator exceeded its authorisation and is contained",
         machine="delegated-research",
         agent="research-orchestrator",
+        capability="research.delegate-task",
         first_event="AUTHORIZATION_DENIED",
         path=("failure-reported", "containing", "contained"),
         commands=("agent.stop-task", "credentials.revoke-delegation", "human.escalate"),
@@ -163,11 +214,31 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
         ),
         machine="delegated-research",
         agent="research-worker",
+        capability="research.delegate-task",
         first_event="ANCESTOR_CONTAINED",
         parent="research-orchestrator",
         path=("failure-reported", "containing", "contained"),
         commands=("agent.stop-task", "credentials.revoke-delegation"),
     ),
+)
+
+
+def _retry(_command: CapabilityCommand) -> ActionResult:
+    return ActionResult(succeeded=True, evidence_ref="demo-procurement:resubmitted")
+
+
+def _failed_cancellation(_command: CapabilityCommand) -> ActionResult:
+    return ActionResult(succeeded=False, evidence_ref="demo-payments:cancel-refused")
+
+
+# The example worker's handlers plus the two actions this incident needs: the
+# procurement retry succeeds, the refund cancellation fails.
+DEMO_HANDLERS: Final[Mapping[str, Handler]] = MappingProxyType(
+    {
+        **demo_handlers(),
+        "procurement.create-request": _retry,
+        "payment.cancel-refund": _failed_cancellation,
+    }
 )
 
 

@@ -18,8 +18,15 @@ from machines.event import Event, EvidencePayload, HumanDecision, Lineage
 from machines.model import Machine
 from machines.provenance import load_locked_machines, load_trusted_publishers
 from machines.simulation import Simulation
-from ops.demo_scenarios import APPROVER, DEMO_POLICY, SCENARIOS, Scenario, operation_id_for
-from producers import RESULT_EVENTS, demo_handlers
+from ops.demo_scenarios import (
+    APPROVER,
+    DEMO_HANDLERS,
+    DEMO_POLICY,
+    SCENARIOS,
+    Scenario,
+    operation_id_for,
+)
+from producers import RESULT_EVENTS
 from schemas import CapabilityCommand
 
 _NOW = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
@@ -81,7 +88,7 @@ class _Incident:
 
     def _work(self, command_id: str, capability: str, kind: str) -> None:
         """What the example worker reports for one command."""
-        handler = demo_handlers().get(capability)
+        handler = DEMO_HANDLERS.get(capability)
         if handler is None:
             return
         command = CapabilityCommand(
@@ -146,10 +153,10 @@ class _Incident:
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_the_core_takes_each_demo_operation_along_its_expected_path(scenario: Scenario) -> None:
     incident = _Incident(scenario)
-    evidence = (
-        {"evidence": EvidencePayload(ancestor_operation="op-parent")} if scenario.parent else {}
-    )
-    incident.feed(scenario.first_event, **evidence)
+    first: dict[str, object] = {"scope": scenario.scope, "facts": scenario.facts}
+    if scenario.parent:
+        first["evidence"] = EvidencePayload(ancestor_operation="op-parent")
+    incident.feed(scenario.first_event, **first)
     for _ in range(len(scenario.reactions) + 1):
         for reaction in scenario.reactions:
             if reaction.when == incident.state:
