@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from machines.casefile import (
@@ -18,6 +19,7 @@ from machines.casefile import (
     OperationSpec,
     StepSpec,
     _Runner,
+    run_case,
 )
 from machines.decision import Decision, Outcome
 from machines.event import DeclaredFacts, Event, EvidencePayload, Lineage
@@ -173,3 +175,31 @@ def _case(operation: OperationSpec) -> CaseSpec:
         operation=operation,
         steps=(StepSpec(event="TOOL_TIMEOUT"),),
     )
+
+
+def test_a_case_step_can_declare_facts_on_its_envelope_and_the_retry_fires() -> None:
+    machine, registry = _procurement()
+    case = CaseSpec.model_validate(
+        {
+            "name": "step facts",
+            "scenario": "timeout before a side effect",
+            "policy": {"trusted_verifiers": [VERIFIER]},
+            "steps": [
+                {"event": "TOOL_TIMEOUT", "facts": {"idempotency_key": "k-1"}},
+                {
+                    "event": "VERIFICATION_NOT_FOUND",
+                    "verification": {"verifier": VERIFIER, "outcome": "not_applied"},
+                    "expect": {"state": "retrying"},
+                },
+                {
+                    "event": "TOOL_TIMEOUT",
+                    "producer": "agent-1",
+                    "facts": {"idempotency_key": "k-2"},
+                    "expect": {"outcome": "refused", "refusals": ["facts-untrusted"]},
+                },
+            ],
+        }
+    )
+    result = run_case(Path("inline.yaml"), case, machine, registry)
+    assert result.mismatches == ()
+    assert result.decisions[1].capabilities == ("procurement.create-request",)
