@@ -25,12 +25,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger.audit import AuditRecord, ChainBreak, ChainHead, verify_chain
+from ledger.cascade import LineageRow
 from ledger.records import Batch
 from machines.view import OperationView
 
 __all__ = [
     "CommitResult",
     "Ledger",
+    "LineageRow",
     "OperationInfo",
     "OutboxLease",
     "OutboxRecord",
@@ -92,6 +94,7 @@ class OperationInfo:
     origin_operation: str | None
     parent_operation: str | None
     depth: int
+    delegated_credentials: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +158,17 @@ class Ledger(abc.ABC):
     def descendants(self, operation_id: str) -> tuple[str, ...]:
         """Every operation whose parent chain leads to `operation_id`, sorted by depth
         then id (the lineage walk containment cascades along)."""
+
+    @abc.abstractmethod
+    def lineage(self, operation_id: str) -> LineageRow:
+        """The operation's stored lineage: its known ancestors and their agents, the
+        ancestors containing it, whether it is containing and why, its delegated
+        credentials (docs/lineage.md). Raises `UnknownOperation`."""
+
+    @abc.abstractmethod
+    def lineage_tree(self, operation_id: str) -> tuple[LineageRow, ...]:
+        """The operation and every known operation below it, shallowest first then by
+        id. Raises `UnknownOperation` when the operation is not stored."""
 
     @abc.abstractmethod
     def decisions(self, operation_id: str) -> tuple[Mapping[str, Any], ...]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_head
+from ledger.cascade import LineageRow, plan_lineage, with_lineage
 from ledger.deadletters import plan_dead_letters
 from ledger.errors import (
     EventIdReused,
@@ -41,8 +42,12 @@ from ledger.records import (
     BatchPlan,
     OutboxRow,
     audit_bodies,
+    batch_time,
     finish_outbox,
+    lineage_inputs,
+    opened_lineage,
     plan_batch,
+    with_lineage_plan,
 )
 from machines.view import OperationView
 
@@ -76,6 +81,7 @@ class _State:
     epochs: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)
     leased_keys: set[str] = field(default_factory=set)
     chains: dict[str, ChainHead] = field(default_factory=dict)  # intake chain heads
+    lineage: dict[str, LineageRow] = field(default_factory=dict)
 
 
 class _MemoryLease(OutboxLease):
@@ -110,8 +116,15 @@ class MemoryLedger(Ledger):
     def load_views(self, operation_ids: Sequence[str]) -> dict[str, OperationView]:
         """See `Ledger.load_views`."""
         with self._lock:
-            ops = self._s.operations
-            return {op: ops[op].view for op in operation_ids if op in ops}
+            ops, lineage = self._s.operations, self._s.lineage
+            out: dict[str, OperationView] = {}
+            for op in operation_ids:
+                if op in ops:
+                    row = lineage[op]
+                    out[op] = with_lineage(
+                        ops[op].view, row.ancestors, row.lineage_agents, row.contained_ancestors
+                    )
+            return out
 
     def commit(self, batch: Batch) -> CommitResult:
         """See `Ledger.commit`."""
@@ -120,7 +133,39 @@ class MemoryLedger(Ledger):
             self._check_fences(batch)
             self._check_versions(plan)
             self._check_ids(plan)
-            return self._write(batch, plan)
+            plan, lineage = self._lineage_step(plan, batch)
+            result = self._write(batch, plan)
+            self._s.lineage.update(lineage)
+            return result
+
+    def _lineage_step(
+        self, plan: BatchPlan, batch: Batch
+    ) -> tuple[BatchPlan, dict[str, LineageRow]]:
+        """Link opened operations and walk the lineage of containment changes, as
+        `PostgresLedger` does inside its transaction (the lock makes it atomic here)."""
+        if not plan.needs_lineage:
+            return plan, {}
+        ids, roots = lineage_inputs(plan)
+        known = self._s.lineage
+        stored = {op: known[op] for op in ids if op in known}
+        for op in self._below(roots):
+            stored[op] = known[op]
+        lineage = plan_lineage(stored, opened_lineage(plan), plan.containments, batch_time(plan))
+        return with_lineage_plan(plan, lineage, batch.topics), dict(lineage.rows)
+
+    def _below(self, roots: set[str]) -> set[str]:
+        children: dict[str, list[str]] = {}
+        for op, row in self._s.lineage.items():
+            if row.parent_operation is not None:
+                children.setdefault(row.parent_operation, []).append(op)
+        found: set[str] = set()
+        stack = [c for r in roots for c in children.get(r, ())]
+        while stack:
+            op = stack.pop()
+            if op not in found:
+                found.add(op)
+                stack.extend(children.get(op, ()))
+        return found
 
     def _check_fences(self, batch: Batch) -> None:
         for pos in batch.positions:
@@ -197,6 +242,10 @@ class MemoryLedger(Ledger):
         outbox = finish_outbox(plan, chained, batch.topics)
         for out in outbox:
             s.outbox.append(_Outbox(len(s.outbox) + 1, out))
+        stored_ids = {item.row.record_id for item in s.outbox}
+        for out in plan.cascade:
+            if out.record_id not in stored_ids:  # as ON CONFLICT DO NOTHING
+                s.outbox.append(_Outbox(len(s.outbox) + 1, out))
         letters = self._write_dead_letters(batch)
         for pos in batch.positions:
             s.offsets[(batch.group, pos.topic, pos.partition)] = pos.next_offset
@@ -268,6 +317,27 @@ class MemoryLedger(Ledger):
             found.update(dict.fromkeys(children, level))
             frontier = children
         return tuple(sorted(found, key=lambda op: (found[op], op)))
+
+    def lineage(self, operation_id: str) -> LineageRow:
+        """See `Ledger.lineage`."""
+        with self._lock:
+            return self._lineage_row(operation_id)
+
+    def _lineage_row(self, operation_id: str) -> LineageRow:
+        stored = self._s.operations.get(operation_id)
+        if stored is None:
+            raise UnknownOperation(f"operation {operation_id} is not in the ledger")
+        return replace(self._s.lineage[operation_id], state=stored.info.state)
+
+    def lineage_tree(self, operation_id: str) -> tuple[LineageRow, ...]:
+        """See `Ledger.lineage_tree`."""
+        with self._lock:
+            root = self._lineage_row(operation_id)
+            below = self._below({operation_id})
+            rows = [self._lineage_row(op) for op in below]
+        depth = len(root.ancestors)
+        rows.sort(key=lambda r: (_level(r, operation_id, depth), r.operation_id))
+        return (root, *rows)
 
     def decisions(self, operation_id: str) -> tuple[Mapping[str, Any], ...]:
         """See `Ledger.decisions`."""
@@ -358,4 +428,12 @@ def _new_info(row: Any, depth: int) -> OperationInfo:
         origin_operation=row.origin_operation,
         parent_operation=row.parent_operation,
         depth=depth,
+        delegated_credentials=tuple(row.delegated_credentials),
     )
+
+
+def _level(row: LineageRow, root: str, root_depth: int) -> int:
+    """How far below `root` the row is (its position in its ancestor chain)."""
+    if root in row.ancestors:
+        return row.ancestors.index(root) + 1
+    return len(row.ancestors) - root_depth

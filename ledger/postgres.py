@@ -23,6 +23,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import psycopg
@@ -31,6 +32,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_hash, genesis_head
+from ledger.cascade import LineageRow, with_lineage
 from ledger.codec import facts_to_json, view_from_json, view_to_json
 from ledger.deadletters import write_dead_letters
 from ledger.errors import (
@@ -55,6 +57,7 @@ from ledger.interface import (
     PartitionClaim,
 )
 from ledger.jsonutil import dumps
+from ledger.postgres_lineage import lineage_row, lineage_step, write_lineage
 from ledger.queries import QUERIES
 from ledger.records import (
     Batch,
@@ -191,7 +194,10 @@ class PostgresLedger(Ledger):
 
         def work(conn: Conn) -> dict[str, OperationView]:
             rows = conn.execute(QUERIES["load_views"], {"ids": list(operation_ids)}).fetchall()
-            return {op: view_from_json(view) for op, view in rows}
+            return {
+                op: with_lineage(view_from_json(view), ancestors, agents, contained)
+                for op, view, ancestors, agents, contained in rows
+            }
 
         return self._run("load views", work)
 
@@ -210,6 +216,7 @@ class PostgresLedger(Ledger):
             _check_fences(cur, batch)
             heads = _lock_operations(cur, plan)
             _check_ids(cur, plan)
+            plan, lineage = lineage_step(cur, plan, batch)
             chained = {
                 op: chain_records(op, heads[op], bodies)
                 for op, bodies in audit_bodies(plan).items()
@@ -218,6 +225,7 @@ class PostgresLedger(Ledger):
             _insert_opened(cur, plan, chained)
             _copy_rows(cur, plan, chained, outbox)
             _update_operations(cur, plan, heads, chained)
+            write_lineage(cur, plan, lineage)
             # Dead letters after the batch's own rows: their intake chains are locked
             # after the operations, always in this order, so writers never deadlock.
             letters = write_dead_letters(
@@ -239,7 +247,7 @@ class PostgresLedger(Ledger):
             evidence=len(plan.evidence),
             approvals=len(plan.approvals),
             audit_records=sum(len(r) for r in chained.values()) + letters[0],
-            outbox_rows=len(outbox) + letters[1],
+            outbox_rows=len(outbox) + len(plan.cascade) + letters[1],
             dead_letters=len(batch.dead_letters),
         )
 
@@ -252,7 +260,8 @@ class PostgresLedger(Ledger):
             row = conn.execute(QUERIES["operation_info"], {"id": operation_id}).fetchone()
             if row is None:
                 raise UnknownOperation(f"operation {operation_id} is not in the ledger")
-            return OperationInfo(*row)
+            info = OperationInfo(*row[:14])
+            return replace(info, delegated_credentials=tuple(row[14]))
 
         return self._run(f"operation {operation_id}", work)
 
@@ -264,6 +273,28 @@ class PostgresLedger(Ledger):
             return tuple(str(r[0]) for r in rows)
 
         return self._run(f"descendants of {operation_id}", work)
+
+    def lineage(self, operation_id: str) -> LineageRow:
+        """See `Ledger.lineage`."""
+
+        def work(conn: Conn) -> LineageRow:
+            row = conn.execute(QUERIES["lineage_of"], {"id": operation_id}).fetchone()
+            if row is None:
+                raise UnknownOperation(f"operation {operation_id} is not in the ledger")
+            return lineage_row(row)
+
+        return self._run(f"lineage of {operation_id}", work)
+
+    def lineage_tree(self, operation_id: str) -> tuple[LineageRow, ...]:
+        """See `Ledger.lineage_tree`."""
+
+        def work(conn: Conn) -> tuple[LineageRow, ...]:
+            rows = conn.execute(QUERIES["lineage_subtree"], {"id": operation_id}).fetchall()
+            if not rows:
+                raise UnknownOperation(f"operation {operation_id} is not in the ledger")
+            return tuple(lineage_row(r) for r in rows)
+
+        return self._run(f"lineage tree of {operation_id}", work)
 
     def decisions(self, operation_id: str) -> tuple[Mapping[str, Any], ...]:
         """See `Ledger.decisions`."""
@@ -402,6 +433,7 @@ def _insert_record(row: OperationRow, records: Sequence[AuditRecord]) -> dict[st
         "view": view_to_json(view),
         "audit_sequence": 0 if head is None else head.sequence,
         "audit_head": genesis_hash(row.operation_id) if head is None else head.hash,
+        "delegated_credentials": list(row.delegated_credentials),
     }
 
 

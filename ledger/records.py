@@ -12,11 +12,12 @@ in-memory fake cannot write anything the real ledger would not.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from ledger.audit import AuditRecord
+from ledger.cascade import Containment, LineagePlan, LineageRow, containment_of
 from ledger.codec import envelope_json, facts_to_json
 from ledger.deadletters import DeadLetter
 from ledger.jsonutil import dumps
@@ -39,8 +40,12 @@ __all__ = [
     "Source",
     "Topics",
     "audit_bodies",
+    "batch_time",
     "finish_outbox",
+    "lineage_inputs",
+    "opened_lineage",
     "plan_batch",
+    "with_lineage_plan",
 ]
 
 
@@ -51,6 +56,8 @@ class Topics:
     commands: str = "recovery.commands"
     audit: str = "recovery.audit"
     dead_letters: str = "recovery.dlq"
+    # Cascade events (`ledger.cascade`) go back to the controller's input topic.
+    events: str = "recovery.events"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +125,7 @@ class OperationRow:
     runtime: str | None
     origin_operation: str | None
     parent_operation: str | None
+    delegated_credentials: tuple[str, ...] = ()
 
     @property
     def opens(self) -> bool:
@@ -219,6 +227,17 @@ class BatchPlan:
     audit: tuple[AuditItem, ...] = ()
     commands: tuple[OutboxRow, ...] = ()
     new_event_ids: frozenset[str] = field(default_factory=frozenset)
+    # Decisions that start or end containment, in order (`ledger.cascade`).
+    containments: tuple[Containment, ...] = ()
+    # Cascade events planned by `with_lineage_plan`; inserted unless already stored.
+    cascade: tuple[OutboxRow, ...] = ()
+
+    @property
+    def needs_lineage(self) -> bool:
+        """Whether the commit must run the lineage step: the batch opens an operation
+        (to link it) or changes containment (the lineage walk). Other batches touch
+        only their own operations."""
+        return bool(self.containments) or any(op.opens for op in self.operations)
 
     @property
     def operation_ids(self) -> tuple[str, ...]:
@@ -239,6 +258,7 @@ def plan_batch(batch: Batch, topics: Topics | None = None) -> BatchPlan:
     approvals: list[ApprovalRow] = []
     audit: list[AuditItem] = []
     commands: list[OutboxRow] = []
+    containments: list[Containment] = []
     for entry in batch.entries:
         event, decision = entry.event, entry.decision
         op = _check_entry(batch, entry)
@@ -262,6 +282,9 @@ def plan_batch(batch: Batch, topics: Topics | None = None) -> BatchPlan:
         decisions.append(row)
         audit.append(AuditItem(op, "decision", row.decision, row.decision_json))
         commands.extend(_command_rows(decision, topics, entry.trace))
+        change = containment_of(event, decision)
+        if change is not None:
+            containments.append(change)
     operations = tuple(
         _operation_row(batch.views[op], views[op], firsts[op], batch.runtime) for op in firsts
     )
@@ -274,6 +297,7 @@ def plan_batch(batch: Batch, topics: Topics | None = None) -> BatchPlan:
         audit=tuple(audit),
         commands=tuple(commands),
         new_event_ids=frozenset(e.event_id for e in events),
+        containments=tuple(containments),
     )
 
 
@@ -305,6 +329,7 @@ def _operation_row(
         runtime=runtime,
         origin_operation=lineage.origin_operation,
         parent_operation=lineage.parent_operation,
+        delegated_credentials=tuple(lineage.delegated_credentials),
     )
 
 
@@ -326,6 +351,7 @@ def _opened(view: OperationView, event: Event, runtime: str | None) -> AuditItem
         "task": lineage.task,
         "origin_operation": lineage.origin_operation,
         "parent_operation": lineage.parent_operation,
+        "delegated_credentials": list(lineage.delegated_credentials),
         "facts": facts_to_json(view.facts),
         "budget_limit": view.budget_limit,
         "deadline": None if view.deadline is None else view.deadline.isoformat(),
@@ -535,3 +561,62 @@ def audit_bodies(plan: BatchPlan) -> dict[str, list[tuple[str, Mapping[str, Any]
     for item in plan.audit:
         out.setdefault(item.operation_id, []).append((item.kind, item.body, item.body_json))
     return out
+
+
+def opened_lineage(plan: BatchPlan) -> tuple[LineageRow, ...]:
+    """The lineage rows of the operations `plan` opens, lineage columns still empty."""
+    return tuple(
+        LineageRow(
+            operation_id=r.operation_id,
+            correlation_id=r.correlation_id,
+            machine_name=r.view.machine_name,
+            machine_version=r.machine_version,
+            state=r.view.state,
+            agent=r.agent,
+            task=r.task,
+            initiating_principal=r.initiating_principal,
+            origin_operation=r.origin_operation,
+            parent_operation=r.parent_operation,
+            delegated_credentials=r.delegated_credentials,
+        )
+        for r in plan.operations
+        if r.opens
+    )
+
+
+def batch_time(plan: BatchPlan) -> datetime:
+    """The latest decision time of the batch: the time arrival events carry."""
+    return max((d.decided_at for d in plan.decisions), default=_EPOCH)
+
+
+_EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+def lineage_inputs(plan: BatchPlan) -> tuple[set[str], set[str]]:
+    """What the lineage step must read for `plan`: the ids whose own rows it needs (the
+    opened operations' parents and the operations changing containment) and the roots
+    whose subtrees it needs (the opened operations, whose children may have been
+    reported first, and the operations changing containment)."""
+    opened = {r.operation_id for r in plan.operations if r.opens}
+    parents = {r.parent_operation for r in plan.operations if r.opens and r.parent_operation}
+    changing = {c.operation_id for c in plan.containments}
+    return (parents | changing) - opened, opened | changing
+
+
+def with_lineage_plan(plan: BatchPlan, lineage: LineagePlan, topics: Topics) -> BatchPlan:
+    """`plan` with the lineage step's audit records (chained with the batch's own, on
+    the containing or opened operation's chain) and its cascade events as outbox rows
+    for the events topic. Audit bodies are only planned for operations `plan` touches,
+    whose chains the commit holds locked."""
+    touched = {r.operation_id for r in plan.operations}
+    audit = list(plan.audit)
+    for op in sorted(lineage.audit):
+        if op not in touched:
+            continue
+        for body in lineage.audit_of(op):
+            audit.append(AuditItem(op, "lineage", body, dumps(body)))
+    cascade = tuple(
+        OutboxRow(e.record_id, topics.events, e.key, e.headers, e.payload_json)
+        for e in lineage.events
+    )
+    return replace(plan, audit=tuple(audit), cascade=cascade)

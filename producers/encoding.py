@@ -10,6 +10,9 @@ The ledger stores outbox payloads as JSON; each topic has its own wire format:
 - `recovery.dlq`: a `recovery.DeadLetter` Avro single object. Either the payload is the
   record already (it has `reason_code`), or it is the ledger's conflict form
   (`reason`, `code`, `envelope`, `source`).
+- `recovery.events`: a `recovery.EventEnvelope` Avro single object: the cascade events
+  the ledger plans when an operation is contained (`ledger.cascade`), keyed by the
+  descendant operation, read by the controller like any producer's event.
 - `recovery.audit`: OCSF API Activity JSON (`schemas.ocsf`), readable by a SIEM without
   our code.
 
@@ -41,6 +44,7 @@ from schemas import (
     CAPABILITY_COMMAND,
     CONTENT_TYPE_JSON,
     DEAD_LETTER,
+    EVENT_ENVELOPE,
     EVIDENCE_EVENT,
     HEADER_COMMAND_ID,
     TRACEPARENT,
@@ -49,6 +53,8 @@ from schemas import (
     CapabilityCommand,
     WireError,
     audit_to_ocsf,
+    event_to_record,
+    record_to_event,
 )
 
 __all__ = ["EncodedRecord", "LineageLookup", "RecordEncoder", "UnpublishableRow"]
@@ -56,7 +62,7 @@ __all__ = ["EncodedRecord", "LineageLookup", "RecordEncoder", "UnpublishableRow"
 # Row headers that the relay maps to standard Kafka headers instead of copying.
 _RESERVED: Final = frozenset({"record_id", TRACEPARENT, TRACESTATE})
 _CONTROLLER: Final = "recovery-controller"
-_STREAMS: Final = ("commands", "audit", "dlq", "evidence")
+_STREAMS: Final = ("commands", "audit", "dlq", "evidence", "events")
 _DEFAULT_NAMES: Final = TopicNames()
 
 LineageLookup = Callable[[str], Lineage]
@@ -141,6 +147,10 @@ class RecordEncoder:
             return (*self._avro(command.to_record(), CAPABILITY_COMMAND), extra)
         if stream == "dlq":
             return (*self._avro(_dead_letter(row), DEAD_LETTER), {})
+        if stream == "events":
+            # A cascade event (ledger.cascade): the envelope any producer would send,
+            # validated again here so a bad row is held back, never published.
+            return (*self._avro(event_to_record(record_to_event(payload)), EVENT_ENVELOPE), {})
         return (*self._avro(_evidence(payload), EVIDENCE_EVENT), {})
 
     def _avro(self, record: Mapping[str, Any], schema: str) -> tuple[bytes, str, str]:

@@ -94,7 +94,7 @@ class RelayStats:
 
 def lineage_from_ledger(ledger: Ledger) -> Callable[[str], Lineage]:
     """A lineage lookup for command rows whose payload has none: the operation row's
-    lineage (delegated credentials are not stored there, so they are empty)."""
+    lineage, with the credentials delegated to the operation (a revoke worker reads them)."""
 
     def lookup(operation_id: str) -> Lineage:
         info = ledger.operation(operation_id)
@@ -104,6 +104,7 @@ def lineage_from_ledger(ledger: Ledger) -> Callable[[str], Lineage]:
             initiating_principal=info.initiating_principal,
             origin_operation=info.origin_operation,
             parent_operation=info.parent_operation,
+            delegated_credentials=info.delegated_credentials,
         )
 
     return lookup

@@ -47,7 +47,9 @@ ORDER BY o.topic, o.partition
 FOR SHARE OF o;
 
 -- name: load_views
-SELECT operation_id, view FROM operations WHERE operation_id = ANY(%(ids)s);
+-- The views with the lineage columns `ledger.cascade.with_lineage` lays over them.
+SELECT operation_id, view, ancestors, lineage_agents, contained_ancestors
+FROM operations WHERE operation_id = ANY(%(ids)s);
 
 -- name: insert_operations
 -- The operations a batch opens, written once in their state after the batch, from one
@@ -57,7 +59,7 @@ INSERT INTO operations (
     operation_id, correlation_id, machine_name, machine_version, machine_digest,
     policy_digest, state, version, facts, retry_attempts, recovery_attempts, budget_limit,
     budget_spent, deadline, initiating_principal, agent, runtime, task, origin_operation,
-    parent_operation, depth, view, audit_sequence, audit_head
+    parent_operation, depth, view, audit_sequence, audit_head, delegated_credentials
 )
 SELECT
     n.operation_id, n.correlation_id, n.machine_name, n.machine_version, n.machine_digest,
@@ -65,14 +67,15 @@ SELECT
     n.budget_limit, n.budget_spent, n.deadline, n.initiating_principal, n.agent, n.runtime,
     n.task, n.origin_operation, n.parent_operation,
     COALESCE(p.depth + 1, CASE WHEN n.parent_operation IS NULL THEN 0 ELSE 1 END),
-    n.view, n.audit_sequence, n.audit_head
+    n.view, n.audit_sequence, n.audit_head,
+    ARRAY(SELECT jsonb_array_elements_text(n.delegated_credentials))
 FROM jsonb_to_recordset(%(rows)s::jsonb) AS n (
     operation_id text, correlation_id text, machine_name text, machine_version text,
     machine_digest text, policy_digest text, state text, version bigint, facts jsonb,
     retry_attempts integer, recovery_attempts integer, budget_limit integer,
     budget_spent integer, deadline timestamptz, initiating_principal text, agent text,
     runtime text, task text, origin_operation text, parent_operation text, view jsonb,
-    audit_sequence bigint, audit_head text
+    audit_sequence bigint, audit_head text, delegated_credentials jsonb
 )
 LEFT JOIN operations AS p ON p.operation_id = n.parent_operation
 ORDER BY n.operation_id
@@ -149,8 +152,81 @@ ON CONFLICT (consumer_group, topic, partition) DO UPDATE
 -- name: operation_info
 SELECT operation_id, correlation_id, machine_name, machine_version, machine_digest, state,
        version, initiating_principal, agent, runtime, task, origin_operation,
-       parent_operation, depth
+       parent_operation, depth, delegated_credentials
 FROM operations WHERE operation_id = %(id)s;
+
+-- name: lineage_lock_keys
+-- Serialise the lineage steps of batches that open related operations (a parent and a
+-- child reported at the same time must see each other): one transaction-scoped advisory
+-- lock per opened operation and per named parent, taken in sorted order.
+SELECT pg_advisory_xact_lock(hashtextextended('lineage:' || k, 0))
+FROM unnest(%(keys)s::text[]) AS k ORDER BY k;
+
+-- name: lineage_rows
+-- The lineage walk: the named rows and every row below the given roots by parent
+-- pointers, locked, so a concurrent link or containment waits for this batch.
+WITH RECURSIVE tree (operation_id, level) AS (
+    SELECT operation_id, 1 FROM operations WHERE parent_operation = ANY(%(roots)s)
+    UNION
+    SELECT o.operation_id, t.level + 1
+    FROM operations AS o JOIN tree AS t ON o.parent_operation = t.operation_id
+    WHERE t.level < 64
+)
+SELECT operation_id, correlation_id, machine_name, machine_version, state, agent, task,
+       initiating_principal, origin_operation, parent_operation, delegated_credentials,
+       ancestors, lineage_agents, contained_ancestors, containing, containment_cause
+FROM operations
+WHERE operation_id = ANY(%(ids)s) OR operation_id IN (SELECT operation_id FROM tree)
+ORDER BY operation_id
+FOR UPDATE;
+
+-- name: update_lineage
+-- The lineage columns `ledger.cascade.plan_lineage` changed, in one statement.
+UPDATE operations AS o SET
+    ancestors = ARRAY(SELECT jsonb_array_elements_text(u.ancestors)),
+    lineage_agents = ARRAY(SELECT jsonb_array_elements_text(u.lineage_agents)),
+    contained_ancestors = ARRAY(SELECT jsonb_array_elements_text(u.contained_ancestors)),
+    containing = u.containing,
+    containment_cause = u.containment_cause
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS u (
+    operation_id text, ancestors jsonb, lineage_agents jsonb, contained_ancestors jsonb,
+    containing boolean, containment_cause text
+)
+WHERE o.operation_id = u.operation_id;
+
+-- name: insert_cascade
+-- Cascade events: a replayed lineage step may plan one already stored; it is kept.
+INSERT INTO outbox (record_id, topic, key, headers, payload)
+SELECT u.record_id, u.topic, u.key, u.headers, convert_to(u.payload, 'UTF8')
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS u (
+    record_id text, topic text, key text, headers jsonb, payload text
+)
+ORDER BY u.key, u.record_id
+ON CONFLICT (record_id) DO NOTHING;
+
+-- name: lineage_of
+SELECT operation_id, correlation_id, machine_name, machine_version, state, agent, task,
+       initiating_principal, origin_operation, parent_operation, delegated_credentials,
+       ancestors, lineage_agents, contained_ancestors, containing, containment_cause
+FROM operations WHERE operation_id = %(id)s;
+
+-- name: lineage_subtree
+-- An operation and every operation below it, as lineage rows, shallowest first.
+WITH RECURSIVE tree (operation_id, level) AS (
+    SELECT operation_id, 0 FROM operations WHERE operation_id = %(id)s
+    UNION
+    SELECT o.operation_id, t.level + 1
+    FROM operations AS o JOIN tree AS t ON o.parent_operation = t.operation_id
+    WHERE t.level < 64
+)
+SELECT o.operation_id, o.correlation_id, o.machine_name, o.machine_version, o.state,
+       o.agent, o.task, o.initiating_principal, o.origin_operation, o.parent_operation,
+       o.delegated_credentials, o.ancestors, o.lineage_agents, o.contained_ancestors,
+       o.containing, o.containment_cause
+FROM operations AS o JOIN (
+    SELECT operation_id, min(level) AS level FROM tree GROUP BY operation_id
+) AS t ON t.operation_id = o.operation_id
+ORDER BY t.level, o.operation_id;
 
 -- name: descendants
 -- The lineage walk: every operation whose parent chain leads to the given one.

@@ -9,11 +9,12 @@ import pytest
 
 from ledger import Ledger, PostgresLedger
 from tests.unit.ledger.contract import LedgerContract
+from tests.unit.ledger.lineage_contract import LineageContract
 
 pytestmark = pytest.mark.integration
 
 
-class TestPostgresLedger(LedgerContract):
+class TestPostgresLedger(LedgerContract, LineageContract):
     @pytest.fixture
     def ledger(self, database_url: str) -> Iterator[PostgresLedger]:
         self.url = database_url

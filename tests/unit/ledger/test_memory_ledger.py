@@ -6,9 +6,10 @@ import pytest
 
 from ledger import Ledger, MemoryLedger
 from tests.unit.ledger.contract import LedgerContract
+from tests.unit.ledger.lineage_contract import LineageContract
 
 
-class TestMemoryLedger(LedgerContract):
+class TestMemoryLedger(LedgerContract, LineageContract):
     @pytest.fixture
     def ledger(self) -> MemoryLedger:
         return MemoryLedger()

@@ -1,0 +1,410 @@
+"""Lineage linking and containment cascades, planned without I/O (CONFORMANCE Level 5).
+
+Definitions (docs/lineage.md):
+
+- An operation is **containing** from the decision that takes a transition invoking a
+  capability of kind `stop` or `isolate` (SPEC §7.3) until a later decision takes a
+  transition invoking a `resume`-kind capability, which the core allows only with
+  verified state and an independent approval (SPEC §7.6). `containment_of` reads this
+  off one decision, whatever the machine calls its states.
+- An operation's **contained ancestors** are the known ancestors that are containing.
+  While there is one, the view's lineage is not clear (`lineage.clear`, and so the
+  resume gate, is false).
+- **Cascade**: when an operation starts containing, every known descendant that had no
+  contained ancestor yet gets an `ANCESTOR_CONTAINED` event through the outbox, keyed
+  by the descendant's operation id, so it is decided on its own partition, in order; its
+  own machine then stops its task and queued work and revokes the credentials delegated
+  to it, as two separate capabilities. A descendant already contained by a higher
+  ancestor was signalled by that ancestor and is not signalled again.
+- **Linking**: an operation names its parent; whichever of the two reaches the ledger
+  first, the lineage columns (ancestors, their agents, contained ancestors) are filled
+  in as soon as both are known. An operation linked below a containing ancestor is
+  contained on arrival: it gets the same `ANCESTOR_CONTAINED` event.
+
+Everything here is pure: both ledgers fetch the rows, call `plan_lineage` inside their
+batch transaction, and write what it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Final
+
+from ledger.jsonutil import dumps
+from machines.decision import Decision, Outcome
+from machines.event import Event, EvidencePayload, Lineage
+from machines.model import CapabilityKind
+from machines.view import LineageStatus, OperationView
+from schemas.headers import record_id
+
+__all__ = [
+    "CASCADE_EVENT",
+    "CONTROLLER_PRODUCER",
+    "Change",
+    "Containment",
+    "LineagePlan",
+    "LineageRow",
+    "containment_of",
+    "plan_lineage",
+    "with_lineage",
+]
+
+CASCADE_EVENT: Final = "ANCESTOR_CONTAINED"
+# The producer identity of events the controller itself emits. It is never an agent, so
+# the core's authority check (SPEC §7.7) lets it speak for a contained ancestor.
+CONTROLLER_PRODUCER: Final = "recovery-controller"
+_CONTAINING_KINDS: Final = frozenset({str(CapabilityKind.STOP), str(CapabilityKind.ISOLATE)})
+_RELEASING_KINDS: Final = frozenset({str(CapabilityKind.RESUME)})
+# Ancestor chains longer than this are cut (a cycle in reported parents, or abuse).
+MAX_DEPTH: Final = 64
+
+
+class Change(StrEnum):
+    """What a decision does to its operation's containment."""
+
+    CONTAIN = "contain"
+    RELEASE = "release"
+
+
+@dataclass(frozen=True, slots=True)
+class Containment:
+    """A decision that starts or ends containment of `operation_id`, and its cause:
+    `chain` is this decision (`<operation>#<sequence>/<event id>`), followed by the chain
+    of the cascade event that caused it, if it was one (`<-` separated)."""
+
+    operation_id: str
+    change: Change
+    sequence: int
+    event_id: str
+    event_type: str
+    decided_at: datetime
+    chain: str
+
+
+def containment_of(event: Event, decision: Decision) -> Containment | None:
+    """The containment change `decision` makes, or None (see the module docstring)."""
+    if decision.outcome is not Outcome.TRANSITIONED:
+        return None
+    kinds = {i.kind for i in decision.invocations}
+    if kinds & _CONTAINING_KINDS:
+        change = Change.CONTAIN
+    elif kinds & _RELEASING_KINDS:
+        change = Change.RELEASE
+    else:
+        return None
+    link = f"{decision.operation_id}#{decision.sequence}/{decision.event_id}"
+    prior = event.evidence_ref
+    chain = f"{link} <- {prior[len('cascade:') :]}" if prior.startswith("cascade:") else link
+    return Containment(
+        operation_id=decision.operation_id,
+        change=change,
+        sequence=decision.sequence,
+        event_id=decision.event_id,
+        event_type=decision.event_type,
+        decided_at=decision.decided_at,
+        chain=chain,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LineageRow:
+    """The identity and lineage columns of one operation row (migration 0005).
+    `ancestors` is the known chain, parent first; `lineage_agents` their agents;
+    `contained_ancestors` those of them that are containing; `containment_cause` the
+    chain of the decision that made this operation containing."""
+
+    operation_id: str
+    correlation_id: str
+    machine_name: str
+    machine_version: str
+    state: str
+    agent: str
+    task: str
+    initiating_principal: str
+    origin_operation: str | None
+    parent_operation: str | None
+    delegated_credentials: tuple[str, ...] = ()
+    ancestors: tuple[str, ...] = ()
+    lineage_agents: tuple[str, ...] = ()
+    contained_ancestors: tuple[str, ...] = ()
+    containing: bool = False
+    containment_cause: str | None = None
+
+    def lineage(self) -> Lineage:
+        """The envelope lineage of events about this operation."""
+        return Lineage(
+            agent=self.agent,
+            task=self.task,
+            initiating_principal=self.initiating_principal,
+            origin_operation=self.origin_operation,
+            parent_operation=self.parent_operation,
+            delegated_credentials=self.delegated_credentials,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready form (the lineage CLI, audit bodies)."""
+        return {
+            "operation_id": self.operation_id,
+            "correlation_id": self.correlation_id,
+            "machine": {"name": self.machine_name, "version": self.machine_version},
+            "state": self.state,
+            "agent": self.agent,
+            "task": self.task,
+            "initiating_principal": self.initiating_principal,
+            "origin_operation": self.origin_operation,
+            "parent_operation": self.parent_operation,
+            "delegated_credentials": list(self.delegated_credentials),
+            "ancestors": list(self.ancestors),
+            "lineage_agents": list(self.lineage_agents),
+            "contained_ancestors": list(self.contained_ancestors),
+            "containing": self.containing,
+            "containment_cause": self.containment_cause,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CascadeEvent:
+    """One `ANCESTOR_CONTAINED` event for the outbox (topic: the events stream)."""
+
+    record_id: str
+    key: str
+    headers: Mapping[str, str]
+    payload_json: str
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class LineagePlan:
+    """What linking and the batch's containment changes write: the new lineage columns
+    of every row they change, the cascade events, and audit bodies per operation (only
+    for operations the batch holds locked: the containing ones and those it opens)."""
+
+    rows: Mapping[str, LineageRow]
+    events: tuple[CascadeEvent, ...] = ()
+    audit: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
+
+    def audit_of(self, operation_id: str) -> tuple[Mapping[str, Any], ...]:
+        """Audit bodies (kind `lineage`) for `operation_id`, in order."""
+        return self.audit.get(operation_id, ())
+
+
+def plan_lineage(
+    stored: Mapping[str, LineageRow],
+    opened: Sequence[LineageRow],
+    changes: Sequence[Containment],
+    now: datetime,
+) -> LineagePlan:
+    """Link the operations a batch opens and apply its containment changes.
+
+    `stored` must hold, as stored before the batch: the parents of `opened`, every
+    existing operation below an opened one (children reported first), every descendant
+    of an operation in `changes`, and the operations in `changes` themselves. `opened`
+    are the rows the batch inserts (their lineage columns empty); `now` is the time of
+    the batch's decisions, which an arrival event carries. Returns every row
+    whose lineage columns change (opened ones always) and the events to emit."""
+    rows: dict[str, LineageRow] = dict(stored)
+    for row in opened:
+        rows[row.operation_id] = row
+    before = {op: r.contained_ancestors for op, r in stored.items()}
+    relink = _subtrees(rows, {r.operation_id for r in opened})
+    for op in _top_down(rows, relink):
+        rows[op] = _linked(rows, rows[op])
+    audit: dict[str, list[Mapping[str, Any]]] = {}
+    causes: dict[str, Containment] = {}
+    for change in changes:
+        rows, signalled = _apply_change(rows, change)
+        if change.change is Change.CONTAIN:
+            for op in signalled:
+                causes.setdefault(op, change)
+        descendants = sorted(_descendants_of(rows, change.operation_id))
+        if descendants:
+            # Only a change that reaches other operations is a lineage fact; the
+            # decision record already shows the operation's own transition.
+            audit.setdefault(change.operation_id, []).append(
+                {
+                    "kind": "containment",
+                    "change": str(change.change),
+                    "operation_id": change.operation_id,
+                    "cause": _cause_json(change),
+                    "descendants": descendants,
+                    "signalled": sorted(signalled),
+                }
+            )
+    events: list[CascadeEvent] = []
+    opened_ids = {r.operation_id for r in opened}
+    for op in sorted(rows, key=lambda o: (len(rows[o].ancestors), o)):
+        row = rows[op]
+        if not row.contained_ancestors or before.get(op):
+            continue  # not contained, or already contained before this batch
+        trigger = causes.get(op)
+        ancestor = trigger.operation_id if trigger else _nearest(row)
+        chain = trigger.chain if trigger else (rows[ancestor].containment_cause or ancestor)
+        events.append(_cascade_event(row, ancestor, chain, trigger, now))
+        if trigger is None and op in opened_ids:
+            audit.setdefault(op, []).append(
+                {
+                    "kind": "contained-on-arrival",
+                    "operation_id": op,
+                    "contained_ancestors": list(row.contained_ancestors),
+                    "cause": chain,
+                }
+            )
+    changed = {op: r for op, r in rows.items() if op in opened_ids or stored.get(op) != r}
+    return LineagePlan(
+        rows=changed,
+        events=tuple(events),
+        audit={op: tuple(items) for op, items in audit.items()},
+    )
+
+
+def _subtrees(rows: Mapping[str, LineageRow], roots: set[str]) -> set[str]:
+    """`roots` and every row below one of them by parent pointers."""
+    children: dict[str, list[str]] = {}
+    for op, row in rows.items():
+        if row.parent_operation is not None:
+            children.setdefault(row.parent_operation, []).append(op)
+    found: set[str] = set()
+    stack = list(roots)
+    while stack:
+        op = stack.pop()
+        if op in found:
+            continue
+        found.add(op)
+        stack.extend(children.get(op, ()))
+    return found
+
+
+def _top_down(rows: Mapping[str, LineageRow], ops: Iterable[str]) -> list[str]:
+    """`ops` ordered so that a parent comes before its children (depth by pointers)."""
+
+    def depth(op: str) -> int:
+        seen: set[str] = set()
+        n, cur = 0, rows[op].parent_operation
+        while cur is not None and cur in rows and cur not in seen and n < MAX_DEPTH:
+            seen.add(cur)
+            n, cur = n + 1, rows[cur].parent_operation
+        return n
+
+    return sorted(ops, key=lambda op: (depth(op), op))
+
+
+def _linked(rows: Mapping[str, LineageRow], row: LineageRow) -> LineageRow:
+    parent = rows.get(row.parent_operation) if row.parent_operation else None
+    if parent is None or row.operation_id in parent.ancestors:
+        # Parent not reported yet (linked when it arrives), or a reported cycle.
+        return row
+    ancestors = (parent.operation_id, *parent.ancestors)[:MAX_DEPTH]
+    agents = (parent.agent, *parent.lineage_agents)[:MAX_DEPTH]
+    contained = (
+        (parent.operation_id, *parent.contained_ancestors)
+        if parent.containing
+        else parent.contained_ancestors
+    )
+    return replace(row, ancestors=ancestors, lineage_agents=agents, contained_ancestors=contained)
+
+
+def _descendants_of(rows: Mapping[str, LineageRow], op: str) -> list[str]:
+    return [o for o, r in rows.items() if op in r.ancestors]
+
+
+def _apply_change(
+    rows: dict[str, LineageRow], change: Containment
+) -> tuple[dict[str, LineageRow], list[str]]:
+    op = change.operation_id
+    signalled: list[str] = []
+    if op in rows:
+        containing = change.change is Change.CONTAIN
+        rows[op] = replace(
+            rows[op],
+            containing=containing,
+            containment_cause=change.chain if containing else None,
+        )
+    for desc in _descendants_of(rows, op):
+        row = rows[desc]
+        if change.change is Change.CONTAIN and op not in row.contained_ancestors:
+            if not row.contained_ancestors:
+                signalled.append(desc)
+            rows[desc] = replace(row, contained_ancestors=(*row.contained_ancestors, op))
+        elif change.change is Change.RELEASE and op in row.contained_ancestors:
+            rows[desc] = replace(
+                row, contained_ancestors=tuple(a for a in row.contained_ancestors if a != op)
+            )
+    return rows, signalled
+
+
+def _nearest(row: LineageRow) -> str:
+    contained = set(row.contained_ancestors)
+    return next(a for a in row.ancestors if a in contained)
+
+
+def _cause_json(change: Containment) -> dict[str, Any]:
+    return {
+        "operation_id": change.operation_id,
+        "sequence": change.sequence,
+        "event_id": change.event_id,
+        "event_type": change.event_type,
+        "chain": change.chain,
+    }
+
+
+def _cascade_event(
+    row: LineageRow, ancestor: str, chain: str, trigger: Containment | None, now: datetime
+) -> CascadeEvent:
+    """The `ANCESTOR_CONTAINED` event for `row`. Its id is a function of the descendant
+    and the containing decision, so a replanned or replayed batch emits the same one.
+    The causation chain travels in `evidence_ref` (`cascade:<chain>`) and the evidence
+    reference; `causation` stays empty because it names commands of the same operation."""
+    cause = chain.split(" <- ", 1)[0]
+    event_id = f"cascade:{row.operation_id}:{cause}"
+    event = Event(
+        event_type=CASCADE_EVENT,
+        event_id=event_id,
+        operation_id=row.operation_id,
+        correlation_id=row.correlation_id,
+        machine_name=row.machine_name,
+        machine_version=row.machine_version,
+        event_time=trigger.decided_at if trigger else now,
+        evidence_ref=f"cascade:{chain}",
+        producer=CONTROLLER_PRODUCER,
+        lineage=row.lineage(),
+        evidence=EvidencePayload(ancestor_operation=ancestor, reference=chain),
+    )
+    rid = record_id("event", row.operation_id, event_id)
+    headers = {
+        "record_id": rid,
+        "operation_id": row.operation_id,
+        "kind": "cascade" if trigger else "contained-on-arrival",
+        "ancestor_operation": ancestor,
+        "causation_chain": chain,
+    }
+    return CascadeEvent(rid, row.operation_id, headers, dumps(event.content()), event)
+
+
+def with_lineage(
+    view: OperationView,
+    ancestors: Sequence[str],
+    lineage_agents: Sequence[str],
+    contained_ancestors: Sequence[str],
+) -> OperationView:
+    """`view` with its lineage status as the ledger knows it now: the agents of every
+    known ancestor (no approval from them counts, SPEC §7.7) and the ancestors containing
+    it. The ledger is authoritative for ancestors it knows; an ancestor the view recorded
+    from an `ANCESTOR_CONTAINED` event that the ledger does not know (another deployment's
+    operation) stays contained, as nothing here can tell it was released."""
+    status = view.lineage
+    known = set(ancestors)
+    contained = tuple(contained_ancestors) + tuple(
+        a for a in status.contained_ancestors if a not in known and a not in contained_ancestors
+    )
+    agents = status.lineage_agents | frozenset(lineage_agents)
+    if agents == status.lineage_agents and contained == status.contained_ancestors:
+        return view
+    return replace(
+        view,
+        lineage=LineageStatus(
+            agent=status.agent, lineage_agents=agents, contained_ancestors=contained
+        ),
+    )

@@ -1,0 +1,178 @@
+"""The abstract ledger suite, lineage part: linking in either arrival order, the
+containment cascade through the outbox, containment on arrival, and the lineage reads
+(`Ledger.lineage`, `Ledger.lineage_tree`). Run against both ledgers by mixing
+`LineageContract` into their test classes."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from ledger import Ledger
+from ledger.cascade import CONTROLLER_PRODUCER
+from machines.event import Event, Lineage, parse_event
+from tests.unit.ledger.ledger_support import GROUP, T0, TOPIC, core, feed
+
+_AGENTS = {"root": "research-orchestrator"}
+
+
+def _event(op: str, index: int, kind: str, *, parent: str | None = None) -> Event:
+    machine, _ = core()
+    return Event(
+        event_type=kind,
+        event_id=f"{op}-e{index}",
+        operation_id=op,
+        correlation_id="corr-tree",
+        machine_name=machine.name,
+        machine_version=machine.version,
+        event_time=T0 + timedelta(seconds=index),
+        evidence_ref=f"evidence://{op}/{index}",
+        producer="tool-integration",
+        lineage=Lineage(
+            agent=_AGENTS.get(op, f"agent-{op}"),
+            task=f"task-{op}",
+            initiating_principal="alice",
+            origin_operation=None if parent is None else "root",
+            parent_operation=parent,
+            delegated_credentials=(f"cred-{op}",),
+        ),
+    )
+
+
+def _cascade_events(ledger: Ledger) -> list[Event]:
+    with ledger.lease_outbox(1000) as lease:
+        rows = [r for r in lease.records if r.topic == "recovery.events"]
+    return [parse_event(r.payload) for r in rows]
+
+
+class LineageContract:
+    """Lineage behaviour shared by every `Ledger` implementation."""
+
+    def _claim(self, ledger: Ledger) -> int:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        return claim.epoch
+
+    def test_child_reported_before_its_parent_is_linked_when_the_parent_arrives(
+        self, ledger: Ledger
+    ) -> None:
+        epoch = self._claim(ledger)
+        feed(ledger, [_event("child", 0, "STEP_FAILED", parent="root")], epoch=epoch)
+        assert ledger.lineage("child").ancestors == ()
+        feed(ledger, [_event("root", 0, "STEP_FAILED")], epoch=epoch, first_offset=1)
+        child = ledger.lineage("child")
+        assert (child.ancestors, child.lineage_agents) == (("root",), ("research-orchestrator",))
+        assert child.delegated_credentials == ("cred-child",)
+        view = ledger.load_views(["child"])["child"]
+        assert view.lineage.includes("research-orchestrator")
+        assert not view.lineage.contained_ancestors
+
+    def test_parent_first_links_children_and_grandchildren_at_once(self, ledger: Ledger) -> None:
+        epoch = self._claim(ledger)
+        feed(
+            ledger,
+            [
+                _event("root", 0, "STEP_FAILED"),
+                _event("mid", 0, "STEP_FAILED", parent="root"),
+                _event("leaf", 0, "STEP_FAILED", parent="mid"),
+            ],
+            epoch=epoch,
+        )
+        leaf = ledger.lineage("leaf")
+        assert leaf.ancestors == ("mid", "root")
+        assert leaf.lineage_agents == ("agent-mid", "research-orchestrator")
+        tree = ledger.lineage_tree("root")
+        assert [r.operation_id for r in tree] == ["root", "mid", "leaf"]
+        assert ledger.operation("leaf").delegated_credentials == ("cred-leaf",)
+
+    def test_containing_the_root_signals_every_known_descendant_once(self, ledger: Ledger) -> None:
+        epoch = self._claim(ledger)
+        # The children are reported first: the root's own batch links and contains them.
+        feed(
+            ledger,
+            [
+                _event("a", 0, "STEP_FAILED", parent="root"),
+                _event("b", 0, "STEP_FAILED", parent="root"),
+                _event("a1", 0, "STEP_FAILED", parent="a"),
+            ],
+            epoch=epoch,
+        )
+        feed(ledger, [_event("root", 0, "AUTHORIZATION_DENIED")], epoch=epoch, first_offset=3)
+        root = ledger.lineage("root")
+        assert root.containing
+        assert root.containment_cause == "root#1/root-e0"
+        events = _cascade_events(ledger)
+        assert sorted(e.operation_id for e in events) == ["a", "a1", "b"]
+        for e in events:
+            assert e.event_type == "ANCESTOR_CONTAINED"
+            assert e.producer == CONTROLLER_PRODUCER
+            assert e.evidence is not None
+            assert e.evidence.ancestor_operation == "root"
+            assert e.evidence_ref == "cascade:root#1/root-e0"
+            assert e.lineage.delegated_credentials == (f"cred-{e.operation_id}",)
+        assert ledger.lineage("a1").contained_ancestors == ("root",)
+        assert ledger.load_views(["a1"])["a1"].lineage.contained_ancestors == ("root",)
+        # The audit of the root names what its containment reached.
+        records, _ = ledger.audit_chain("root")
+        lineage = [r.record for r in records if r.kind == "lineage"]
+        assert lineage[-1]["descendants"] == ["a", "a1", "b"]
+        assert lineage[-1]["cause"]["event_id"] == "root-e0"
+
+    def test_a_descendant_contained_by_the_cascade_does_not_signal_its_subtree_again(
+        self, ledger: Ledger
+    ) -> None:
+        epoch = self._claim(ledger)
+        feed(
+            ledger,
+            [
+                _event("a", 0, "STEP_FAILED", parent="root"),
+                _event("a1", 0, "STEP_FAILED", parent="a"),
+                _event("root", 0, "AUTHORIZATION_DENIED"),
+            ],
+            epoch=epoch,
+        )
+        (to_a,) = [e for e in _cascade_events(ledger) if e.operation_id == "a"]
+        feed(ledger, [to_a], epoch=epoch, first_offset=3)
+        a = ledger.lineage("a")
+        assert a.state == "containing"
+        assert a.containing
+        assert a.containment_cause == f"a#2/{to_a.event_id} <- root#1/root-e0"
+        assert sorted(e.operation_id for e in _cascade_events(ledger)) == ["a", "a1"]
+        assert ledger.lineage("a1").contained_ancestors == ("root", "a")
+
+    def test_an_operation_first_seen_below_a_contained_ancestor_is_contained_on_arrival(
+        self, ledger: Ledger
+    ) -> None:
+        epoch = self._claim(ledger)
+        feed(
+            ledger,
+            [_event("root", 0, "AUTHORIZATION_DENIED")],
+            epoch=epoch,
+        )
+        feed(ledger, [_event("late", 0, "STEP_FAILED", parent="root")], epoch=epoch, first_offset=1)
+        (arrival,) = _cascade_events(ledger)
+        assert arrival.operation_id == "late"
+        assert arrival.evidence is not None
+        assert arrival.evidence.ancestor_operation == "root"
+        assert arrival.evidence_ref == "cascade:root#1/root-e0"
+        assert ledger.lineage("late").contained_ancestors == ("root",)
+        records, _ = ledger.audit_chain("late")
+        assert [r.record["kind"] for r in records if r.kind == "lineage"] == [
+            "contained-on-arrival"
+        ]
+
+    def test_a_subtree_reported_first_is_contained_when_linked_below_a_contained_root(
+        self, ledger: Ledger
+    ) -> None:
+        epoch = self._claim(ledger)
+        feed(
+            ledger,
+            [
+                _event("root", 0, "AUTHORIZATION_DENIED"),
+                _event("leaf", 0, "STEP_FAILED", parent="mid"),
+            ],
+            epoch=epoch,
+        )
+        assert _cascade_events(ledger) == []
+        feed(ledger, [_event("mid", 0, "STEP_FAILED", parent="root")], epoch=epoch, first_offset=2)
+        assert sorted(e.operation_id for e in _cascade_events(ledger)) == ["leaf", "mid"]
+        assert ledger.lineage("leaf").ancestors == ("mid", "root")
+        assert ledger.lineage("leaf").contained_ancestors == ("root",)
