@@ -47,15 +47,17 @@ class Progress:
         self._last = 0.0
         self._phase = ""
 
-    def __call__(self, text: str) -> None:
-        """Show `text` (its part before the first ':' names the phase)."""
+    def __call__(self, text: str, *, keep: bool = False) -> None:
+        """Show `text` (its part before the first ':' names the phase); a `keep` line
+        always prints and stays."""
         now = time.monotonic()
         phase = text.split(":", 1)[0]
         line = f"[{now - self._start:6.1f}s] {text}"
         if self._tty:
-            end = "\n" if phase != self._phase and self._phase else ""
-            self._out.write(f"{end}\r\x1b[2K{line}")
-        elif phase != self._phase or now - self._last >= self._every:
+            end = "\n" if (phase != self._phase and self._phase) else ""
+            self._out.write(f"{end}\r\x1b[2K{line}" + ("\n" if keep else ""))
+            phase = "" if keep else phase
+        elif keep or phase != self._phase or now - self._last >= self._every:
             self._out.write(line + "\n")
             self._last = now
         self._phase = phase

@@ -17,12 +17,13 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ledger import (
     PostgresLedger,
@@ -32,6 +33,7 @@ from ledger import (
     with_database,
 )
 from ledger.bench_baseline import BaselineSink
+from ledger.outbox_watch import OutboxWatch
 from ops.bench.roles import BenchError, RoleProcess
 from ops.bench.workload import BENCH_POLICY, BenchRecord, WorkloadSpec, WorkloadStats, generate
 from producers import EventPublisher, TopicNames, provision
@@ -39,7 +41,12 @@ from producers.bench_baseline import TopicTail, create_topic, delete_topics, run
 
 __all__ = ["BenchConfig", "BenchResult", "run_bench"]
 
-Progress = Callable[[str], None]
+
+class Progress(Protocol):
+    """Where the runner reports: `keep` marks a result line that must stay visible
+    (a progress display may overwrite or skip the others)."""
+
+    def __call__(self, text: str, *, keep: bool = False) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +62,7 @@ class BenchConfig:
     memory_backlogs: tuple[int, ...] = (10_000, 50_000)
     batch_max_records: int = 500
     phase_timeout: float = 900.0
-    log_dir: Path = Path(".bench")
+    log_dir: Path = Path(tempfile.gettempdir()) / "recovery-bench"
     interleave: int = 64
     keep_on_failure: bool = False
     settle_seconds: float = 5.0
@@ -238,7 +245,7 @@ def _load(
             if count % 2000 == 0:
                 run.say(f"{label}: {count:,} records produced")
     run.produced += count
-    run.say(f"{label}: {count:,} records produced in {time.monotonic() - started:.1f}s")
+    run.say(f"{label}: {count:,} records produced in {time.monotonic() - started:.1f}s", keep=True)
     return expected
 
 
@@ -258,7 +265,7 @@ def _baseline(run: _Run, records: int) -> dict[str, Any]:
         stored = sink.stored()
     finally:
         sink.close()
-    run.say(f"baseline: {outcome.rate:,.0f} records/s ({outcome.seconds:.2f}s)")
+    run.say(f"baseline: {outcome.rate:,.0f} records/s ({outcome.seconds:.2f}s)", keep=True)
     return {
         "records": outcome.records,
         "rows_stored": stored,
@@ -281,11 +288,11 @@ def _drain(
     seen = tail.commands()
     missing = _missing(tail, expected)
     if missing:
-        run.say(f"{label}: {len(missing)} command(s) never readable, e.g. {missing[0]}")
+        run.say(f"{label}: {len(missing)} command(s) never readable, e.g. {missing[0]}", keep=True)
     last_command = max((seen[c] for c in expected if c in seen), default=started)
     end = max(last_command, done)
     seconds = max(end - started, 1e-9)
-    run.say(f"{label}: {records / seconds:,.0f} records/s ({seconds:.2f}s)")
+    run.say(f"{label}: {records / seconds:,.0f} records/s ({seconds:.2f}s)", keep=True)
     return {
         "records": records,
         "commands_expected": len(expected),
@@ -302,14 +309,15 @@ def _wait_done(
     run: _Run, tail: TopicTail, label: str, expected: dict[str, str], started: float
 ) -> float:
     """Wait until the ledger's stored offsets account for every produced record and
-    every expected command is readable, or, once the offsets are complete, no new
-    command has appeared for `settle_seconds` (a command the relay never publishes is
-    then reported missing rather than hanging the run). Returns when the offsets got
-    there (`time.time()`)."""
+    every expected command is readable. A command that never comes (its outbox row held
+    back by an unpublishable one) ends the wait once the offsets are complete and the
+    outbox backlog has not moved for `settle_seconds`; it is then reported missing.
+    Returns when the offsets got there (`time.time()`)."""
     ledger = PostgresLedger(run.url, max_size=1)
+    watch = OutboxWatch(run.url)
     deadline = time.monotonic() + run.config.phase_timeout
     offsets_done: float | None = None
-    found, changed = -1, time.monotonic()
+    found, backlog, changed = -1, -1, time.monotonic()
     try:
         while time.monotonic() < deadline:
             if offsets_done is None:
@@ -318,11 +326,12 @@ def _wait_done(
                     offsets_done = time.time()
             seen = tail.commands()
             now_found = sum(1 for c in expected if c in seen)
-            if now_found != found:
-                found, changed = now_found, time.monotonic()
+            now_backlog = watch.backlog()
+            if (now_found, now_backlog) != (found, backlog):
+                found, backlog, changed = now_found, now_backlog, time.monotonic()
             run.say(
-                f"{label}: {found:,}/{len(expected):,} commands readable, "
-                f"{time.time() - started:.1f}s"
+                f"{label}: {found:,}/{len(expected):,} commands readable, outbox backlog "
+                f"{backlog:,}, {time.time() - started:.1f}s"
             )
             if offsets_done is not None and (
                 found >= len(expected) or time.monotonic() - changed > run.config.settle_seconds
@@ -331,6 +340,7 @@ def _wait_done(
             _check_alive(run)
             time.sleep(0.05)
     finally:
+        watch.close()
         ledger.close()
     seen = tail.commands()
     missing = sorted(c for c in expected if c not in seen)
@@ -373,7 +383,10 @@ def _latency(run: _Run, tail: TopicTail, rate: int) -> dict[str, Any]:
         readable[record] = max(readable.get(record, 0.0), seen[command])
     latencies = sorted((readable[r] - sent_at[r]) * 1000 for r in readable if r not in incomplete)
     figures = _percentiles(latencies)
-    run.say(f"latency @ {rate} ev/s: p50 {figures['p50_ms']} ms, p99 {figures['p99_ms']} ms")
+    run.say(
+        f"latency @ {rate} ev/s: p50 {figures['p50_ms']} ms, p99 {figures['p99_ms']} ms",
+        keep=True,
+    )
     return {
         "offered_rate": rate,
         "records": len(records),

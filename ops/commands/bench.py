@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import sys
+import tempfile
 from pathlib import Path
+from types import FrameType
 from typing import TextIO
 
 from ledger import LedgerError
@@ -58,7 +61,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="add the 200,000-event backlog to the memory phase (several minutes)",
     )
-    parser.add_argument("--json-out", type=Path, default=Path(".bench/bench.json"))
+    parser.add_argument(
+        "--json-out",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "recovery-bench" / "bench.json",
+    )
     parser.add_argument(
         "--quick", action="store_true", help=f"a smoke run: {_QUICK_EVENTS} events, short phases"
     )
@@ -129,6 +136,9 @@ def _bench(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         print(f"recoveryctl bench: {exc}", file=err)
         return 2
     progress = Progress(err)
+    # SIGTERM unwinds like Ctrl-C, so the role processes, the scratch database and the
+    # topics are cleaned up rather than orphaned.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         result = run_bench(config, progress)
         machine = machine_description(database_url)
@@ -136,7 +146,12 @@ def _bench(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         progress.done()
         print(f"recoveryctl bench: {exc}", file=err)
         return 1
+    except KeyboardInterrupt:
+        progress.done()
+        print("recoveryctl bench: interrupted; cleaned up", file=err)
+        return 130
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if stack is not None and not stack.reused:
             stack.stop()
     progress.done()
@@ -144,6 +159,10 @@ def _bench(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
     write_json(result, machine, _command_line(args), args.json_out)
     print(f"figures written to {args.json_out}", file=out)
     return 0
+
+
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 def _command_line(args: argparse.Namespace) -> str:
