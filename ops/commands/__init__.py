@@ -15,6 +15,7 @@ from ops.commands import (
     bench,
     db,
     demo,
+    lineage,
     machines,
     run,
     simulate,
@@ -38,3 +39,4 @@ COMMANDS.append(run.register)
 COMMANDS.extend([db.register, audit.register])
 COMMANDS.append(demo.register)
 COMMANDS.append(bench.register)
+COMMANDS.append(lineage.register)

@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from ledger import Ledger, PostgresLedger
 from machines import Lineage
 from machines.event import CheckpointReport, EvidencePayload
+from ops.commands.lineage import lineage_report
 from producers import EventPublisher, RecoveryClient, TopicNames
 from producers.worker import ActionResult, CapabilityWorker
 from schemas import CapabilityCommand
@@ -223,7 +224,7 @@ def _human(stack: Stack, approver: str, op: str, verdict: str, state: str, trans
     return next(d for d in stack.decisions(op) if d["event"]["id"] == event.event_id)
 
 
-def test_containing_the_root_cascades_through_a_killed_controller_and_nobody_inside_resumes(
+def test_descendant_task_cancellation_cascades_through_a_killed_controller_and_nobody_resumes(
     stack: Stack,
 ) -> None:
     tree = ["root", *CHILDREN, *GRANDCHILDREN]
@@ -324,6 +325,15 @@ def test_containing_the_root_cascades_through_a_killed_controller_and_nobody_ins
         assert [r.record["kind"] for r in late_audit if r.kind == "lineage"] == [
             "contained-on-arrival"
         ]
+
+        # Reconstruction for every participant (L5.4): the tree seen from a grandchild
+        # holds all 14 operations, each stop answered by its worker's result.
+        report = lineage_report(stack.ledger, "c1g2")
+        assert report["root"] == "root"
+        assert sorted(o["operation_id"] for o in report["operations"]) == sorted(everyone)
+        for entry in report["operations"]:
+            (stop,) = [c for c in entry["commands"] if c["capability"] == "agent.stop-task"]
+            assert stop["answered_by"]["type"] == "CONTAINMENT_SUCCEEDED", entry["operation_id"]
 
         # No silent resumption: a child's own resume request is rejected...
         child = stack.client(WORKER)

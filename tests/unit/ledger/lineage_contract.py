@@ -15,7 +15,7 @@ from tests.unit.ledger.ledger_support import GROUP, T0, TOPIC, core, feed
 _AGENTS = {"root": "research-orchestrator"}
 
 
-def _event(op: str, index: int, kind: str, *, parent: str | None = None) -> Event:
+def tree_event(op: str, index: int, kind: str, *, parent: str | None = None) -> Event:
     machine, _ = core()
     return Event(
         event_type=kind,
@@ -55,9 +55,9 @@ class LineageContract:
         self, ledger: Ledger
     ) -> None:
         epoch = self._claim(ledger)
-        feed(ledger, [_event("child", 0, "STEP_FAILED", parent="root")], epoch=epoch)
+        feed(ledger, [tree_event("child", 0, "STEP_FAILED", parent="root")], epoch=epoch)
         assert ledger.lineage("child").ancestors == ()
-        feed(ledger, [_event("root", 0, "STEP_FAILED")], epoch=epoch, first_offset=1)
+        feed(ledger, [tree_event("root", 0, "STEP_FAILED")], epoch=epoch, first_offset=1)
         child = ledger.lineage("child")
         assert (child.ancestors, child.lineage_agents) == (("root",), ("research-orchestrator",))
         assert child.delegated_credentials == ("cred-child",)
@@ -70,9 +70,9 @@ class LineageContract:
         feed(
             ledger,
             [
-                _event("root", 0, "STEP_FAILED"),
-                _event("mid", 0, "STEP_FAILED", parent="root"),
-                _event("leaf", 0, "STEP_FAILED", parent="mid"),
+                tree_event("root", 0, "STEP_FAILED"),
+                tree_event("mid", 0, "STEP_FAILED", parent="root"),
+                tree_event("leaf", 0, "STEP_FAILED", parent="mid"),
             ],
             epoch=epoch,
         )
@@ -89,13 +89,13 @@ class LineageContract:
         feed(
             ledger,
             [
-                _event("a", 0, "STEP_FAILED", parent="root"),
-                _event("b", 0, "STEP_FAILED", parent="root"),
-                _event("a1", 0, "STEP_FAILED", parent="a"),
+                tree_event("a", 0, "STEP_FAILED", parent="root"),
+                tree_event("b", 0, "STEP_FAILED", parent="root"),
+                tree_event("a1", 0, "STEP_FAILED", parent="a"),
             ],
             epoch=epoch,
         )
-        feed(ledger, [_event("root", 0, "AUTHORIZATION_DENIED")], epoch=epoch, first_offset=3)
+        feed(ledger, [tree_event("root", 0, "AUTHORIZATION_DENIED")], epoch=epoch, first_offset=3)
         root = ledger.lineage("root")
         assert root.containing
         assert root.containment_cause == "root#1/root-e0"
@@ -123,9 +123,9 @@ class LineageContract:
         feed(
             ledger,
             [
-                _event("a", 0, "STEP_FAILED", parent="root"),
-                _event("a1", 0, "STEP_FAILED", parent="a"),
-                _event("root", 0, "AUTHORIZATION_DENIED"),
+                tree_event("a", 0, "STEP_FAILED", parent="root"),
+                tree_event("a1", 0, "STEP_FAILED", parent="a"),
+                tree_event("root", 0, "AUTHORIZATION_DENIED"),
             ],
             epoch=epoch,
         )
@@ -144,10 +144,15 @@ class LineageContract:
         epoch = self._claim(ledger)
         feed(
             ledger,
-            [_event("root", 0, "AUTHORIZATION_DENIED")],
+            [tree_event("root", 0, "AUTHORIZATION_DENIED")],
             epoch=epoch,
         )
-        feed(ledger, [_event("late", 0, "STEP_FAILED", parent="root")], epoch=epoch, first_offset=1)
+        feed(
+            ledger,
+            [tree_event("late", 0, "STEP_FAILED", parent="root")],
+            epoch=epoch,
+            first_offset=1,
+        )
         (arrival,) = _cascade_events(ledger)
         assert arrival.operation_id == "late"
         assert arrival.evidence is not None
@@ -166,13 +171,18 @@ class LineageContract:
         feed(
             ledger,
             [
-                _event("root", 0, "AUTHORIZATION_DENIED"),
-                _event("leaf", 0, "STEP_FAILED", parent="mid"),
+                tree_event("root", 0, "AUTHORIZATION_DENIED"),
+                tree_event("leaf", 0, "STEP_FAILED", parent="mid"),
             ],
             epoch=epoch,
         )
         assert _cascade_events(ledger) == []
-        feed(ledger, [_event("mid", 0, "STEP_FAILED", parent="root")], epoch=epoch, first_offset=2)
+        feed(
+            ledger,
+            [tree_event("mid", 0, "STEP_FAILED", parent="root")],
+            epoch=epoch,
+            first_offset=2,
+        )
         assert sorted(e.operation_id for e in _cascade_events(ledger)) == ["leaf", "mid"]
         assert ledger.lineage("leaf").ancestors == ("mid", "root")
         assert ledger.lineage("leaf").contained_ancestors == ("root",)

@@ -1,0 +1,186 @@
+"""`recoveryctl lineage OPERATION_ID [--database-url URL] [--json]`.
+
+Reconstructs a delegation tree for an incident review (CONFORMANCE L5.4): the tree that
+contains OPERATION_ID, from its topmost known ancestor down, with each operation's
+agent, task and state, whether it is containing (and which decision made it so) or held
+by contained ancestors, its delegated credentials, its effects as trusted evidence shows
+them (confirmed, not applied, unknown, compensated, with the evidence references) and
+every command issued to it with the event that answered it, if one did. Everything is
+read through the `Ledger` interface. Exit status: 0 shown, 2 no database known or
+reachable, or the operation is not in the ledger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+from ledger import Ledger, LedgerError, LedgerUnavailable, PostgresLedger, UnknownOperation
+from ledger.cascade import LineageRow
+from ops.commands.db import resolve_database_url
+from ops.settings import ENV_DATABASE_URL
+
+__all__ = ["lineage_report", "register", "render_text", "run_lineage"]
+
+_OUTCOME_BUCKET = {"applied": "confirmed", "not_applied": "not_applied", "unknown": "unknown"}
+_COMPENSATED = "COMPENSATION_SUCCEEDED"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `lineage` subcommand."""
+    parser = subparsers.add_parser(
+        "lineage",
+        help="show an operation's delegation tree: states, effects, commands",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("operation_id", metavar="OPERATION_ID")
+    parser.add_argument("--database-url", metavar="URL", help="ledger database URL")
+    parser.add_argument("--json", action="store_true", help="print the tree as JSON")
+    parser.set_defaults(handler=run_lineage)
+
+
+def lineage_report(ledger: Ledger, operation_id: str) -> dict[str, Any]:
+    """The tree containing `operation_id` as JSON-ready data: `root` (its topmost known
+    ancestor), `operation_id`, and `operations` shallowest first, each with its lineage
+    row, `depth` below the root, `effects` and `commands`. Raises `UnknownOperation`."""
+    own = ledger.lineage(operation_id)
+    root = own.ancestors[-1] if own.ancestors else operation_id
+    tree = ledger.lineage_tree(root)
+    operations = []
+    for row in tree:
+        decisions = ledger.decisions(row.operation_id)
+        operations.append(
+            {
+                **row.to_dict(),
+                "depth": _depth(row, root),
+                "effects": _effects(decisions),
+                "commands": _commands(decisions),
+            }
+        )
+    return {"root": root, "operation_id": operation_id, "operations": operations}
+
+
+def _depth(row: LineageRow, root: str) -> int:
+    return row.ancestors.index(root) + 1 if root in row.ancestors else 0
+
+
+def _effects(decisions: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Evidence references per effect status: trusted verification outcomes (the
+    latest one is the operation's current status) and successful compensations."""
+    effects: dict[str, list[str]] = {
+        "confirmed": [],
+        "not_applied": [],
+        "unknown": [],
+        "compensated": [],
+    }
+    for decision in decisions:
+        verification = decision.get("evidence", {}).get("verification")
+        if verification is not None:
+            bucket = _OUTCOME_BUCKET[str(verification["outcome"])]
+            effects[bucket].append(str(verification["reference"]))
+        event = decision["event"]
+        if event["type"] == _COMPENSATED and decision["outcome"] == "transitioned":
+            effects["compensated"].append(str(event["evidence_ref"]))
+    return effects
+
+
+def _commands(decisions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every command issued, with the type and id of the event that answered it."""
+    answers = {
+        d["event"]["causation"]: d["event"] for d in decisions if d["event"].get("causation")
+    }
+    commands = []
+    for decision in decisions:
+        for invocation in decision["invocations"]:
+            answer = answers.get(invocation["command_id"])
+            commands.append(
+                {
+                    "command_id": invocation["command_id"],
+                    "capability": invocation["capability"],
+                    "kind": invocation["kind"],
+                    "params": invocation["params"],
+                    "sequence": decision["sequence"],
+                    "caused_by_event": decision["event"]["id"],
+                    "caused_by_type": decision["event"]["type"],
+                    "answered_by": None
+                    if answer is None
+                    else {"event_id": answer["id"], "type": answer["type"]},
+                }
+            )
+    return commands
+
+
+def render_text(report: Mapping[str, Any]) -> str:
+    """The report as an indented tree for people."""
+    lines = [f"lineage of {report['operation_id']} (root {report['root']})"]
+    for op in report["operations"]:
+        pad = "  " * op["depth"]
+        mark = " *" if op["operation_id"] == report["operation_id"] else ""
+        status = []
+        if op["containing"]:
+            status.append(f"CONTAINING since {op['containment_cause']}")
+        if op["contained_ancestors"]:
+            status.append("held by contained " + ", ".join(op["contained_ancestors"]))
+        lines.append(
+            f"{pad}{op['operation_id']}{mark}  [{op['state']}]  agent {op['agent']}  "
+            f"task {op['task']}" + (f"  ({'; '.join(status)})" if status else "")
+        )
+        if op["delegated_credentials"]:
+            lines.append(f"{pad}  credentials: {', '.join(op['delegated_credentials'])}")
+        effects = op["effects"]
+        lines.append(
+            f"{pad}  effects: "
+            + ", ".join(f"{name} {len(refs)}" + _refs(refs) for name, refs in effects.items())
+        )
+        for command in op["commands"]:
+            answer = command["answered_by"]
+            lines.append(
+                f"{pad}  command {command['command_id']} {command['capability']} "
+                f"({command['kind']}) for {command['caused_by_type']}: "
+                + ("open" if answer is None else f"answered by {answer['type']}")
+            )
+    return "\n".join(lines)
+
+
+def _refs(refs: Sequence[str]) -> str:
+    return f" ({', '.join(refs)})" if refs else ""
+
+
+def run_lineage(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Print the lineage report; return 0 shown, 2 unusable database or unknown id."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    url = resolve_database_url(args.database_url)
+    if url is None:
+        print(
+            f"recoveryctl lineage: no database: pass --database-url, set {ENV_DATABASE_URL}, "
+            "or run `recoveryctl stack up`",
+            file=err,
+        )
+        return 2
+    try:
+        ledger = PostgresLedger(url, max_size=1, retries=1)
+    except LedgerUnavailable as exc:
+        print(f"recoveryctl lineage: {exc}", file=err)
+        return 2
+    try:
+        report = lineage_report(ledger, args.operation_id)
+    except UnknownOperation as exc:
+        print(f"recoveryctl lineage: {exc}; check the operation id", file=err)
+        return 2
+    except LedgerError as exc:
+        print(f"recoveryctl lineage: {exc}", file=err)
+        return 2
+    finally:
+        ledger.close()
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True), file=out)
+    else:
+        print(render_text(report), file=out)
+    return 0
