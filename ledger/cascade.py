@@ -48,6 +48,7 @@ __all__ = [
     "LineagePlan",
     "LineageRow",
     "containment_of",
+    "lineage_message",
     "plan_lineage",
     "with_lineage",
 ]
@@ -407,4 +408,13 @@ def with_lineage(
         lineage=LineageStatus(
             agent=status.agent, lineage_agents=agents, contained_ancestors=contained
         ),
+    )
+
+
+def lineage_message(operation_id: str) -> str:
+    """The `VersionConflict` message when an operation's lineage moved under a batch."""
+    return (
+        f"operation {operation_id}: its lineage changed after the batch was decided (an "
+        "ancestor was contained or linked); reload the view and decide again from the "
+        "stored offsets"
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_head
-from ledger.cascade import LineageRow, plan_lineage, with_lineage
+from ledger.cascade import LineageRow, lineage_message, plan_lineage, with_lineage
 from ledger.deadletters import plan_dead_letters
 from ledger.errors import (
     EventIdReused,
@@ -45,6 +45,7 @@ from ledger.records import (
     batch_time,
     finish_outbox,
     lineage_inputs,
+    lineage_moved,
     opened_lineage,
     plan_batch,
     with_lineage_plan,
@@ -190,6 +191,11 @@ class MemoryLedger(Ledger):
                 raise VersionConflict(
                     version_message(row.operation_id, row.expected_version, version)
                 )
+            known = self._s.lineage.get(row.operation_id)
+            if known is not None and lineage_moved(
+                row, known.contained_ancestors, known.lineage_agents
+            ):
+                raise VersionConflict(lineage_message(row.operation_id))
 
     def _check_ids(self, plan: BatchPlan) -> None:
         for event in plan.events:

@@ -32,7 +32,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_hash, genesis_head
-from ledger.cascade import LineageRow, with_lineage
+from ledger.cascade import LineageRow, lineage_message, with_lineage
 from ledger.codec import facts_to_json, view_from_json, view_to_json
 from ledger.deadletters import write_dead_letters
 from ledger.errors import (
@@ -67,6 +67,7 @@ from ledger.records import (
     OutboxRow,
     audit_bodies,
     finish_outbox,
+    lineage_moved,
     plan_batch,
 )
 from machines.view import OperationView
@@ -312,9 +313,11 @@ class PostgresLedger(Ledger):
         (an exception rolls them back, so the rows are published again: at-least-once)."""
         try:
             with self._pool.connection() as conn, conn.transaction():
-                keys = [
-                    str(r[0]) for r in conn.execute(QUERIES["lease_outbox_heads"], {"limit": limit})
-                ]
+                # Never a server-side prepared statement: after five runs PostgreSQL may
+                # keep a generic plan made while the outbox was empty, which turns
+                # quadratic as the backlog grows (minutes per lease at 90,000 rows).
+                heads = conn.execute(QUERIES["lease_outbox_heads"], {"limit": limit}, prepare=False)
+                keys = [str(r[0]) for r in heads]
                 rows = (
                     conn.execute(QUERIES["lease_outbox_rows"], {"keys": keys}).fetchall()
                     if keys
@@ -446,14 +449,17 @@ def _lock_operations(cur: psycopg.Cursor[TupleRow], plan: BatchPlan) -> dict[str
     if not continued:
         return heads
     rows = cur.execute(QUERIES["lock_operations"], {"ids": continued}).fetchall()
-    stored = {str(op): (int(v), ChainHead(int(s), str(h))) for op, v, s, h in rows}
+    stored = {str(op): (int(v), ChainHead(int(s), str(h)), c, a) for op, v, s, h, c, a in rows}
     for row in plan.operations:
         if row.opens:
             continue
         version = stored[row.operation_id][0] if row.operation_id in stored else 0
         if version != row.expected_version:
             raise VersionConflict(version_message(row.operation_id, row.expected_version, version))
-        heads[row.operation_id] = stored[row.operation_id][1]
+        _, head, contained, agents = stored[row.operation_id]
+        if lineage_moved(row, contained, agents):
+            raise VersionConflict(lineage_message(row.operation_id))
+        heads[row.operation_id] = head
     return heads
 
 

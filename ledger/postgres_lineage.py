@@ -11,6 +11,7 @@ it entirely, so the hot path stays one query on the batch's own operations.
 
 from __future__ import annotations
 
+import logging
 from typing import Final
 
 import psycopg
@@ -29,6 +30,8 @@ from ledger.records import (
 )
 
 __all__ = ["lineage_row", "lineage_step", "write_lineage"]
+
+log = logging.getLogger("ledger")
 
 
 def lineage_row(row: TupleRow) -> LineageRow:
@@ -73,13 +76,23 @@ def lineage_step(
     keys = sorted({*roots, *(r.parent_operation for r in opened if r.parent_operation)})
     cur.execute(QUERIES["lineage_lock_keys"], {"keys": keys})
     stored: dict[str, LineageRow] = {}
-    for _ in range(_WALK_ROUNDS):
+    # Linking alone is serialised by the advisory locks (a parent and a child both lock
+    # the parent's key), so one walk suffices; a containment walk repeats until stable.
+    for _ in range(_WALK_ROUNDS if plan.containments else 1):
         params = {"ids": sorted(ids), "roots": sorted(roots)}
         rows = cur.execute(QUERIES["lineage_rows"], params).fetchall()
         found = {str(r[0]): lineage_row(r) for r in rows}
         if found.keys() == stored.keys():
             break
         stored = found
+    else:
+        if plan.containments:
+            log.warning(
+                "lineage walk below %s still growing after %d rounds; the rest is "
+                "contained on arrival",
+                sorted(c.operation_id for c in plan.containments),
+                _WALK_ROUNDS,
+            )
     lineage = plan_lineage(stored, opened, plan.containments, batch_time(plan))
     return with_lineage_plan(plan, lineage, batch.topics), lineage
 

@@ -11,7 +11,7 @@ in-memory fake cannot write anything the real ledger would not.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -43,6 +43,7 @@ __all__ = [
     "batch_time",
     "finish_outbox",
     "lineage_inputs",
+    "lineage_moved",
     "opened_lineage",
     "plan_batch",
     "with_lineage_plan",
@@ -126,6 +127,10 @@ class OperationRow:
     origin_operation: str | None
     parent_operation: str | None
     delegated_credentials: tuple[str, ...] = ()
+    # The lineage status the batch was decided with (from the base view), which the
+    # commit compares with the stored one under the operation's lock.
+    decided_contained: tuple[str, ...] = ()
+    decided_agents: frozenset[str] = frozenset()
 
     @property
     def opens(self) -> bool:
@@ -330,6 +335,18 @@ def _operation_row(
         origin_operation=lineage.origin_operation,
         parent_operation=lineage.parent_operation,
         delegated_credentials=tuple(lineage.delegated_credentials),
+        decided_contained=base.lineage.contained_ancestors,
+        decided_agents=base.lineage.lineage_agents,
+    )
+
+
+def lineage_moved(row: OperationRow, contained: Sequence[str], agents: Sequence[str]) -> bool:
+    """Whether the stored lineage of `row`'s operation gained a contained ancestor or an
+    ancestor's agent after the batch was decided: a containment cascade or a link
+    committed in between. The batch must then be decided again (`VersionConflict`), or
+    a descendant could resume, or an ancestor's agent approve, on a stale lineage."""
+    return not set(contained) <= set(row.decided_contained) or not set(agents) <= set(
+        row.decided_agents
     )
 
 

@@ -83,8 +83,9 @@ ON CONFLICT (operation_id) DO NOTHING
 RETURNING operation_id;
 
 -- name: lock_operations
--- Lock the operations the batch continues, in id order, so two writers never deadlock.
-SELECT operation_id, version, audit_sequence, audit_head
+-- Lock the operations the batch continues, in id order, so two writers never deadlock;
+-- their lineage columns tell whether a cascade or a link moved on since the batch loaded.
+SELECT operation_id, version, audit_sequence, audit_head, contained_ancestors, lineage_agents
 FROM operations
 WHERE operation_id = ANY(%(ids)s)
 ORDER BY operation_id
@@ -247,9 +248,14 @@ SELECT decision FROM decisions WHERE operation_id = %(id)s ORDER BY sequence;
 -- The oldest unpublished row of up to %(limit)s keys, locked; rows already leased by
 -- another relay are skipped. Holding a key's oldest row blocks every other relay from
 -- that key (see lease_outbox_rows), so a key is never published out of order.
+-- The scan starts at the oldest unpublished id: without that bound it walks every
+-- published row before it, and the outbox keeps them all (100 ms a pass at 120,000).
+-- `u.id + 0` keeps the planner on the partial index of unpublished rows (it would
+-- otherwise turn min(id) into the same walk over the primary key).
 SELECT o.key
 FROM outbox AS o
 WHERE o.published_at IS NULL
+  AND o.id >= (SELECT min(u.id + 0) FROM outbox AS u WHERE u.published_at IS NULL)
   AND NOT EXISTS (
       SELECT 1 FROM outbox AS p
       WHERE p.key = o.key AND p.published_at IS NULL AND p.id < o.id

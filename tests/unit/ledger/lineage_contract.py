@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from ledger import Ledger
+import pytest
+
+from ledger import Ledger, VersionConflict
 from ledger.cascade import CONTROLLER_PRODUCER
 from machines.event import Event, Lineage, parse_event
-from tests.unit.ledger.ledger_support import GROUP, T0, TOPIC, core, feed
+from tests.unit.ledger.ledger_support import GROUP, T0, TOPIC, core, decide_batch, feed
 
 _AGENTS = {"root": "research-orchestrator"}
 
@@ -186,3 +188,29 @@ class LineageContract:
         assert sorted(e.operation_id for e in _cascade_events(ledger)) == ["leaf", "mid"]
         assert ledger.lineage("leaf").ancestors == ("mid", "root")
         assert ledger.lineage("leaf").contained_ancestors == ("root",)
+
+    def test_a_batch_decided_before_an_ancestor_was_contained_is_decided_again(
+        self, ledger: Ledger
+    ) -> None:
+        claims = ledger.claim(GROUP, TOPIC, [0, 1], "controller-a")
+        epoch = claims[0].epoch
+        feed(
+            ledger,
+            [
+                tree_event("root", 0, "STEP_FAILED"),
+                tree_event("child", 0, "STEP_FAILED", parent="root"),
+            ],
+            epoch=epoch,
+        )
+        stale = decide_batch(
+            ledger, [tree_event("child", 1, "STEP_FAILED")], epoch=epoch, first_offset=2
+        )
+        feed(ledger, [tree_event("root", 1, "ANCESTOR_CONTAINED")], epoch=epoch, partition=1)
+        assert ledger.lineage("root").containing
+        with pytest.raises(VersionConflict, match="child: its lineage changed"):
+            ledger.commit(stale)
+        fresh = decide_batch(
+            ledger, [tree_event("child", 1, "STEP_FAILED")], epoch=epoch, first_offset=2
+        )
+        ledger.commit(fresh)
+        assert ledger.load_views(["child"])["child"].lineage.contained_ancestors == ("root",)
