@@ -115,7 +115,8 @@ class LineageRow:
     """The identity and lineage columns of one operation row (migration 0005).
     `ancestors` is the known chain, parent first; `lineage_agents` their agents;
     `contained_ancestors` those of them that are containing; `containment_cause` the
-    chain of the decision that made this operation containing."""
+    chain of the decision that made this operation containing; `descendant_agents` the
+    agents of every known operation below it."""
 
     operation_id: str
     correlation_id: str
@@ -133,6 +134,7 @@ class LineageRow:
     contained_ancestors: tuple[str, ...] = ()
     containing: bool = False
     containment_cause: str | None = None
+    descendant_agents: tuple[str, ...] = ()
 
     def lineage(self) -> Lineage:
         """The envelope lineage of events about this operation."""
@@ -163,6 +165,7 @@ class LineageRow:
             "contained_ancestors": list(self.contained_ancestors),
             "containing": self.containing,
             "containment_cause": self.containment_cause,
+            "descendant_agents": list(self.descendant_agents),
         }
 
 
@@ -200,19 +203,22 @@ def plan_lineage(
 ) -> LineagePlan:
     """Link the operations a batch opens and apply its containment changes.
 
-    `stored` must hold, as stored before the batch: the parents of `opened`, every
-    existing operation below an opened one (children reported first), every descendant
-    of an operation in `changes`, and the operations in `changes` themselves. `opened`
-    are the rows the batch inserts (their lineage columns empty); `now` is the time of
-    the batch's decisions, which an arrival event carries. Returns every row
-    whose lineage columns change (opened ones always) and the events to emit."""
+    `stored` must hold, as stored before the batch: the parents of `opened` and their
+    known ancestors, every existing operation below an opened one (children reported
+    first), every descendant of an operation in `changes`, and the operations in
+    `changes` themselves. `opened` are the rows the batch inserts (their lineage columns
+    empty); `now` is the time of the batch's decisions, which an arrival event carries.
+    Returns every row whose lineage columns change (opened ones always), the events to
+    emit and the audit bodies."""
     rows: dict[str, LineageRow] = dict(stored)
     for row in opened:
         rows[row.operation_id] = row
-    before = {op: r.contained_ancestors for op, r in stored.items()}
     relink = _subtrees(rows, {r.operation_id for r in opened})
-    for op in _top_down(rows, relink):
+    order = _top_down(rows, relink)
+    for op in order:
         rows[op] = _linked(rows, rows[op])
+    for op in order:
+        rows = _tell_ancestors(rows, rows[op])
     audit: dict[str, list[Mapping[str, Any]]] = {}
     causes: dict[str, Containment] = {}
     for change in changes:
@@ -220,25 +226,53 @@ def plan_lineage(
         if change.change is Change.CONTAIN:
             for op in signalled:
                 causes.setdefault(op, change)
-        descendants = sorted(_descendants_of(rows, change.operation_id))
-        if descendants:
-            # Only a change that reaches other operations is a lineage fact; the
-            # decision record already shows the operation's own transition.
-            audit.setdefault(change.operation_id, []).append(
-                {
-                    "kind": "containment",
-                    "change": str(change.change),
-                    "operation_id": change.operation_id,
-                    "cause": _cause_json(change),
-                    "descendants": descendants,
-                    "signalled": sorted(signalled),
-                }
-            )
-    events: list[CascadeEvent] = []
+        body = _change_audit(rows, change, signalled)
+        if body is not None:
+            audit.setdefault(change.operation_id, []).append(body)
     opened_ids = {r.operation_id for r in opened}
+    events = _owed_events(rows, stored, causes, opened_ids, audit, now)
+    changed = {op: r for op, r in rows.items() if op in opened_ids or stored.get(op) != r}
+    return LineagePlan(
+        rows=changed,
+        events=tuple(events),
+        audit={op: tuple(items) for op, items in audit.items()},
+    )
+
+
+def _change_audit(
+    rows: Mapping[str, LineageRow], change: Containment, signalled: Sequence[str]
+) -> Mapping[str, Any] | None:
+    """The audit body of a containment change that reaches other operations; None for
+    one that does not (the decision record already shows the operation's own move)."""
+    descendants = sorted(_descendants_of(rows, change.operation_id))
+    if not descendants:
+        return None
+    return {
+        "kind": "containment",
+        "change": str(change.change),
+        "operation_id": change.operation_id,
+        "cause": _cause_json(change),
+        "descendants": descendants,
+        "signalled": sorted(signalled),
+    }
+
+
+def _owed_events(
+    rows: Mapping[str, LineageRow],
+    stored: Mapping[str, LineageRow],
+    causes: Mapping[str, Containment],
+    opened_ids: set[str],
+    audit: dict[str, list[Mapping[str, Any]]],
+    now: datetime,
+) -> list[CascadeEvent]:
+    """One event per operation contained at the end of the batch that was not before
+    it: signalled by a containment of this batch, or contained on arrival (linked below
+    a containing ancestor), which is also audited on an opened operation's chain."""
+    events: list[CascadeEvent] = []
     for op in sorted(rows, key=lambda o: (len(rows[o].ancestors), o)):
         row = rows[op]
-        if not row.contained_ancestors or before.get(op):
+        earlier = stored.get(op)
+        if not row.contained_ancestors or (earlier is not None and earlier.contained_ancestors):
             continue  # not contained, or already contained before this batch
         trigger = causes.get(op)
         ancestor = trigger.operation_id if trigger else _nearest(row)
@@ -253,12 +287,7 @@ def plan_lineage(
                     "cause": chain,
                 }
             )
-    changed = {op: r for op, r in rows.items() if op in opened_ids or stored.get(op) != r}
-    return LineagePlan(
-        rows=changed,
-        events=tuple(events),
-        audit={op: tuple(items) for op, items in audit.items()},
-    )
+    return events
 
 
 def _subtrees(rows: Mapping[str, LineageRow], roots: set[str]) -> set[str]:
@@ -305,6 +334,15 @@ def _linked(rows: Mapping[str, LineageRow], row: LineageRow) -> LineageRow:
         else parent.contained_ancestors
     )
     return replace(row, ancestors=ancestors, lineage_agents=agents, contained_ancestors=contained)
+
+
+def _tell_ancestors(rows: dict[str, LineageRow], row: LineageRow) -> dict[str, LineageRow]:
+    """Record `row`'s agent as a descendant agent of each of its known ancestors."""
+    for ancestor in row.ancestors:
+        found = rows.get(ancestor)
+        if found is not None and row.agent not in found.descendant_agents:
+            rows[ancestor] = replace(found, descendant_agents=(*found.descendant_agents, row.agent))
+    return rows
 
 
 def _descendants_of(rows: Mapping[str, LineageRow], op: str) -> list[str]:
@@ -389,18 +427,20 @@ def with_lineage(
     ancestors: Sequence[str],
     lineage_agents: Sequence[str],
     contained_ancestors: Sequence[str],
+    descendant_agents: Sequence[str] = (),
 ) -> OperationView:
     """`view` with its lineage status as the ledger knows it now: the agents of every
-    known ancestor (no approval from them counts, SPEC §7.7) and the ancestors containing
-    it. The ledger is authoritative for ancestors it knows; an ancestor the view recorded
-    from an `ANCESTOR_CONTAINED` event that the ledger does not know (another deployment's
-    operation) stays contained, as nothing here can tell it was released."""
+    known ancestor and descendant (no approval from them counts, SPEC §7.7, CONFORMANCE
+    L5.5) and the ancestors containing it. The ledger is authoritative for ancestors it
+    knows; an ancestor the view recorded from an `ANCESTOR_CONTAINED` event that the
+    ledger does not know (another deployment's operation) stays contained, as nothing
+    here can tell it was released."""
     status = view.lineage
     known = set(ancestors)
     contained = tuple(contained_ancestors) + tuple(
         a for a in status.contained_ancestors if a not in known and a not in contained_ancestors
     )
-    agents = status.lineage_agents | frozenset(lineage_agents)
+    agents = status.lineage_agents | frozenset(lineage_agents) | frozenset(descendant_agents)
     if agents == status.lineage_agents and contained == status.contained_ancestors:
         return view
     return replace(

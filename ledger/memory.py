@@ -123,7 +123,11 @@ class MemoryLedger(Ledger):
                 if op in ops:
                     row = lineage[op]
                     out[op] = with_lineage(
-                        ops[op].view, row.ancestors, row.lineage_agents, row.contained_ancestors
+                        ops[op].view,
+                        row.ancestors,
+                        row.lineage_agents,
+                        row.contained_ancestors,
+                        row.descendant_agents,
                     )
             return out
 
@@ -149,6 +153,8 @@ class MemoryLedger(Ledger):
         ids, roots = lineage_inputs(plan)
         known = self._s.lineage
         stored = {op: known[op] for op in ids if op in known}
+        for op in list(stored):  # and their ancestors, as the PostgreSQL walk reads them
+            stored.update({a: known[a] for a in stored[op].ancestors if a in known})
         for op in self._below(roots):
             stored[op] = known[op]
         lineage = plan_lineage(stored, opened_lineage(plan), plan.containments, batch_time(plan))
@@ -193,7 +199,7 @@ class MemoryLedger(Ledger):
                 )
             known = self._s.lineage.get(row.operation_id)
             if known is not None and lineage_moved(
-                row, known.contained_ancestors, known.lineage_agents
+                row, known.contained_ancestors, known.lineage_agents + known.descendant_agents
             ):
                 raise VersionConflict(lineage_message(row.operation_id))
 

@@ -196,8 +196,8 @@ class PostgresLedger(Ledger):
         def work(conn: Conn) -> dict[str, OperationView]:
             rows = conn.execute(QUERIES["load_views"], {"ids": list(operation_ids)}).fetchall()
             return {
-                op: with_lineage(view_from_json(view), ancestors, agents, contained)
-                for op, view, ancestors, agents, contained in rows
+                op: with_lineage(view_from_json(view), ancestors, agents, contained, below)
+                for op, view, ancestors, agents, contained, below in rows
             }
 
         return self._run("load views", work)

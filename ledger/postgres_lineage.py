@@ -37,7 +37,7 @@ log = logging.getLogger("ledger")
 def lineage_row(row: TupleRow) -> LineageRow:
     """A `LineageRow` from the columns of the `lineage_*` queries, in their order."""
     (op, correlation, machine, version, state, agent, task, principal, origin, parent) = row[:10]
-    credentials, ancestors, agents, contained, containing, cause = row[10:16]
+    credentials, ancestors, agents, contained, containing, cause, below = row[10:17]
     return LineageRow(
         operation_id=op,
         correlation_id=correlation,
@@ -55,6 +55,7 @@ def lineage_row(row: TupleRow) -> LineageRow:
         contained_ancestors=tuple(contained),
         containing=bool(containing),
         containment_cause=cause,
+        descendant_agents=tuple(below),
     )
 
 
@@ -112,6 +113,7 @@ def write_lineage(
             "contained_ancestors": list(r.contained_ancestors),
             "containing": r.containing,
             "containment_cause": r.containment_cause,
+            "descendant_agents": list(r.descendant_agents),
         }
         for op, r in sorted(lineage.rows.items())
     ]

@@ -48,7 +48,7 @@ FOR SHARE OF o;
 
 -- name: load_views
 -- The views with the lineage columns `ledger.cascade.with_lineage` lays over them.
-SELECT operation_id, view, ancestors, lineage_agents, contained_ancestors
+SELECT operation_id, view, ancestors, lineage_agents, contained_ancestors, descendant_agents
 FROM operations WHERE operation_id = ANY(%(ids)s);
 
 -- name: insert_operations
@@ -85,7 +85,8 @@ RETURNING operation_id;
 -- name: lock_operations
 -- Lock the operations the batch continues, in id order, so two writers never deadlock;
 -- their lineage columns tell whether a cascade or a link moved on since the batch loaded.
-SELECT operation_id, version, audit_sequence, audit_head, contained_ancestors, lineage_agents
+SELECT operation_id, version, audit_sequence, audit_head, contained_ancestors,
+       lineage_agents || descendant_agents
 FROM operations
 WHERE operation_id = ANY(%(ids)s)
 ORDER BY operation_id
@@ -175,9 +176,14 @@ WITH RECURSIVE tree (operation_id, level) AS (
 )
 SELECT operation_id, correlation_id, machine_name, machine_version, state, agent, task,
        initiating_principal, origin_operation, parent_operation, delegated_credentials,
-       ancestors, lineage_agents, contained_ancestors, containing, containment_cause
+       ancestors, lineage_agents, contained_ancestors, containing, containment_cause,
+       descendant_agents
 FROM operations
-WHERE operation_id = ANY(%(ids)s) OR operation_id IN (SELECT operation_id FROM tree)
+WHERE operation_id = ANY(%(ids)s)
+   OR operation_id IN (SELECT operation_id FROM tree)
+   OR operation_id IN (
+       SELECT unnest(ancestors) FROM operations WHERE operation_id = ANY(%(ids)s)
+   )
 ORDER BY operation_id
 FOR UPDATE;
 
@@ -188,10 +194,11 @@ UPDATE operations AS o SET
     lineage_agents = ARRAY(SELECT jsonb_array_elements_text(u.lineage_agents)),
     contained_ancestors = ARRAY(SELECT jsonb_array_elements_text(u.contained_ancestors)),
     containing = u.containing,
-    containment_cause = u.containment_cause
+    containment_cause = u.containment_cause,
+    descendant_agents = ARRAY(SELECT jsonb_array_elements_text(u.descendant_agents))
 FROM jsonb_to_recordset(%(rows)s::jsonb) AS u (
     operation_id text, ancestors jsonb, lineage_agents jsonb, contained_ancestors jsonb,
-    containing boolean, containment_cause text
+    containing boolean, containment_cause text, descendant_agents jsonb
 )
 WHERE o.operation_id = u.operation_id;
 
@@ -208,7 +215,8 @@ ON CONFLICT (record_id) DO NOTHING;
 -- name: lineage_of
 SELECT operation_id, correlation_id, machine_name, machine_version, state, agent, task,
        initiating_principal, origin_operation, parent_operation, delegated_credentials,
-       ancestors, lineage_agents, contained_ancestors, containing, containment_cause
+       ancestors, lineage_agents, contained_ancestors, containing, containment_cause,
+       descendant_agents
 FROM operations WHERE operation_id = %(id)s;
 
 -- name: lineage_subtree
@@ -223,7 +231,7 @@ WITH RECURSIVE tree (operation_id, level) AS (
 SELECT o.operation_id, o.correlation_id, o.machine_name, o.machine_version, o.state,
        o.agent, o.task, o.initiating_principal, o.origin_operation, o.parent_operation,
        o.delegated_credentials, o.ancestors, o.lineage_agents, o.contained_ancestors,
-       o.containing, o.containment_cause
+       o.containing, o.containment_cause, o.descendant_agents
 FROM operations AS o JOIN (
     SELECT operation_id, min(level) AS level FROM tree GROUP BY operation_id
 ) AS t ON t.operation_id = o.operation_id

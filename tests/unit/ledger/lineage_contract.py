@@ -62,6 +62,7 @@ class LineageContract:
         feed(ledger, [tree_event("root", 0, "STEP_FAILED")], epoch=epoch, first_offset=1)
         child = ledger.lineage("child")
         assert (child.ancestors, child.lineage_agents) == (("root",), ("research-orchestrator",))
+        assert ledger.lineage("root").descendant_agents == ("agent-child",)
         assert child.delegated_credentials == ("cred-child",)
         view = ledger.load_views(["child"])["child"]
         assert view.lineage.includes("research-orchestrator")
@@ -83,6 +84,10 @@ class LineageContract:
         assert leaf.lineage_agents == ("agent-mid", "research-orchestrator")
         tree = ledger.lineage_tree("root")
         assert [r.operation_id for r in tree] == ["root", "mid", "leaf"]
+        # Children and grandchildren are in the root's lineage too: none may approve it.
+        assert tree[0].descendant_agents == ("agent-mid", "agent-leaf")
+        root = ledger.load_views(["root"])["root"]
+        assert root.lineage.includes("agent-leaf")
         assert ledger.operation("leaf").delegated_credentials == ("cred-leaf",)
 
     def test_containing_the_root_signals_every_known_descendant_once(self, ledger: Ledger) -> None:
