@@ -218,10 +218,15 @@ class Controller:
     def _step(self, consumer: Consumer) -> None:
         if self._pending and time.monotonic() >= self._pending_at:
             self._claim_pending(consumer)
-        messages = consumer.consume(
-            num_messages=self.settings.batch_max_records,
-            timeout=self.settings.batch_max_wait_ms / 1000,
-        )
+        # Wait for the first record only, then take what has already arrived: one
+        # `consume(batch_max_records, wait)` holds every record until the batch is full
+        # or the wait is over, which at a few hundred events per second is the whole
+        # wait (200 ms) on every event. Under load the prefetched queue fills the batch.
+        messages = consumer.consume(num_messages=1, timeout=self.settings.batch_max_wait_ms / 1000)
+        if messages and self.settings.batch_max_records > 1:
+            messages.extend(
+                consumer.consume(num_messages=self.settings.batch_max_records - 1, timeout=0)
+            )
         records = self._records(messages)
         if records:
             self._process(consumer, records)
@@ -377,6 +382,10 @@ class Controller:
             self._pending.update(tps)
             return
         consumer.incremental_assign([KafkaPartition(t, p, o) for (t, p), o in offsets.items()])
+        # A partition this member was fenced on was paused (`_fenced`); librdkafka keeps
+        # that pause across unassign and assign, so without this a partition given back
+        # to a former zombie would never be fetched again.
+        consumer.resume(partitions)
 
     def _claim(self, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
         """Claim `tps` in the ledger; returns the offset to start each one from."""

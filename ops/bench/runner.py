@@ -65,7 +65,7 @@ class BenchConfig:
     log_dir: Path = Path(tempfile.gettempdir()) / "recovery-bench"
     interleave: int = 64
     keep_on_failure: bool = False
-    settle_seconds: float = 5.0
+    settle_seconds: float = 30.0
 
 
 @dataclass
@@ -309,9 +309,9 @@ def _wait_done(
     run: _Run, tail: TopicTail, label: str, expected: dict[str, str], started: float
 ) -> float:
     """Wait until the ledger's stored offsets account for every produced record and
-    every expected command is readable. A command that never comes (its outbox row held
-    back by an unpublishable one) ends the wait once the offsets are complete and the
-    outbox backlog has not moved for `settle_seconds`; it is then reported missing.
+    every expected command is readable. A command that never comes ends the wait once
+    the offsets are complete and the outbox is empty, or its backlog (rows held back by
+    an unpublishable one) has not moved for `settle_seconds`; it is reported missing.
     Returns when the offsets got there (`time.time()`)."""
     ledger = PostgresLedger(run.url, max_size=1)
     watch = OutboxWatch(run.url)
@@ -333,8 +333,11 @@ def _wait_done(
                 f"{label}: {found:,}/{len(expected):,} commands readable, outbox backlog "
                 f"{backlog:,}, {time.time() - started:.1f}s"
             )
+            quiet = time.monotonic() - changed
             if offsets_done is not None and (
-                found >= len(expected) or time.monotonic() - changed > run.config.settle_seconds
+                found >= len(expected)
+                or (backlog == 0 and quiet > 1.0)
+                or quiet > run.config.settle_seconds
             ):
                 return offsets_done
             _check_alive(run)
