@@ -276,7 +276,9 @@ def _owed_events(
             continue  # not contained, or already contained before this batch
         trigger = causes.get(op)
         ancestor = trigger.operation_id if trigger else _nearest(row)
-        chain = trigger.chain if trigger else (rows[ancestor].containment_cause or ancestor)
+        held_by = rows.get(ancestor)
+        cause = held_by.containment_cause if held_by is not None else None
+        chain = trigger.chain if trigger else (cause or ancestor)
         events.append(_cascade_event(row, ancestor, chain, trigger, now))
         if trigger is None and op in opened_ids:
             audit.setdefault(op, []).append(

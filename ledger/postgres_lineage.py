@@ -77,15 +77,20 @@ def lineage_step(
     keys = sorted({*roots, *(r.parent_operation for r in opened if r.parent_operation)})
     cur.execute(QUERIES["lineage_lock_keys"], {"keys": keys})
     stored: dict[str, LineageRow] = {}
-    # Linking alone is serialised by the advisory locks (a parent and a child both lock
-    # the parent's key), so one walk suffices; a containment walk repeats until stable.
-    for _ in range(_WALK_ROUNDS if plan.containments else 1):
+    # A walk runs on the snapshot its statement started with, and row locks it waited
+    # for may have let a concurrent batch link or contain in between: walk again until
+    # nothing new appears below the roots (containment) and every ancestor of the rows
+    # read is among them (a parent linked meanwhile). Usually one walk, two at most.
+    for _ in range(_WALK_ROUNDS):
         params = {"ids": sorted(ids), "roots": sorted(roots)}
         rows = cur.execute(QUERIES["lineage_rows"], params).fetchall()
         found = {str(r[0]): lineage_row(r) for r in rows}
-        if found.keys() == stored.keys():
-            break
+        missing = {a for r in found.values() for a in r.ancestors} - found.keys()
+        grown = bool(plan.containments) and found.keys() != stored.keys()
         stored = found
+        if not missing and not grown:
+            break
+        ids |= missing
     else:
         if plan.containments:
             log.warning(
