@@ -143,9 +143,9 @@ def stack(
         audit=topic_factory(1),
         dlq=topic_factory(1),
     )
-    # The orchestrator's agent is a registered approver too: its approval must be
-    # refused for being inside the tree, not for being unknown.
-    keys = {LEAD: Ed25519PrivateKey.generate(), ORCHESTRATOR: Ed25519PrivateKey.generate()}
+    # The orchestrator's and the workers' agents are registered approvers too: their
+    # approvals must be refused for being inside the tree, not for being unknown.
+    keys = {name: Ed25519PrivateKey.generate() for name in (LEAD, ORCHESTRATOR, WORKER)}
     env = {
         "RECOVERY_KAFKA_BOOTSTRAP": kafka_bootstrap,
         "RECOVERY_DATABASE_URL": database_url,
@@ -369,6 +369,10 @@ def test_descendant_task_cancellation_cascades_through_a_killed_controller_and_n
         (resume,) = [g for g in gate["guards"] if g["guard"] == "resume.permitted"]
         assert resume["value"] is False
         assert "contained:root" in resume["evidence"]
+        # Nor can a worker of the tree approve the root's own resumption.
+        peer = _human(stack, WORKER, "root", "approved", "contained", "resume-pending")
+        assert peer["outcome"] == "refused"
+        assert stack.state("root") == "contained"
         # The root itself stays contained: nothing a descendant did released it.
         assert stack.ledger.lineage("root").containing
         assert stack.ledger.verify_audit() == ()
