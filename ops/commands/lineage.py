@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from ledger import Ledger, LedgerError, LedgerUnavailable, PostgresLedger, UnknownOperation
 from ledger.cascade import LineageRow
+from machines.invariants import ANSWERED_KINDS
 from ops.commands.db import resolve_database_url
 from ops.settings import ENV_DATABASE_URL
 
@@ -141,9 +142,17 @@ def render_text(report: Mapping[str, Any]) -> str:
             lines.append(
                 f"{pad}  command {command['command_id']} {command['capability']} "
                 f"({command['kind']}) for {command['caused_by_type']}: "
-                + ("open" if answer is None else f"answered by {answer['type']}")
+                + _status(command["kind"], answer)
             )
     return "\n".join(lines)
+
+
+def _status(kind: str, answer: Mapping[str, Any] | None) -> str:
+    if answer is not None:
+        return f"answered by {answer['type']}"
+    # Notifications and escalations report no result event (SPEC §6.4 answers only
+    # actions whose outcome the machine waits for).
+    return "open" if kind in ANSWERED_KINDS else "sent"
 
 
 def _refs(refs: Sequence[str]) -> str:

@@ -64,3 +64,6 @@ def test_the_text_form_marks_the_asked_operation_and_containment() -> None:
     assert "a *  [escalated]" in text
     assert "CONTAINING since root#1/root-e0" in text
     assert "held by contained root" in text
+    # A stop waits for its result; an escalation expects none.
+    assert "root:1:0 agent.stop-task (stop) for AUTHORIZATION_DENIED: open" in text
+    assert "root:1:2 human.escalate (escalate) for AUTHORIZATION_DENIED: sent" in text
