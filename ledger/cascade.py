@@ -17,9 +17,10 @@ Definitions (docs/lineage.md):
   to it, as two separate capabilities. A descendant already contained by a higher
   ancestor was signalled by that ancestor and is not signalled again.
 - **Linking**: an operation names its parent; whichever of the two reaches the ledger
-  first, the lineage columns (ancestors, their agents, contained ancestors) are filled
-  in as soon as both are known. An operation linked below a containing ancestor is
-  contained on arrival: it gets the same `ANCESTOR_CONTAINED` event.
+  first, the lineage columns (ancestors, their agents, contained ancestors, and the
+  ancestors' record of their descendants' agents) are filled in as soon as both are
+  known. An operation linked below a containing ancestor is contained on arrival: it
+  gets the same `ANCESTOR_CONTAINED` event.
 
 Everything here is pure: both ledgers fetch the rows, call `plan_lineage` inside their
 batch transaction, and write what it returns.
