@@ -224,6 +224,11 @@ def _human(stack: Stack, approver: str, op: str, verdict: str, state: str, trans
     return next(d for d in stack.decisions(op) if d["event"]["id"] == event.event_id)
 
 
+def _unpublished(ledger: Ledger) -> list[str]:
+    with ledger.lease_outbox(100_000) as lease:
+        return [r.record_id for r in lease.records]
+
+
 def test_descendant_task_cancellation_cascades_through_a_killed_controller_and_nobody_resumes(
     stack: Stack,
 ) -> None:
@@ -376,6 +381,8 @@ def test_descendant_task_cancellation_cascades_through_a_killed_controller_and_n
         # The root itself stays contained: nothing a descendant did released it.
         assert stack.ledger.lineage("root").containing
         assert stack.ledger.verify_audit() == ()
+        # The relay published everything: cascade events, commands, lineage audit records.
+        wait_until(lambda: not _unpublished(stack.ledger), 60, "the outbox to drain")
         assert controller.alive()
     finally:
         stop_worker.set()
