@@ -94,7 +94,7 @@ class RecordingProducer:
             assert offset is not None
             self.landed.append(Landed(record, partition, offset))
 
-        headers = [
+        headers: list[tuple[str, str | bytes | None]] = [
             (CONTENT_TYPE, record.content_type.encode()),
             (HEADER_RECORD_ID, f"fault:{uuid.uuid4().hex}".encode()),
         ]

@@ -75,8 +75,8 @@ def test_sigkilled_controller_and_relay_lose_and_repeat_nothing(
         produced = feeder.join(120)
         _say(f"{produced:,} records produced; draining")
         drain(run, produced, list(roles.values()), 150, _say)
-        for role in roles.values():
-            role.terminate()
+        for process in roles.values():
+            process.terminate()
     finally:
         run.close()
     _say(f"kills: {kills['controller']} controller, {kills['relay']} relay; verifying")

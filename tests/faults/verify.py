@@ -118,9 +118,17 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Consum
                 assert offset is not None
                 if offset >= highs[p]:
                     continue
+                headers = message.headers() or []
+                pairs = headers.items() if isinstance(headers, dict) else headers
                 out[p].append(
                     Consumed(
-                        p, offset, message.key(), message.value(), tuple(message.headers() or ())
+                        p,
+                        offset,
+                        message.key(),
+                        message.value(),
+                        tuple(
+                            (k, v if isinstance(v, bytes | None) else v.encode()) for k, v in pairs
+                        ),
                     )
                 )
                 if offset == highs[p] - 1:
@@ -187,7 +195,7 @@ def activity(database_url: str) -> str:
             # A relay's lease is what stalls: show the plan the server picks right now.
             heads = QUERIES["lease_outbox_heads"].replace("%(limit)s", "200")
             lines += ["plan of lease_outbox_heads now:"]
-            lines += [str(r[0]) for r in conn.execute("EXPLAIN " + heads)]  # type: ignore[arg-type]
+            lines += [str(r[0]) for r in conn.execute("EXPLAIN " + heads)]
     return "\n".join(lines)
 
 
@@ -356,7 +364,8 @@ class OutputReport:
 
     rows: Mapping[str, int]  # outbox rows per stream
     records: Mapping[str, int]  # records on each stream's topic
-    duplicates: int  # records published more than once (same id, same bytes)
+    duplicates: int  # records published more than once (same id)
+    restamped: int  # of those, audit copies differing only in the relay's publish time
 
 
 def outputs_complete(bootstrap: str, database_url: str, topics: TopicNames) -> OutputReport:
@@ -380,18 +389,47 @@ def outputs_complete(bootstrap: str, database_url: str, topics: TopicNames) -> O
             problems.append(f"outbox row {rid} names topic {topic}, not one of this run's")
     counts: dict[str, int] = {}
     duplicates = 0
+    restamped = [0]
     for topic, stream in streams.items():
         records = read_topic(bootstrap, topic)
         counts[stream] = len(records)
-        duplicates += _check_topic(topic, stream, records, expected[topic], problems)
+        duplicates += _check_topic(topic, stream, records, expected[topic], problems, restamped)
     if problems:
         raise FaultError("the output topics do not match the outbox:\n" + "\n".join(problems))
     rows_by_stream = Counter(streams[t] for _, t, _ in rows if t in streams)
-    return OutputReport(dict(rows_by_stream), counts, duplicates)
+    return OutputReport(dict(rows_by_stream), counts, duplicates, restamped[0])
+
+
+# An audit record whose body has no time of its own (operation-opened, dead-letter) is
+# published with the relay's publish time as its OCSF time (producers/encoding.py says
+# so in `unmapped.recovery.time_source`): a republished copy differs in those two fields
+# only. The issue asks for "duplicates only with the same deterministic id", which holds;
+# byte-identical copies would need a stored time (reported to the relay's owner).
+_PUBLISH_TIME_FIELDS: Final = ("time", "time_dt")
+
+
+def _restamped(stream: str, first: bytes | None, second: bytes | None) -> bool:
+    """Whether two copies of an audit record differ only in the relay's publish time."""
+    if stream != "audit" or first is None or second is None:
+        return False
+    a, b = json.loads(first), json.loads(second)
+    stamped = all(
+        x.get("unmapped", {}).get("recovery", {}).get("time_source") == "relay-publish-time"
+        for x in (a, b)
+    )
+    for x in (a, b):
+        for name in _PUBLISH_TIME_FIELDS:
+            x.pop(name, None)
+    return stamped and a == b
 
 
 def _check_topic(
-    topic: str, stream: str, records: Sequence[Consumed], expected: set[str], problems: list[str]
+    topic: str,
+    stream: str,
+    records: Sequence[Consumed],
+    expected: set[str],
+    problems: list[str],
+    restamped: list[int],
 ) -> int:
     """Compare one output topic with its outbox rows; returns the republished count."""
     seen: dict[str, bytes | None] = {}
@@ -403,7 +441,9 @@ def _check_topic(
             continue
         if rid in seen:
             duplicates += 1
-            if seen[rid] != record.value:
+            if seen[rid] != record.value and _restamped(stream, seen[rid], record.value):
+                restamped[0] += 1
+            elif seen[rid] != record.value:
                 problems.append(
                     f"{stream} record {rid} published twice with different bytes "
                     f"(second at {topic}[{record.partition}]@{record.offset})"
@@ -444,7 +484,9 @@ class RunReport:
             f"{r.duplicates} redelivered duplicates), {r.operations:,} operations, "
             f"{r.decisions:,} decisions equal to the ledger's, each applied once; outputs: "
             f"outbox rows {dict(o.rows)}, records on topics {dict(o.records)}, "
-            f"{o.duplicates} republished with the same id and bytes; audit chains verify"
+            f"{o.duplicates} republished with the same id ({o.restamped} of them audit "
+            f"records differing only in the relay's publish time, the rest byte-identical); "
+            f"audit chains verify"
         )
 
 
