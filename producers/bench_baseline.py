@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
 from typing import Any, Final, Protocol
 
 import confluent_kafka
@@ -273,7 +274,7 @@ def _header(message: Message[Any, Any], name: str) -> str | None:
 def kafka_versions() -> dict[str, str]:
     """confluent-kafka and librdkafka versions, for the benchmark's machine description."""
     return {
-        "confluent_kafka": confluent_kafka.version()[0],
+        "confluent_kafka": metadata.version("confluent-kafka"),
         "librdkafka": confluent_kafka.libversion()[0],
     }
 

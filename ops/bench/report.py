@@ -97,6 +97,9 @@ def machine_description(database_url: str) -> dict[str, Any]:
         "kafka_client": kafka_versions(),
         "postgresql": server_version(database_url),
         "commit": _commit(),
+        # The machine is shared: a load average above the core count means the figures
+        # were taken while other work competed for the CPU.
+        "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
