@@ -286,7 +286,7 @@ def plan_batch(batch: Batch, topics: Topics | None = None) -> BatchPlan:
         row = _decision_row(decision)
         decisions.append(row)
         audit.append(AuditItem(op, "decision", row.decision, row.decision_json))
-        commands.extend(_command_rows(decision, topics, entry.trace))
+        commands.extend(_command_rows(decision, views[op], topics, entry.trace))
         change = containment_of(event, decision)
         if change is not None:
             containments.append(change)
@@ -499,7 +499,14 @@ def _approval_row(event: Event, decision: Decision) -> ApprovalRow | None:
     )
 
 
-def _command_rows(decision: Decision, topics: Topics, trace: Mapping[str, str]) -> list[OutboxRow]:
+def _command_rows(
+    decision: Decision, view: OperationView, topics: Topics, trace: Mapping[str, str]
+) -> list[OutboxRow]:
+    """One outbox row per invocation. Every command carries the operation's declared
+    idempotency key and deadline (from `view`, the view after `decision`): a retry must
+    reuse the key the tool was first called with (SKILL §4: never mint a new key after a
+    timeout), and a verifier needs it to ask the tool's status API about that request."""
+    deadline = None if view.deadline is None else view.deadline.isoformat()
     rows: list[OutboxRow] = []
     for invocation in decision.invocations:
         payload = {
@@ -514,6 +521,8 @@ def _command_rows(decision: Decision, topics: Topics, trace: Mapping[str, str]) 
             },
             "caused_by_event": decision.event_id,
             "decided_at": decision.decided_at.isoformat(),
+            "idempotency_key": view.facts.idempotency_key,
+            "deadline": deadline,
         }
         headers = {
             **trace,

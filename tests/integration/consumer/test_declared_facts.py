@@ -94,6 +94,16 @@ def test_a_request_opened_with_facts_is_retried_after_trusted_not_applied_eviden
         "procurement.verify-request",
         "procurement.create-request",
     ]
+    # Every command carries the key the tool was first called with: the retry reuses it.
+    keys = {
+        r.payload["capability"]: r.payload["idempotency_key"]
+        for r in outbox(ledger)
+        if r.topic == "recovery.commands" and r.key == declared
+    }
+    assert keys == {
+        "procurement.verify-request": FACTS.idempotency_key,
+        "procurement.create-request": FACTS.idempotency_key,
+    }
     first = ledger.decisions(declared)[0]
     assert first["evidence"]["facts"]["idempotency_key"] == FACTS.idempotency_key
     assert first["evidence"]["facts"]["declared_by"] == "coupa-integration"
