@@ -264,6 +264,7 @@ class OutboxRelay:
                 elif result.unpublishable and result.published == 0:
                     waker.wait(self.settings.idle_poll)  # only poison left: no hurry
         finally:
+            stats.outages += waker.losses
             waker.close()
         try:
             self._publisher.close(self.settings.delivery_timeout)
@@ -290,6 +291,7 @@ class _Waker:
         self._stop = stop
         self._name = name
         self._watch: OutboxWatch | None = None
+        self.losses = 0  # watch connections lost: database outages too, for RelayStats
         self._connect()
 
     def _connect(self) -> None:
@@ -300,6 +302,7 @@ class _Waker:
                 _log.warning("relay %s: %s", self._name, exc)
 
     def _lost(self, exc: LedgerError) -> None:
+        self.losses += 1
         _log.warning("relay %s: %s", self._name, exc)
         if self._watch is not None:
             self._watch.close()
