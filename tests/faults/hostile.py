@@ -210,7 +210,8 @@ class Hostile:
         wrong_fingerprint = good_avro[:2] + self.rng.randbytes(8) + good_avro[10:]
         envelope = event_to_json(self.event(op()))
         violation = {k: v for k, v in envelope.items() if k != "operation_id"} | {"extra": 1}
-        huge = json.dumps(event_to_json(self.event(op(), machine="m" * 40_000)))
+        huge_event = self.event(op(), machine="m" * 40_000)
+        huge = json.dumps(event_to_json(huge_event))
         forged_op = op()
         records = [
             Outgoing("undecodable", op().encode(), b"\xc3\x01" + self.rng.randbytes(40),
@@ -231,7 +232,8 @@ class Hostile:
             self.bad(self.event(op()), "key-mismatch", "key-mismatch", key=b"someone-else"),
             Outgoing("deep-json", op().encode(), b"[" * _DEPTH + b"]" * _DEPTH,
                      CONTENT_TYPE_JSON, "json-*"),
-            Outgoing("huge-strings", op().encode(), huge.encode(), CONTENT_TYPE_JSON, "*"),
+            Outgoing("huge-strings", huge_event.operation_id.encode(), huge.encode(),
+                     CONTENT_TYPE_JSON, "machine-unknown"),
             self.good(self.event(forged_op), "good"),
             self.bad(self.rejection(forged_op, uuid.uuid4().hex, forged=True),
                      "forged-signature", "forged-signature"),
