@@ -285,6 +285,7 @@ def _drain(
     assert run.controller is not None
     started = run.controller.wait_assigned(120.0)
     done = _wait_done(run, tail, label, expected, started)
+    _settle_tail(tail, run.topics.dlq)
     seen = tail.commands()
     missing = _missing(tail, expected)
     if missing:
@@ -334,8 +335,10 @@ def _wait_done(
                 f"{backlog:,}, {time.time() - started:.1f}s"
             )
             quiet = time.monotonic() - changed
+            # Done once everything the records caused is out (dead letters and audit
+            # records too, not only the commands), or nothing has moved for a while.
             if offsets_done is not None and (
-                found >= len(expected)
+                (found >= len(expected) and backlog == 0)
                 or (backlog == 0 and quiet > 1.0)
                 or quiet > run.config.settle_seconds
             ):
@@ -352,6 +355,18 @@ def _wait_done(
         f"{offsets_done is not None}; {len(missing)} expected command(s) not readable, "
         f"e.g. {', '.join(missing[:4]) or '-'}); see the logs in {run.config.log_dir}"
     )
+
+
+def _settle_tail(tail: TopicTail, topic: str, quiet: float = 0.5, limit: float = 5.0) -> None:
+    """Let the tail read what was just published: until `topic`'s count has not changed
+    for `quiet` seconds (at most `limit`)."""
+    deadline = time.monotonic() + limit
+    count, since = tail.count(topic), time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - since < quiet:
+        time.sleep(0.05)
+        now = tail.count(topic)
+        if now != count:
+            count, since = now, time.monotonic()
 
 
 def _missing(tail: TopicTail, expected: dict[str, str]) -> list[str]:
