@@ -220,7 +220,12 @@ class TopicTail:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            messages = self._consumer.consume(1000, 0.05)
+            # The first record as soon as it is there, then whatever else has arrived:
+            # `consume(1000, 0.05)` would hold records until 1,000 arrived or 50 ms
+            # passed, adding up to 50 ms to every latency measured.
+            messages = self._consumer.consume(1, 0.05)
+            if messages:
+                messages.extend(self._consumer.consume(1000, 0))
             now = time.time()
             if not messages:
                 continue

@@ -146,7 +146,7 @@ def verdicts(result: BenchResult) -> dict[str, dict[str, Any]]:
         # grows if anything is kept per event.
         growth = (peaks[-1] - peaks[0]) / peaks[0] if peaks[0] else 0.0
         out["controller_peak_growth"] = _verdict(round(growth, 3), FLAT_TOLERANCE, above=False)
-    if result.memory:
+    if len(result.memory) >= 2:
         samples = result.memory[-1]["roles"]["controller"]["rss_samples_mb"][:-1]
         if len(samples) >= 10:
             early = samples[len(samples) // 10]

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,8 +15,12 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-@pytest.fixture
-def quick_run(kafka_bootstrap: str, postgres_server: str, tmp_path: Path) -> dict[str, Any]:
+@pytest.fixture(scope="module")
+def quick_run(
+    kafka_bootstrap: str, postgres_server: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    # One run for the module: each test reads its own figures from the same JSON.
+    tmp_path = tmp_path_factory.mktemp("bench")
     out = tmp_path / "bench.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERY_")}
     started = time.monotonic()
