@@ -15,7 +15,9 @@ Per record, in consumption order:
   (`machine-not-applicable`);
 - otherwise the core decides it on the operation's view folded so far (a new operation
   gets a view from `machines.Simulation.open`, the same defaults `recoveryctl simulate`
-  and the replay checks use), and the decision becomes an `Entry`. Duplicates and
+  and the replay checks use, with the lineage the ledger gives it on arrival:
+  `Ledger.arrival_lineage`, read once per batch for every operation it opens, see
+  `openings`), and the decision becomes an `Entry`. Duplicates and
   conflicts are entries too: the ledger records a conflict's audit record and dead
   letter with the operation. A forged or replayed human decision is recorded as the
   refused decision it is *and* dead-lettered (`forged-signature`).
@@ -32,6 +34,7 @@ from typing import Final
 from consumer.deadletter import dead_letter
 from consumer.intake import Accepted, Outcome, RawRecord, Refusal, RefusalCode, Rejected
 from ledger import Batch, DeadLetter, Entry, Position, Source, Topics
+from ledger.cascade import Arrival
 from machines import (
     STANDARD_GUARDS,
     Decision,
@@ -55,6 +58,7 @@ __all__ = [
     "Planned",
     "Rules",
     "open_view",
+    "openings",
     "operation_ids",
     "plan_batch_of",
     "positions_for",
@@ -123,6 +127,19 @@ def operation_ids(outcomes: Iterable[Outcome]) -> list[str]:
     return sorted({o.event.operation_id for o in outcomes if isinstance(o, Accepted)})
 
 
+def openings(
+    outcomes: Iterable[Outcome], stored: Mapping[str, OperationView]
+) -> dict[str, str | None]:
+    """The operations the batch's accepted events would open (not in `stored`), each with
+    the parent operation its first event names: what `Ledger.arrival_lineage` answers
+    in one read, so a new operation is decided below its stored parent's lineage."""
+    found: dict[str, str | None] = {}
+    for o in outcomes:
+        if isinstance(o, Accepted) and o.event.operation_id not in stored:
+            found.setdefault(o.event.operation_id, o.event.lineage.parent_operation)
+    return found
+
+
 def positions_for(
     records: Iterable[RawRecord], epochs: Mapping[tuple[str, int], int]
 ) -> tuple[Position, ...]:
@@ -142,9 +159,15 @@ def positions_for(
 class _Fold:
     """The mutable state of planning one batch (kept inside `plan_batch_of`)."""
 
-    def __init__(self, stored: Mapping[str, OperationView], rules: Rules) -> None:
+    def __init__(
+        self,
+        stored: Mapping[str, OperationView],
+        rules: Rules,
+        arrivals: Mapping[str, Arrival],
+    ) -> None:
         self.rules = rules
         self.stored = stored
+        self.arrivals = arrivals
         self.base: dict[str, OperationView] = {}
         self.current: dict[str, OperationView] = {}
         self.event_owner: dict[str, str] = {}
@@ -156,6 +179,11 @@ class _Fold:
         op = item.event.operation_id
         if op not in self.current:
             view = self.stored.get(op) or open_view(item.machine, self.rules, item)
+            arrival = self.arrivals.get(op)
+            if op not in self.stored and arrival is not None:
+                # The lineage it is linked into on commit: a new child of a contained
+                # parent is decided as contained from its first event (L5.5).
+                view = arrival.applied_to(view)
             self.base[op] = view
             self.current[op] = view
         return self.current[op]
@@ -200,12 +228,16 @@ def plan_batch_of(
     observe: Observer = run_unobserved,
     runtime: str | None = None,
     topics: Topics | None = None,
+    arrivals: Mapping[str, Arrival] | None = None,
 ) -> Planned:
     """Decide a batch (see the module docstring). `stored` are the views the ledger
-    holds for the batch's operations; `excluded` maps record coordinates to a refusal
-    the ledger reported for them on an earlier attempt; `topics` names the output
-    topics the outbox rows go to (default: the standard names)."""
-    fold = _Fold(stored, rules)
+    holds for the batch's operations; `arrivals` the lineage it gives the operations
+    the batch opens (`Ledger.arrival_lineage` of `openings`; without it a new view has
+    no lineage, which is right only when the ledger knows none); `excluded` maps record
+    coordinates to a refusal the ledger reported for them on an earlier attempt;
+    `topics` names the output topics the outbox rows go to (default: the standard
+    names)."""
+    fold = _Fold(stored, rules, arrivals or {})
     letters: list[DeadLetter] = []
     excluded = excluded or {}
     for outcome in outcomes:

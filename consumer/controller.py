@@ -43,7 +43,14 @@ from confluent_kafka import (
 )
 from confluent_kafka import TopicPartition as KafkaPartition
 
-from consumer.batch import Planned, Rules, operation_ids, plan_batch_of, positions_for
+from consumer.batch import (
+    Planned,
+    Rules,
+    openings,
+    operation_ids,
+    plan_batch_of,
+    positions_for,
+)
 from consumer.errors import ControllerError
 from consumer.intake import Intake, RawRecord, Refusal, RefusalCode
 from consumer.intake import Outcome as IntakeOutcome
@@ -295,6 +302,7 @@ class Controller:
         with self._tracer.batch(len(outcomes), partitions) as span:
             try:
                 views = self.ledger.load_views(operation_ids(outcomes))
+                arrivals = self.ledger.arrival_lineage(openings(outcomes, views))
                 planned = plan_batch_of(
                     outcomes,
                     views,
@@ -306,6 +314,7 @@ class Controller:
                     excluded=excluded,
                     observe=self._tracer.observer(span, self.metrics.decision_latency),
                     topics=self._topics,
+                    arrivals=arrivals,
                 )
                 self.ledger.commit(planned.batch)
             except RetryableConflict as exc:

@@ -44,10 +44,12 @@ from schemas.headers import record_id
 __all__ = [
     "CASCADE_EVENT",
     "CONTROLLER_PRODUCER",
+    "Arrival",
     "Change",
     "Containment",
     "LineagePlan",
     "LineageRow",
+    "arrival_of",
     "containment_of",
     "lineage_message",
     "plan_lineage",
@@ -329,6 +331,12 @@ def _linked(rows: Mapping[str, LineageRow], row: LineageRow) -> LineageRow:
     if parent is None or row.operation_id in parent.ancestors:
         # Parent not reported yet (linked when it arrives), or a reported cycle.
         return row
+    ancestors, agents, contained = _below_parent(parent)
+    return replace(row, ancestors=ancestors, lineage_agents=agents, contained_ancestors=contained)
+
+
+def _below_parent(parent: LineageRow) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """The ancestors, their agents and the contained ancestors of a child of `parent`."""
     ancestors = (parent.operation_id, *parent.ancestors)[:MAX_DEPTH]
     agents = (parent.agent, *parent.lineage_agents)[:MAX_DEPTH]
     contained = (
@@ -336,7 +344,50 @@ def _linked(rows: Mapping[str, LineageRow], row: LineageRow) -> LineageRow:
         if parent.containing
         else parent.contained_ancestors
     )
-    return replace(row, ancestors=ancestors, lineage_agents=agents, contained_ancestors=contained)
+    return ancestors, agents, contained
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """The lineage an operation not yet stored gets when a batch opens it, from what the
+    ledger stores now (`Ledger.arrival_lineage`): its parent's chain (the parent first,
+    contained if the parent is containing) and the agents of the stored operations that
+    named it as parent, with theirs below (children reported first). Empty when the
+    ledger knows neither."""
+
+    operation_id: str
+    ancestors: tuple[str, ...] = ()
+    lineage_agents: tuple[str, ...] = ()
+    contained_ancestors: tuple[str, ...] = ()
+    descendant_agents: tuple[str, ...] = ()
+
+    def applied_to(self, view: OperationView) -> OperationView:
+        """`view` (a freshly opened one) with this lineage laid over it."""
+        return with_lineage(
+            view,
+            self.ancestors,
+            self.lineage_agents,
+            self.contained_ancestors,
+            self.descendant_agents,
+        )
+
+
+def arrival_of(
+    operation_id: str, parent: LineageRow | None, children: Iterable[LineageRow]
+) -> Arrival:
+    """The `Arrival` of `operation_id` below the stored `parent` (None: not stored or
+    not named) above the stored `children` (rows naming it as parent). The same rule
+    as the linking in `plan_lineage`, so the lineage a batch is decided with and the one
+    its commit links agree unless a concurrent batch moved it in between."""
+    below: list[str] = []
+    for child in sorted(children, key=lambda r: r.operation_id):
+        for agent in (child.agent, *child.descendant_agents):
+            if agent not in below:
+                below.append(agent)
+    if parent is None or operation_id in parent.ancestors:
+        return Arrival(operation_id, descendant_agents=tuple(below))
+    ancestors, agents, contained = _below_parent(parent)
+    return Arrival(operation_id, ancestors, agents, contained, tuple(below))
 
 
 def _tell_ancestors(rows: dict[str, LineageRow], row: LineageRow) -> dict[str, LineageRow]:

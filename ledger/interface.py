@@ -5,7 +5,8 @@ core and the consumer), run the same abstract test suite. The consumer's loop is
 
 1. On assignment, `claim(group, topic, partitions, owner)`: bumps each partition's epoch
    (fencing out the previous owner) and returns the stored next offsets to seek to.
-2. For each polled batch: `load_views(operation ids)`, decide every event with
+2. For each polled batch: `load_views(operation ids)` and, for the operations the
+   batch opens, `arrival_lineage` (their lineage on arrival), decide every event with
    `machines.decision.decide`, folding views with `apply` as it goes.
 3. `commit(Batch(...))`: one transaction that checks the epochs (a zombie gets
    `FencedError`, nothing written), locks the operations in sorted order, checks their
@@ -25,11 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ledger.audit import AuditRecord, ChainBreak, ChainHead, verify_chain
-from ledger.cascade import LineageRow
+from ledger.cascade import Arrival, LineageRow
 from ledger.records import Batch
 from machines.view import OperationView
 
 __all__ = [
+    "Arrival",
     "CommitResult",
     "Ledger",
     "LineageRow",
@@ -138,6 +140,16 @@ class Ledger(abc.ABC):
     @abc.abstractmethod
     def load_views(self, operation_ids: Sequence[str]) -> dict[str, OperationView]:
         """The stored views of the named operations; unknown ids are absent."""
+
+    @abc.abstractmethod
+    def arrival_lineage(self, openings: Mapping[str, str | None]) -> dict[str, Arrival]:
+        """The lineage each operation a batch is about to open gets from what is stored
+        now, in one read for the whole batch: `openings` maps each operation id (not yet
+        stored) to the parent its first event names (or None). Every id is answered;
+        one the ledger knows nothing about gets an empty `Arrival`. The consumer lays it
+        over the new view (`Arrival.applied_to`) so a first batch is decided with the
+        lineage its commit will link; `commit` refuses with `VersionConflict` when the
+        stored lineage moved in between (docs/lineage.md)."""
 
     @abc.abstractmethod
     def commit(self, batch: Batch) -> CommitResult:

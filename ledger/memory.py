@@ -16,7 +16,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_head
-from ledger.cascade import LineageRow, lineage_message, plan_lineage, with_lineage
+from ledger.cascade import (
+    Arrival,
+    LineageRow,
+    arrival_of,
+    lineage_message,
+    plan_lineage,
+    with_lineage,
+)
 from ledger.deadletters import plan_dead_letters
 from ledger.errors import (
     EventIdReused,
@@ -43,6 +50,7 @@ from ledger.records import (
     OutboxRow,
     audit_bodies,
     batch_time,
+    check_arrivals,
     finish_outbox,
     lineage_inputs,
     lineage_moved,
@@ -131,6 +139,20 @@ class MemoryLedger(Ledger):
                     )
             return out
 
+    def arrival_lineage(self, openings: Mapping[str, str | None]) -> dict[str, Arrival]:
+        """See `Ledger.arrival_lineage`."""
+        with self._lock:
+            known = self._s.lineage
+            children: dict[str, list[LineageRow]] = {}
+            for row in known.values():
+                parent = row.parent_operation
+                if parent is not None and parent in openings:
+                    children.setdefault(parent, []).append(row)
+            return {
+                op: arrival_of(op, known.get(parent) if parent else None, children.get(op, ()))
+                for op, parent in openings.items()
+            }
+
     def commit(self, batch: Batch) -> CommitResult:
         """See `Ledger.commit`."""
         plan = plan_batch(batch)
@@ -157,6 +179,7 @@ class MemoryLedger(Ledger):
             stored.update({a: known[a] for a in stored[op].ancestors if a in known})
         for op in self._below(roots):
             stored[op] = known[op]
+        check_arrivals(plan, stored)
         lineage = plan_lineage(stored, opened_lineage(plan), plan.containments, batch_time(plan))
         return with_lineage_plan(plan, lineage, batch.topics), dict(lineage.rows)
 

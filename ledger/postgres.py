@@ -32,7 +32,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_hash, genesis_head
-from ledger.cascade import LineageRow, lineage_message, with_lineage
+from ledger.cascade import Arrival, LineageRow, arrival_of, lineage_message, with_lineage
 from ledger.codec import facts_to_json, view_from_json, view_to_json
 from ledger.deadletters import write_dead_letters
 from ledger.errors import (
@@ -201,6 +201,27 @@ class PostgresLedger(Ledger):
             }
 
         return self._run("load views", work)
+
+    def arrival_lineage(self, openings: Mapping[str, str | None]) -> dict[str, Arrival]:
+        """See `Ledger.arrival_lineage`: one query for the whole batch."""
+        if not openings:
+            return {}
+        parents = sorted({p for p in openings.values() if p is not None})
+        params = {"parents": parents, "ids": sorted(openings)}
+
+        def work(conn: Conn) -> dict[str, Arrival]:
+            rows = [lineage_row(r) for r in conn.execute(QUERIES["arrival_rows"], params)]
+            by_id = {r.operation_id: r for r in rows}
+            return {
+                op: arrival_of(
+                    op,
+                    by_id.get(parent) if parent else None,
+                    (r for r in rows if r.parent_operation == op),
+                )
+                for op, parent in openings.items()
+            }
+
+        return self._run("arrival lineage", work)
 
     # -- the batch transaction ----------------------------------------------------------
 

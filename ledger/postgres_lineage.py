@@ -24,6 +24,7 @@ from ledger.records import (
     Batch,
     BatchPlan,
     batch_time,
+    check_arrivals,
     lineage_inputs,
     opened_lineage,
     with_lineage_plan,
@@ -99,6 +100,7 @@ def lineage_step(
                 sorted(c.operation_id for c in plan.containments),
                 _WALK_ROUNDS,
             )
+    check_arrivals(plan, stored)
     lineage = plan_lineage(stored, opened, plan.containments, batch_time(plan))
     return with_lineage_plan(plan, lineage, batch.topics), lineage
 

@@ -17,9 +17,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.audit import AuditRecord
-from ledger.cascade import Containment, LineagePlan, LineageRow, containment_of
+from ledger.cascade import (
+    Containment,
+    LineagePlan,
+    LineageRow,
+    arrival_of,
+    containment_of,
+    lineage_message,
+)
 from ledger.codec import envelope_json, facts_to_json
 from ledger.deadletters import DeadLetter
+from ledger.errors import VersionConflict
 from ledger.jsonutil import dumps
 from machines.decision import Decision, Outcome, apply
 from machines.event import Event
@@ -41,6 +49,7 @@ __all__ = [
     "Topics",
     "audit_bodies",
     "batch_time",
+    "check_arrivals",
     "finish_outbox",
     "lineage_inputs",
     "lineage_moved",
@@ -348,6 +357,25 @@ def lineage_moved(row: OperationRow, contained: Sequence[str], agents: Sequence[
     return not set(contained) <= set(row.decided_contained) or not set(agents) <= set(
         row.decided_agents
     )
+
+
+def check_arrivals(plan: BatchPlan, stored: Mapping[str, LineageRow]) -> None:
+    """Refuse the batch (`VersionConflict`) when an operation it opens would be linked
+    below a contained ancestor, or next to an ancestor's or descendant's agent, that the
+    view it was decided with did not have: its lineage, from `stored` (the rows the
+    lineage step read under its locks), moved after `Ledger.arrival_lineage` was read.
+    `lineage_moved` is the same rule continued operations are held to, and
+    `ledger.cascade.arrival_of` the same derivation the consumer's read used, so the
+    replan, which reads the moved lineage, commits."""
+    for row in plan.operations:
+        if not row.opens:
+            continue
+        parent = stored.get(row.parent_operation) if row.parent_operation else None
+        children = (r for r in stored.values() if r.parent_operation == row.operation_id)
+        arrival = arrival_of(row.operation_id, parent, children)
+        agents = arrival.lineage_agents + arrival.descendant_agents
+        if lineage_moved(row, arrival.contained_ancestors, agents):
+            raise VersionConflict(lineage_message(row.operation_id))
 
 
 def _opened(view: OperationView, event: Event, runtime: str | None) -> AuditItem:

@@ -91,16 +91,20 @@ def _within_budget(view: OperationView, policy: Policy) -> bool:
 def retry_permitted(ctx: GuardContext) -> GuardResult:
     """Retry is safe right now (SPEC §7.1-7.2, SKILL §2, §4): authoritative not-applied
     evidence for the current epoch, an idempotency key, attempts below the policy limit,
-    before the deadline and within the retry budget. The core evaluates this itself
-    before any retry-kind capability, whatever guard the machine put on the transition."""
+    before the deadline and within the retry budget, and a clear lineage: a descendant
+    of a contained operation does not carry on with its effect (CONFORMANCE L5.5). The
+    core evaluates this itself before any retry-kind capability, whatever guard the
+    machine put on the transition."""
     view = ctx.view
     evidence = not_applied(ctx)
+    lineage = lineage_clear(ctx)
     value = (
         evidence.value
         and bool(view.facts.idempotency_key)
         and view.retry_attempts < ctx.policy.max_retry_attempts
         and _within_deadline(view, ctx.now)
         and _within_budget(view, ctx.policy)
+        and lineage.value
     )
     refs = (
         *evidence.evidence,
@@ -108,6 +112,7 @@ def retry_permitted(ctx: GuardContext) -> GuardResult:
         f"attempts:{view.retry_attempts}/{ctx.policy.max_retry_attempts}",
         f"budget:{view.budget_spent}/{min(view.budget_limit, ctx.policy.retry_budget)}",
         f"deadline:{view.deadline.isoformat() if view.deadline else 'none'}",
+        *lineage.evidence,
     )
     return GuardResult(value, refs)
 

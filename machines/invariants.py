@@ -145,7 +145,8 @@ def action_refusal(
         return Notice(
             "retry-not-permitted",
             f"retry {capability} refused: retry.permitted is false now (needs authoritative "
-            "not-applied evidence, an idempotency key, attempts, deadline and budget)",
+            "not-applied evidence, an idempotency key, attempts, deadline and budget, and no "
+            "contained ancestor)",
         )
     if spec.kind is CapabilityKind.RESUME and not resume_permitted(ctx).value:
         return Notice(

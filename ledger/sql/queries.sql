@@ -212,6 +212,18 @@ FROM jsonb_to_recordset(%(rows)s::jsonb) AS u (
 ORDER BY u.key, u.record_id
 ON CONFLICT (record_id) DO NOTHING;
 
+-- name: arrival_rows
+-- The stored rows the lineage of operations about to be opened comes from
+-- (`Ledger.arrival_lineage`): their named parents, and the rows naming one of them as
+-- parent (children reported first). Two index lookups, no walk: the denormalised
+-- lineage columns of these rows already hold the rest of the chain.
+SELECT operation_id, correlation_id, machine_name, machine_version, state, agent, task,
+       initiating_principal, origin_operation, parent_operation, delegated_credentials,
+       ancestors, lineage_agents, contained_ancestors, containing, containment_cause,
+       descendant_agents
+FROM operations
+WHERE operation_id = ANY(%(parents)s) OR parent_operation = ANY(%(ids)s);
+
 -- name: lineage_of
 SELECT operation_id, correlation_id, machine_name, machine_version, state, agent, task,
        initiating_principal, origin_operation, parent_operation, delegated_credentials,

@@ -71,6 +71,16 @@ def test_retry_refused_after_deadline_and_when_budget_is_spent():
     assert _decide(spent, event("TOOL_TIMEOUT", "e3")).refusals[-1].code == "retry-not-permitted"
 
 
+def test_retry_refused_while_an_ancestor_is_contained_even_with_evidence_and_key():
+    v = view(mach=RECKLESS)
+    v = apply(v, _decide(v, verification("VERIFICATION_NOT_FOUND")))
+    held = replace(v, lineage=replace(v.lineage, contained_ancestors=("op-parent",)))
+    d = _decide(held, event("TOOL_TIMEOUT", "e2"))
+    assert d.outcome is Outcome.REFUSED
+    assert d.refusals[-1].code == "retry-not-permitted"
+    assert "tool.retry" not in d.capabilities
+
+
 def test_retry_allowed_when_retry_permitted_holds_now():
     v = view(mach=RECKLESS)
     v = apply(v, _decide(v, verification("VERIFICATION_NOT_FOUND")))

@@ -113,12 +113,20 @@ def decide_batch(
     ids = sorted({e.operation_id for e in events})
     stored = ledger.load_views(ids)
     base = {op: stored.get(op) for op in ids}
+    # As the consumer does: operations the batch opens get the lineage the ledger
+    # links them into, read once for the whole batch.
+    openings: dict[str, str | None] = {}
+    for ev in events:
+        if ev.operation_id not in stored:
+            openings.setdefault(ev.operation_id, ev.lineage.parent_operation)
+    arrivals = ledger.arrival_lineage(openings)
     views: dict[str, OperationView] = {}
     entries: list[Entry] = []
     for offset, ev in enumerate(events, start=first_offset):
         view = views.get(ev.operation_id) or base[ev.operation_id]
         if view is None:
-            view = base[ev.operation_id] = opened_view(ev.operation_id, ev.lineage.agent)
+            opened = opened_view(ev.operation_id, ev.lineage.agent)
+            view = base[ev.operation_id] = arrivals[ev.operation_id].applied_to(opened)
         decision = decide(machine, view, ev, POLICY, registry, ev.event_time)
         views[ev.operation_id] = apply(view, decision)
         entries.append(Entry(ev, decision, Source(TOPIC, partition, offset)))

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from ledger import Ledger, VersionConflict
-from ledger.cascade import CONTROLLER_PRODUCER
+from ledger.cascade import CONTROLLER_PRODUCER, Arrival
 from machines.event import Event, Lineage, parse_event
 from tests.unit.ledger.ledger_support import GROUP, T0, TOPIC, core, decide_batch, feed
 
@@ -219,3 +219,109 @@ class LineageContract:
         )
         ledger.commit(fresh)
         assert ledger.load_views(["child"])["child"].lineage.contained_ancestors == ("root",)
+
+    def test_arrival_lineage_of_a_new_child_names_its_contained_parent_and_its_chain(
+        self, ledger: Ledger
+    ) -> None:
+        epoch = self._claim(ledger)
+        feed(
+            ledger,
+            [
+                tree_event("root", 0, "STEP_FAILED"),
+                tree_event("mid", 0, "AUTHORIZATION_DENIED", parent="root"),
+            ],
+            epoch=epoch,
+        )
+        arrivals = ledger.arrival_lineage({"late": "mid", "orphan": "nowhere", "top": None})
+        late = arrivals["late"]
+        assert late.ancestors == ("mid", "root")
+        assert late.lineage_agents == ("agent-mid", "research-orchestrator")
+        assert late.contained_ancestors == ("mid",)
+        # Nothing stored about them: an empty arrival, never a missing key.
+        assert arrivals["orphan"] == Arrival("orphan")
+        assert arrivals["top"] == Arrival("top")
+        assert ledger.arrival_lineage({}) == {}
+
+    def test_arrival_lineage_of_a_new_parent_names_the_agents_reported_below_it(
+        self, ledger: Ledger
+    ) -> None:
+        epoch = self._claim(ledger)
+        feed(
+            ledger,
+            [
+                tree_event("a", 0, "STEP_FAILED", parent="root"),
+                tree_event("a1", 0, "STEP_FAILED", parent="a"),
+                tree_event("b", 0, "STEP_FAILED", parent="root"),
+            ],
+            epoch=epoch,
+        )
+        root = ledger.arrival_lineage({"root": None})["root"]
+        assert root.ancestors == ()
+        assert root.contained_ancestors == ()
+        assert sorted(root.descendant_agents) == ["agent-a", "agent-a1", "agent-b"]
+
+    def test_a_new_childs_first_batch_is_decided_with_its_contained_parent(
+        self, ledger: Ledger
+    ) -> None:
+        epoch = self._claim(ledger)
+        feed(ledger, [tree_event("root", 0, "AUTHORIZATION_DENIED")], epoch=epoch)
+        batch = decide_batch(
+            ledger,
+            [tree_event("late", 0, "STEP_FAILED", parent="root")],
+            epoch=epoch,
+            first_offset=1,
+        )
+        opened = batch.views["late"]
+        assert opened.version == 0
+        assert opened.lineage.contained_ancestors == ("root",)
+        assert opened.lineage.includes("research-orchestrator")
+        ledger.commit(batch)
+        assert ledger.load_views(["late"])["late"].lineage.contained_ancestors == ("root",)
+
+    def test_a_new_child_decided_before_its_parent_was_contained_is_decided_again(
+        self, ledger: Ledger
+    ) -> None:
+        claims = ledger.claim(GROUP, TOPIC, [0, 1], "controller-a")
+        epoch = claims[0].epoch
+        feed(ledger, [tree_event("root", 0, "STEP_FAILED")], epoch=epoch)
+        late = [tree_event("late", 0, "STEP_FAILED", parent="root")]
+        stale = decide_batch(ledger, late, epoch=epoch, first_offset=1)
+        feed(ledger, [tree_event("root", 1, "ANCESTOR_CONTAINED")], epoch=epoch, partition=1)
+        assert ledger.lineage("root").containing
+        with pytest.raises(VersionConflict, match="late: its lineage changed"):
+            ledger.commit(stale)
+        assert ledger.decisions("late") == ()
+        # The replan reads the moved lineage, so it commits: the refusal cannot repeat.
+        ledger.commit(decide_batch(ledger, late, epoch=epoch, first_offset=1))
+        assert ledger.load_views(["late"])["late"].lineage.contained_ancestors == ("root",)
+
+    def test_a_new_child_decided_before_its_parent_was_linked_is_decided_again(
+        self, ledger: Ledger
+    ) -> None:
+        claims = ledger.claim(GROUP, TOPIC, [0, 1], "controller-a")
+        epoch = claims[0].epoch
+        feed(ledger, [tree_event("mid", 0, "STEP_FAILED", parent="root")], epoch=epoch)
+        leaf = [tree_event("leaf", 0, "STEP_FAILED", parent="mid")]
+        stale = decide_batch(ledger, leaf, epoch=epoch, first_offset=1)
+        # The root arrives (already contained) and links mid below it meanwhile.
+        feed(ledger, [tree_event("root", 0, "AUTHORIZATION_DENIED")], epoch=epoch, partition=1)
+        with pytest.raises(VersionConflict, match="leaf: its lineage changed"):
+            ledger.commit(stale)
+        ledger.commit(decide_batch(ledger, leaf, epoch=epoch, first_offset=1))
+        stored = ledger.lineage("leaf")
+        assert stored.ancestors == ("mid", "root")
+        assert stored.contained_ancestors == ("root",)
+
+    def test_a_new_parent_decided_before_a_child_was_reported_is_decided_again(
+        self, ledger: Ledger
+    ) -> None:
+        claims = ledger.claim(GROUP, TOPIC, [0, 1], "controller-a")
+        epoch = claims[0].epoch
+        root = [tree_event("root", 0, "STEP_FAILED")]
+        stale = decide_batch(ledger, root, epoch=epoch)
+        feed(ledger, [tree_event("kid", 0, "STEP_FAILED", parent="root")], epoch=epoch, partition=1)
+        # The kid's agent may not approve the root: the root's first decisions must know it.
+        with pytest.raises(VersionConflict, match="root: its lineage changed"):
+            ledger.commit(stale)
+        ledger.commit(decide_batch(ledger, root, epoch=epoch))
+        assert ledger.load_views(["root"])["root"].lineage.includes("agent-kid")

@@ -1,0 +1,80 @@
+"""A batch that opens an operation decides it with the lineage the ledger links it into
+(`Ledger.arrival_lineage`), read once for every operation the batch opens."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from consumer import Intake, plan_batch_of
+from consumer.batch import openings, operation_ids, positions_for
+from ledger import MemoryLedger, VersionConflict
+from machines import Event, Lineage
+from tests.unit.consumer.support import CONTROLLER, GROUP, TOPIC, encoded, event, pinned
+
+
+def _below(ev: Event, parent: str) -> Event:
+    lineage = Lineage(
+        agent="agent-child",
+        task="task-child",
+        initiating_principal="alice",
+        origin_operation=parent,
+        parent_operation=parent,
+    )
+    return replace(ev, lineage=lineage)
+
+
+def _commit(ledger: MemoryLedger, events: list[Event], first: int, *, arrivals: bool) -> None:
+    machines, rules = pinned()
+    epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], "me")[0].epoch}
+    raws = [encoded(e, first + i) for i, e in enumerate(events)]
+    outcomes = [Intake(machines, max_record_bytes=65536).examine(r) for r in raws]
+    views = ledger.load_views(operation_ids(outcomes))
+    planned = plan_batch_of(
+        outcomes,
+        views,
+        rules,
+        group=GROUP,
+        controller=CONTROLLER,
+        positions=positions_for(raws, epochs),
+        now=events[0].event_time + timedelta(minutes=1),
+        arrivals=ledger.arrival_lineage(openings(outcomes, views)) if arrivals else None,
+    )
+    ledger.commit(planned.batch)
+
+
+def test_openings_name_each_new_operation_with_the_parent_its_first_event_names() -> None:
+    machines, _ = pinned()
+    events = [
+        _below(event("TOOL_TIMEOUT", "op-child"), "op-parent"),
+        event("TOOL_TIMEOUT", "op-stored", event_id="s-1"),
+        event("TOOL_FAILED", "op-child", event_id="c-2"),
+        event("TOOL_TIMEOUT", "op-top", event_id="t-1"),
+    ]
+    intake = Intake(machines, max_record_bytes=65536)
+    outcomes = [intake.examine(encoded(e, i)) for i, e in enumerate(events)]
+    stored = MemoryLedger()
+    _commit(stored, [event("TOOL_TIMEOUT", "op-stored", event_id="s-0")], 0, arrivals=True)
+    views = stored.load_views(["op-stored"])
+    assert openings(outcomes, views) == {"op-child": "op-parent", "op-top": None}
+
+
+def test_a_new_child_of_a_contained_parent_is_decided_as_held_from_its_first_event() -> None:
+    ledger = MemoryLedger()
+    _commit(ledger, [event("AUTHORIZATION_DENIED", "op-parent")], 0, arrivals=True)
+    assert ledger.lineage("op-parent").containing
+    _commit(ledger, [_below(event("TOOL_TIMEOUT", "op-child"), "op-parent")], 1, arrivals=True)
+    (first,) = ledger.decisions("op-child")
+    assert ledger.load_views(["op-child"])["op-child"].lineage.contained_ancestors == ("op-parent",)
+    assert first["event"]["type"] == "TOOL_TIMEOUT"
+
+
+def test_a_batch_planned_without_the_arrival_lineage_is_refused_at_commit() -> None:
+    ledger = MemoryLedger()
+    _commit(ledger, [event("AUTHORIZATION_DENIED", "op-parent")], 0, arrivals=True)
+    child = [_below(event("TOOL_TIMEOUT", "op-child"), "op-parent")]
+    with pytest.raises(VersionConflict, match="op-child: its lineage changed"):
+        _commit(ledger, child, 1, arrivals=False)
+    assert ledger.decisions("op-child") == ()
