@@ -21,6 +21,7 @@ from ledger.errors import (
 )
 from ledger.interface import (
     CommitResult,
+    HeldOutboxRow,
     Ledger,
     OperationInfo,
     OutboxLease,
@@ -43,6 +44,7 @@ __all__ = [
     "Entry",
     "EventIdReused",
     "FencedError",
+    "HeldOutboxRow",
     "Ledger",
     "LedgerError",
     "LedgerUnavailable",

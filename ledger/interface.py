@@ -14,7 +14,9 @@ core and the consumer), run the same abstract test suite. The consumer's loop is
    offsets. It is all-or-nothing, so after any error the batch is replayed from the
    stored offsets, never half-applied.
 
-The relay uses `lease_outbox`; `recoveryctl audit verify` uses `verify_audit`.
+The relay uses `lease_outbox` (and `OutboxLease.hold` for a row it cannot publish);
+`recoveryctl outbox` uses `held_outbox` / `release_outbox`; `recoveryctl audit verify`
+uses `verify_audit`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import abc
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from ledger.audit import AuditRecord, ChainBreak, ChainHead, verify_chain
@@ -33,6 +36,7 @@ from machines.view import OperationView
 __all__ = [
     "Arrival",
     "CommitResult",
+    "HeldOutboxRow",
     "Ledger",
     "LineageRow",
     "OperationInfo",
@@ -111,19 +115,43 @@ class OutboxRecord:
     payload: Mapping[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class HeldOutboxRow:
+    """An unpublished row the relay held as unpublishable: its key is skipped by every
+    lease until the hold is released; `waiting` counts the key's unpublished rows behind
+    it (held back with it, so the key's order is kept)."""
+
+    position: int
+    record_id: str
+    topic: str
+    key: str
+    held_at: datetime
+    reason: str
+    waiting: int
+
+
 class OutboxLease(abc.ABC):
     """Unpublished rows leased to one relay instance, in insertion order.
 
     A lease holds the oldest unpublished row of each of its keys, so no other relay
     instance can publish any row of those keys until the lease ends: several relays run
     side by side without reordering a key. Publish `records` in order, call
-    `mark_published` with what was acknowledged, and leave the context to commit."""
+    `mark_published` with what was acknowledged, `hold` a key's first unpublished row
+    when it can never be published, and leave the context to commit."""
 
     records: tuple[OutboxRecord, ...]
 
     @abc.abstractmethod
     def mark_published(self, record_ids: Sequence[str]) -> None:
         """Mark rows of this lease as published (effective when the lease ends)."""
+
+    @abc.abstractmethod
+    def hold(self, record_id: str, reason: str) -> None:
+        """Hold a leased row that cannot be published (effective when the lease ends):
+        from then on no lease takes its key while the row heads it, so the key stays
+        blocked in order but no longer fills the leases other keys need. Hold only a
+        key's first row not marked published. An operator lifts it with
+        `Ledger.release_outbox` after fixing the cause."""
 
 
 class Ledger(abc.ABC):
@@ -189,6 +217,15 @@ class Ledger(abc.ABC):
     @abc.abstractmethod
     def lease_outbox(self, limit: int) -> AbstractContextManager[OutboxLease]:
         """Lease up to `limit` keys' unpublished rows (see `OutboxLease`)."""
+
+    @abc.abstractmethod
+    def held_outbox(self) -> tuple[HeldOutboxRow, ...]:
+        """Every held, unpublished outbox row in insertion order (see `OutboxLease.hold`)."""
+
+    @abc.abstractmethod
+    def release_outbox(self, record_id: str) -> str | None:
+        """Lift the hold on an unpublished row so the next lease retries its key; returns
+        the row's key, or None when no held unpublished row has that id."""
 
     @abc.abstractmethod
     def audit_operation_ids(self) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_head
@@ -37,6 +38,7 @@ from ledger.errors import (
 )
 from ledger.interface import (
     CommitResult,
+    HeldOutboxRow,
     Ledger,
     OperationInfo,
     OutboxLease,
@@ -75,6 +77,7 @@ class _Outbox:
     position: int
     row: OutboxRow
     published: bool = False
+    held: tuple[datetime, str] | None = None  # (held_at, reason): OutboxLease.hold
 
 
 @dataclass(slots=True)
@@ -97,9 +100,13 @@ class _MemoryLease(OutboxLease):
     def __init__(self, records: tuple[OutboxRecord, ...]) -> None:
         self.records = records
         self.published: set[str] = set()
+        self.held: dict[str, str] = {}
 
     def mark_published(self, record_ids: Sequence[str]) -> None:
         self.published.update(record_ids)
+
+    def hold(self, record_id: str, reason: str) -> None:
+        self.held.setdefault(record_id, reason)
 
 
 class MemoryLedger(Ledger):
@@ -384,11 +391,15 @@ class MemoryLedger(Ledger):
         """See `Ledger.lease_outbox`."""
         with self._lock:
             keys: list[str] = []
+            seen: set[str] = set()  # keys whose head was passed: leased, held or busy
             for item in self._s.outbox:
                 key = item.row.key
                 if len(keys) >= limit:
                     break
-                if not item.published and key not in self._s.leased_keys and key not in keys:
+                if item.published or key in seen:
+                    continue
+                seen.add(key)
+                if key not in self._s.leased_keys and item.held is None:
                     keys.append(key)
             self._s.leased_keys.update(keys)
             records = tuple(
@@ -407,12 +418,44 @@ class MemoryLedger(Ledger):
         try:
             yield lease
             with self._lock:
+                now = datetime.now(UTC)
                 for item in self._s.outbox:
-                    if item.row.record_id in lease.published and item.row.key in keys:
+                    if item.row.key not in keys or item.published:
+                        continue
+                    if item.row.record_id in lease.published:
                         item.published = True
+                    elif item.row.record_id in lease.held and item.held is None:
+                        item.held = (now, lease.held[item.row.record_id])
         finally:
             with self._lock:
                 self._s.leased_keys.difference_update(keys)
+
+    def held_outbox(self) -> tuple[HeldOutboxRow, ...]:
+        """See `Ledger.held_outbox`."""
+        with self._lock:
+            unpublished = [i for i in self._s.outbox if not i.published]
+            return tuple(
+                HeldOutboxRow(
+                    i.position,
+                    i.row.record_id,
+                    i.row.topic,
+                    i.row.key,
+                    i.held[0],
+                    i.held[1],
+                    _waiting_behind(unpublished, i),
+                )
+                for i in unpublished
+                if i.held is not None
+            )
+
+    def release_outbox(self, record_id: str) -> str | None:
+        """See `Ledger.release_outbox`."""
+        with self._lock:
+            for item in self._s.outbox:
+                if item.row.record_id == record_id and not item.published and item.held:
+                    item.held = None
+                    return item.row.key
+            return None
 
     def audit_operation_ids(self) -> tuple[str, ...]:
         """See `Ledger.audit_operation_ids`."""
@@ -444,6 +487,10 @@ class MemoryLedger(Ledger):
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _waiting_behind(unpublished: Sequence[_Outbox], held: _Outbox) -> int:
+    return sum(1 for w in unpublished if w.row.key == held.row.key and w.position > held.position)
 
 
 def _new_info(row: Any, depth: int) -> OperationInfo:

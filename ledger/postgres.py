@@ -50,6 +50,7 @@ from ledger.errors import (
 )
 from ledger.interface import (
     CommitResult,
+    HeldOutboxRow,
     Ledger,
     OperationInfo,
     OutboxLease,
@@ -83,9 +84,13 @@ class _PgLease(OutboxLease):
     def __init__(self, records: tuple[OutboxRecord, ...]) -> None:
         self.records = records
         self.published: list[str] = []
+        self.held: dict[str, str] = {}
 
     def mark_published(self, record_ids: Sequence[str]) -> None:
         self.published.extend(record_ids)
+
+    def hold(self, record_id: str, reason: str) -> None:
+        self.held.setdefault(record_id, reason)
 
 
 class PostgresLedger(Ledger):
@@ -348,6 +353,9 @@ class PostgresLedger(Ledger):
                 yield lease
                 if lease.published:
                     conn.execute(QUERIES["mark_published"], {"ids": lease.published, "keys": keys})
+                for record_id, reason in lease.held.items():
+                    params = {"id": record_id, "reason": reason, "keys": keys}
+                    conn.execute(QUERIES["hold_outbox_row"], params)
         except LedgerError:
             raise
         except (psycopg.OperationalError, PoolTimeout) as exc:
@@ -357,6 +365,28 @@ class PostgresLedger(Ledger):
             ) from exc
         except psycopg.Error as exc:
             raise _translate("outbox lease", exc) from exc
+
+    def held_outbox(self) -> tuple[HeldOutboxRow, ...]:
+        """See `Ledger.held_outbox`."""
+
+        def work(conn: Conn) -> tuple[HeldOutboxRow, ...]:
+            rows = conn.execute(QUERIES["held_outbox_rows"]).fetchall()
+            return tuple(
+                HeldOutboxRow(int(p), str(rid), str(t), str(k), held_at, str(why), int(n))
+                for p, rid, t, k, held_at, why, n in rows
+            )
+
+        return self._run("list held outbox rows", work)
+
+    def release_outbox(self, record_id: str) -> str | None:
+        """See `Ledger.release_outbox`."""
+
+        def work(conn: Conn) -> str | None:
+            with conn.transaction():
+                row = conn.execute(QUERIES["release_outbox_row"], {"id": record_id}).fetchone()
+            return None if row is None else str(row[0])
+
+        return self._run(f"release outbox row {record_id}", work)
 
     def audit_operation_ids(self) -> tuple[str, ...]:
         """See `Ledger.audit_operation_ids`."""

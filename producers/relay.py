@@ -10,7 +10,10 @@ One pass (`OutboxRelay.relay_once`):
    which librdkafka needs to keep order across its own retries), in lease order;
 3. wait for every delivery report, then mark published, per key, the acknowledged
    prefix of its rows: a key's row after a failed one is never marked ahead of it;
-4. leave the lease, which commits the marks.
+   a key whose prefix stops at a row that cannot be encoded has that row **held**
+   (`OutboxLease.hold`): leases skip the key from then on, so poison rows cannot fill
+   every lease and starve the other keys, and `recoveryctl outbox release` retries it;
+4. leave the lease, which commits the marks and holds.
 
 A crash anywhere before 4 leaves the rows unpublished: they are published again, with
 the same `recovery-record-id`, so consumers of the output topics dedupe (at-least-once
@@ -33,7 +36,7 @@ from typing import Any, Final
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.trace import SpanKind
 
-from ledger import Ledger, LedgerError, OutboxRecord
+from ledger import Ledger, LedgerError, LedgerUnavailable, OutboxRecord
 from ledger.outbox_watch import OutboxWatch
 from machines.event import Lineage
 from producers.client import EventPublisher
@@ -162,9 +165,22 @@ class OutboxRelay:
                     return PassResult(0, 0, 0, 0)
                 sent, blocked = self._send_all(records)
                 failed = self._await_delivery()
-                marked = _acknowledged_prefixes(records, sent, failed, blocked)
+                marked, holds = _acknowledged_prefixes(records, sent, failed, blocked)
                 if marked:
                     lease.mark_published([r.record_id for r in marked])
+                for row, reason in holds:
+                    lease.hold(row.record_id, reason)
+            for row, reason in holds:
+                _log.error(
+                    "relay %s: held outbox row %s (key %s, topic %s): its key waits until "
+                    "`recoveryctl outbox release %s` after the cause is fixed: %s",
+                    self.instance,
+                    row.record_id,
+                    row.key,
+                    row.topic,
+                    row.record_id,
+                    reason,
+                )
             # The lease committed: only now are the rows published as far as anyone knows.
             self._metrics.published(marked)
             result = PassResult(len(records), len(marked), len(failed), len(blocked))
@@ -172,12 +188,14 @@ class OutboxRelay:
             span.set_attribute("recovery.relay.published", result.published)
             return result
 
-    def _send_all(self, records: Sequence[OutboxRecord]) -> tuple[set[str], set[str]]:
+    def _send_all(self, records: Sequence[OutboxRecord]) -> tuple[set[str], dict[str, str | None]]:
         """Hand every row to the producer in lease order. A row that cannot be encoded
-        blocks the rest of its key for this pass (and every pass, until it is fixed)."""
+        blocks the rest of its key for this pass (and, once held, every pass until an
+        operator releases it); the second result maps such rows to why (None when the
+        cause was a database outage while encoding: no verdict, nothing is held)."""
         sent: set[str] = set()
         blocked_keys: set[str] = set()
-        unpublishable: set[str] = set()
+        unpublishable: dict[str, str | None] = {}
         for row in records:
             if row.key in blocked_keys:
                 continue
@@ -189,7 +207,9 @@ class OutboxRelay:
                 self._reported.add(row.record_id)
                 _log.log(level, "%s", exc)
                 blocked_keys.add(row.key)
-                unpublishable.add(row.record_id)
+                # An outage is no verdict on the row: it stays unheld and is retried.
+                transient = isinstance(exc, LedgerUnavailable)
+                unpublishable[row.record_id] = None if transient else str(exc)
                 continue
             self._send(encoded)
             sent.add(row.record_id)
@@ -343,21 +363,29 @@ class _Waker:
 
 
 def _acknowledged_prefixes(
-    records: Sequence[OutboxRecord], sent: set[str], failed: set[str], blocked: set[str]
-) -> list[OutboxRecord]:
+    records: Sequence[OutboxRecord],
+    sent: set[str],
+    failed: set[str],
+    blocked: Mapping[str, str | None],
+) -> tuple[list[OutboxRecord], list[tuple[OutboxRecord, str]]]:
     """Per key, the rows before its first unsent, unacknowledged or blocked row: marking
     a later row of a key without an earlier one would let the earlier one be published
-    after it on the next pass."""
+    after it on the next pass. Second: the keys' stopping rows that are blocked (they
+    become their keys' heads when the lease commits, and are held there)."""
     stopped: set[str] = set()
     marked: list[OutboxRecord] = []
+    holds: list[tuple[OutboxRecord, str]] = []
     for row in records:
         if row.key in stopped:
             continue
         if row.record_id in failed or row.record_id in blocked or row.record_id not in sent:
             stopped.add(row.key)
+            reason = blocked.get(row.record_id)
+            if reason is not None:
+                holds.append((row, reason))
             continue
         marked.append(row)
-    return marked
+    return marked, holds
 
 
 def _count(stats: RelayStats, result: PassResult) -> None:

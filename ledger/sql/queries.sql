@@ -273,16 +273,25 @@ SELECT decision FROM decisions WHERE operation_id = %(id)s ORDER BY sequence;
 -- The former NOT EXISTS anti-join was planned as a nested loop over the whole backlog
 -- whenever the statistics predated it (the outbox fills faster than autoanalyze runs):
 -- 30-90 s per lease at 20,000 unpublished rows, which stalled the relay.
+-- A key whose head is held (an unpublishable row, migration 0007) is left out before the
+-- limit, so held keys never fill a lease; the anti-join probes the small held index.
 SELECT o.key
 FROM outbox AS o
 WHERE o.id = ANY (ARRAY(
-      SELECT min(u.id) FROM outbox AS u
-      WHERE u.published_at IS NULL
-      GROUP BY u.key
-      ORDER BY min(u.id)
+      SELECT h.id FROM (
+          SELECT min(u.id) AS id FROM outbox AS u
+          WHERE u.published_at IS NULL
+          GROUP BY u.key
+      ) AS h
+      WHERE NOT EXISTS (
+          SELECT 1 FROM outbox AS x
+          WHERE x.id = h.id AND x.held_at IS NOT NULL AND x.published_at IS NULL
+      )
+      ORDER BY h.id
       LIMIT %(limit)s
   ))
   AND o.published_at IS NULL
+  AND o.held_at IS NULL
 ORDER BY o.id
 FOR UPDATE SKIP LOCKED;
 
@@ -303,6 +312,25 @@ ORDER BY o.id;
 -- name: mark_published
 UPDATE outbox SET published_at = now()
 WHERE record_id = ANY(%(ids)s) AND key = ANY(%(keys)s) AND published_at IS NULL;
+
+-- name: hold_outbox_row
+-- The relay's verdict on an unpublishable row, committed with the lease's marks.
+UPDATE outbox SET held_at = now(), held_reason = %(reason)s
+WHERE record_id = %(id)s AND key = ANY(%(keys)s) AND published_at IS NULL AND held_at IS NULL;
+
+-- name: held_outbox_rows
+-- Every held row, oldest first, with how many unpublished rows of its key wait behind it.
+SELECT o.id, o.record_id, o.topic, o.key, o.held_at, o.held_reason,
+       (SELECT count(*) FROM outbox AS w
+        WHERE w.key = o.key AND w.published_at IS NULL AND w.id > o.id) AS waiting
+FROM outbox AS o
+WHERE o.held_at IS NOT NULL AND o.published_at IS NULL
+ORDER BY o.id;
+
+-- name: release_outbox_row
+UPDATE outbox SET held_at = NULL, held_reason = NULL
+WHERE record_id = %(id)s AND held_at IS NOT NULL AND published_at IS NULL
+RETURNING key;
 
 -- name: audit_operation_ids
 SELECT operation_id FROM operations

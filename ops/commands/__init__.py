@@ -17,6 +17,7 @@ from ops.commands import (
     demo,
     lineage,
     machines,
+    outbox,
     run,
     simulate,
     stack,
@@ -40,3 +41,4 @@ COMMANDS.extend([db.register, audit.register])
 COMMANDS.append(demo.register)
 COMMANDS.append(bench.register)
 COMMANDS.append(lineage.register)
+COMMANDS.append(outbox.register)

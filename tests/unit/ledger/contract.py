@@ -275,6 +275,75 @@ class LedgerContract(abc.ABC):
                 r.record_id not in {h.record_id for h in holder.records} for r in later.records
             )
 
+    def test_a_held_head_keeps_its_key_out_of_leases_and_lets_other_keys_through(
+        self, ledger: Ledger
+    ) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, sequence("op-1") + sequence("op-2") + sequence("op-3"), epoch=claim.epoch)
+        with ledger.lease_outbox(1) as lease:
+            poisoned = lease.records
+            assert {r.key for r in poisoned} == {"op-1"}
+            lease.hold(poisoned[0].record_id, "payload has no operation_id")
+        with ledger.lease_outbox(1) as lease:
+            assert {r.key for r in lease.records} == {"op-2"}
+        with ledger.lease_outbox(10) as lease:
+            assert {r.key for r in lease.records} == {"op-2", "op-3"}
+        (held,) = ledger.held_outbox()
+        assert (held.record_id, held.key, held.topic) == (
+            poisoned[0].record_id,
+            "op-1",
+            poisoned[0].topic,
+        )
+        assert held.reason == "payload has no operation_id"
+        assert held.position == poisoned[0].position
+        assert held.waiting == len(poisoned) - 1
+        assert held.held_at.tzinfo is not None
+
+    def test_a_hold_after_the_published_prefix_blocks_the_rest_of_its_key(
+        self, ledger: Ledger
+    ) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, sequence("op-1") + sequence("op-2"), epoch=claim.epoch)
+        with ledger.lease_outbox(1) as lease:
+            first, second, *_ = lease.records
+            lease.mark_published([first.record_id])
+            lease.hold(second.record_id, "unknown topic")
+        with ledger.lease_outbox(10) as lease:
+            assert {r.key for r in lease.records} == {"op-2"}
+        assert [h.record_id for h in ledger.held_outbox()] == [second.record_id]
+
+    def test_releasing_a_hold_lets_the_next_lease_retry_its_key_from_the_held_row(
+        self, ledger: Ledger
+    ) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, sequence("op-1"), epoch=claim.epoch)
+        with ledger.lease_outbox(10) as lease:
+            rows = lease.records
+            lease.hold(rows[0].record_id, "unknown topic")
+        with ledger.lease_outbox(10) as lease:
+            assert lease.records == ()
+        assert ledger.release_outbox("no-such-record") is None
+        assert ledger.release_outbox(rows[0].record_id) == "op-1"
+        assert ledger.release_outbox(rows[0].record_id) is None
+        assert ledger.held_outbox() == ()
+        with ledger.lease_outbox(10) as lease:
+            assert [r.record_id for r in lease.records] == [r.record_id for r in rows]
+
+    def test_a_hold_in_a_lease_that_fails_is_not_kept(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, sequence("op-1"), epoch=claim.epoch)
+
+        def hold_then_fail() -> None:
+            with ledger.lease_outbox(10) as lease:
+                lease.hold(lease.records[0].record_id, "unknown topic")
+                raise RuntimeError("database lost")
+
+        with pytest.raises(RuntimeError, match="database lost"):
+            hold_then_fail()
+        assert ledger.held_outbox() == ()
+        with ledger.lease_outbox(10) as lease:
+            assert {r.key for r in lease.records} == {"op-1"}
+
     def test_batch_without_a_known_runtime_stores_none(self, ledger: Ledger) -> None:
         (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
         batch = decide_batch(ledger, sequence("op-1"), epoch=claim.epoch)
