@@ -46,20 +46,15 @@ from ledger.interface import (
     PartitionClaim,
 )
 from ledger.jsonutil import dumps
-from ledger.records import (
-    Batch,
-    BatchPlan,
-    OutboxRow,
-    audit_bodies,
+from ledger.lineage_step import (
     batch_time,
     check_arrivals,
-    finish_outbox,
     lineage_inputs,
     lineage_moved,
     opened_lineage,
-    plan_batch,
     with_lineage_plan,
 )
+from ledger.records import Batch, BatchPlan, OutboxRow, audit_bodies, finish_outbox, plan_batch
 from machines.view import OperationView
 
 __all__ = ["MemoryLedger"]

@@ -58,6 +58,7 @@ from ledger.interface import (
     PartitionClaim,
 )
 from ledger.jsonutil import dumps
+from ledger.lineage_step import lineage_moved
 from ledger.postgres_lineage import lineage_row, lineage_step, write_lineage
 from ledger.queries import QUERIES
 from ledger.records import (
@@ -68,7 +69,6 @@ from ledger.records import (
     OutboxRow,
     audit_bodies,
     finish_outbox,
-    lineage_moved,
     plan_batch,
 )
 from machines.view import OperationView

@@ -19,16 +19,15 @@ from psycopg.rows import TupleRow
 
 from ledger.cascade import LineagePlan, LineageRow, plan_lineage
 from ledger.jsonutil import dumps
-from ledger.queries import QUERIES
-from ledger.records import (
-    Batch,
-    BatchPlan,
+from ledger.lineage_step import (
     batch_time,
     check_arrivals,
     lineage_inputs,
     opened_lineage,
     with_lineage_plan,
 )
+from ledger.queries import QUERIES
+from ledger.records import Batch, BatchPlan
 
 __all__ = ["lineage_row", "lineage_step", "write_lineage"]
 
