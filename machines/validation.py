@@ -5,8 +5,9 @@ The checks run in layers, and every layer reports all it finds:
 1. version (SPEC §13): a 0.1 or unknown `spec_version` stops here, so a 0.1 plan is never
    interpreted as a 0.2 machine;
 2. reserved features (compound and parallel states) and executable content (`content.py`);
-3. the JSON Schema, with each error translated into a code and a location; an error at or
-   under a path already reported by layer 2 is not repeated;
+3. the JSON Schema, with each error translated into a code and a location
+   (`schema_problems.py`); an error at or under a path already reported by layer 2 is not
+   repeated;
 4. only on a schema-valid document: structure (initial, targets, final states, default
    transitions, reachability), registry resolution (guards, capabilities, static params) and
    the retry rule of CONFORMANCE L1.5.
@@ -15,15 +16,12 @@ The checks run in layers, and every layer reports all it finds:
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections.abc import Iterator, Mapping
-from functools import cache
 from types import MappingProxyType
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError, best_match
 
 from machines import content
 from machines.errors import Code, Location, Problem, Severity
@@ -38,20 +36,13 @@ from machines.model import (
     State,
     Transition,
 )
-from schemas import RECOVERY_MACHINE_SCHEMA
+from machines.schema_problems import covered, dotted_path, schema_problems
 
 DRAFT_0_1_VERSIONS = frozenset({"0.1", "agent-recovery/0.1", "agent-recovery/v0.1"})
 _COMPOUND_KEYS = frozenset({"states", "initial", "parallel", "regions", "history", "children"})
 _PATH_SPLIT = re.compile(r"[.\[]")
 
 Lines = Mapping[str, int]
-
-
-@cache
-def machine_schema_validator() -> Draft202012Validator:
-    """The validator of schemas/recovery-machine.schema.json (loaded once)."""
-    schema = json.loads(RECOVERY_MACHINE_SCHEMA.read_text(encoding="utf-8"))
-    return Draft202012Validator(schema)
 
 
 def locate(file: str, path: str, lines: Lines) -> Location:
@@ -134,7 +125,7 @@ def check_document(data: Any, file: str, lines: Lines, registry: Registry) -> li
     _check_structure(shaped, semantic)
     _check_registry(shaped, registry, semantic)
     reported = {p.location.path for p in out.problems if p.severity is Severity.ERROR}
-    out.problems.extend(p for p in semantic.problems if not _covered(p.location.path, reported))
+    out.problems.extend(p for p in semantic.problems if not covered(p.location.path, reported))
     return out.problems
 
 
@@ -257,118 +248,10 @@ def _check_reserved(data: dict[str, Any], out: _Collector) -> None:
             )
 
 
-def _dotted(parts: Iterator[Any] | Any) -> str:
-    path = ""
-    for part in parts:
-        path = f"{path}[{part}]" if isinstance(part, int) else (f"{path}.{part}" if path else part)
-    return str(path)
-
-
-_SCHEMA_CODES = {
-    "required": Code.SCHEMA_REQUIRED,
-    "additionalProperties": Code.SCHEMA_UNKNOWN_FIELD,
-    "type": Code.SCHEMA_TYPE,
-    "pattern": Code.SCHEMA_PATTERN,
-    "enum": Code.SCHEMA_ENUM,
-    "const": Code.SCHEMA_ENUM,
-}
-
-
-def _branch_errors(context: list[ValidationError]) -> list[ValidationError]:
-    """The errors of the oneOf branch the author meant: the first whose type fits.
-
-    A branch that fails on the type of the instance itself (a mapping given where the
-    other branch takes a list) is not what the author meant, so its errors are noise.
-    """
-    branches: dict[Any, list[ValidationError]] = {}
-    for inner in context:
-        branches.setdefault(inner.relative_schema_path[0], []).append(inner)
-    for errors in branches.values():
-        if not any(e.validator == "type" and not e.relative_path for e in errors):
-            return errors
-    return [best_match(context)]
-
-
-def _schema_findings(error: ValidationError) -> Iterator[tuple[Code, str, str]]:
-    """(code, path, message) for one jsonschema error, descending into oneOf branches."""
-    if error.validator in ("oneOf", "anyOf") and error.context:
-        for inner in _branch_errors(error.context):
-            yield from _schema_findings(inner)
-        return
-    path = _dotted(error.absolute_path)
-    code = _SCHEMA_CODES.get(str(error.validator), Code.SCHEMA_VIOLATION)
-    instance = error.instance
-    required = error.validator_value
-    if error.validator == "required" and isinstance(instance, dict) and isinstance(required, list):
-        missing = [f for f in required if f not in instance]
-        for name in missing:
-            yield code, _dotted([*error.absolute_path, name]), f"required field {name!r} missing"
-        return
-    schema = error.schema
-    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
-        allowed = schema.get("properties", {}) if isinstance(schema, Mapping) else {}
-        for key in error.instance:
-            if key not in allowed:
-                yield (
-                    code,
-                    _dotted([*error.absolute_path, key]),
-                    f"unknown field {key!r}; allowed: {', '.join(sorted(allowed))}",
-                )
-        return
-    if "propertyNames" in error.absolute_schema_path:
-        yield code, _dotted([*error.absolute_path, str(error.instance)]), f"name {error.message}"
-        return
-    yield code, path, error.message[:300]
-
-
-_FIELD_HINTS = {
-    "guard": "a transition has at most one guard: one registered guard id such as "
-    "'evidence.not-applied'",
-    "target": "name one state of this machine",
-    "actions": "list registered capability ids, or {capability: <id>, params: {...}}",
-    "entry": "list registered capability ids, or {capability: <id>, params: {...}}",
-    "type": "a state's type is 'atomic' (the default) or 'final'",
-    "version": "use a semantic version such as 1.0.0 (quoted if YAML would read a number)",
-    "name": "use lowercase words joined by hyphens, e.g. procurement-request",
-    "retention_days": "give a whole number of days between 1 and 3650",
-    "capabilities": "list at least one governed tool capability id",
-}
-
-
-def _schema_hint(path: str) -> str:
-    """A hint for a schema problem, specific to the field when one is known."""
-    field = re.split(r"[.\[]", path)[-1] if path else ""
-    if re.fullmatch(r"states\.[^.]+\.on\.[^.\[]+", path):
-        return (
-            "events are uppercase identifiers (TOOL_TIMEOUT) mapping to one transition or "
-            "an ordered list of transitions"
-        )
-    if re.fullmatch(r"states\.[^.\[]+", path):
-        return (
-            "a state is a mapping with optional type, description, entry and on; its name is "
-            "lowercase words joined by '-' or '_'"
-        )
-    hint = _FIELD_HINTS.get(field.rstrip("]"))
-    return hint or "see schemas/recovery-machine.schema.json and docs/machine-format.md"
-
-
-def _covered(path: str, reported: set[str]) -> bool:
-    return any(
-        path == r or path.startswith((f"{r}.", f"{r}[")) or r.startswith((f"{path}.", f"{path}["))
-        for r in reported
-    )
-
-
 def _check_schema(data: Any, out: _Collector) -> None:
     reported = {p.location.path for p in out.problems}
-    validator = machine_schema_validator()
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
-    for error in errors:
-        for code, path, message in _schema_findings(error):
-            if _covered(path, reported):
-                continue
-            reported.add(path)
-            out.add(code, path, message, _schema_hint(path))
+    for code, path, message, hint in schema_problems(data, reported):
+        out.add(code, path, message, hint)
 
 
 def iter_transitions(data: Mapping[str, Any]) -> Iterator[tuple[str, str, int, str, Any]]:
@@ -559,7 +442,7 @@ def _check_actions(
         kinds.add(spec.kind)
         validator = Draft202012Validator(dict(spec.params_schema))
         for error in validator.iter_errors(params):
-            where = _dotted([*error.absolute_path]) if error.absolute_path else ""
+            where = dotted_path([*error.absolute_path]) if error.absolute_path else ""
             out.add(
                 Code.ACTION_PARAMS_INVALID,
                 f"{path}.params.{where}" if where else f"{path}.params",
