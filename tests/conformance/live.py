@@ -1,0 +1,297 @@
+"""Running one catalogue case through the real system: the case's events published on
+Kafka with the client library, a real `consumer.Controller` deciding them into
+PostgreSQL under the case's own policy and guard faults, and the outbox relay publishing
+the commands and audit records. What came out is collected for the tests to compare
+with the case file's expectations.
+
+The events are built by the case runner itself (`machines.casefile._Runner`), so the
+envelope on the wire is exactly the one `recoveryctl test` decides; the runner's
+in-memory simulation is fed alongside only so that an approval signed "in the current
+state" binds the state the case means. The controller's clock is set to each step's
+case time before its event is published, and the next step waits until the ledger has
+stored the consumer offset past it, so the steps are decided one at a time, in order,
+at the times the case states.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from consumer import Controller, ControllerSettings, Rules
+from ledger import Ledger
+from ledger.outbox_watch import OutboxWatch
+from machines import Machine, Registry
+from machines.casefile import EPOCH, CaseSpec, ExpectSpec, StepSpec, _Runner, faulted
+from machines.event import Event, Lineage
+from producers import EventPublisher, TopicNames
+from producers.relay import OutboxRelay
+
+PARTITION = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """One step: what the case expects, the event published, and the decision the
+    controller stored for it (None when it stored none: a redelivered event)."""
+
+    index: int
+    expect: ExpectSpec
+    event: Event
+    stored: Mapping[str, Any] | None
+    simulated_outcome: str
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRun:
+    """Everything one case produced through the real system."""
+
+    case: CaseSpec
+    steps: tuple[StepResult, ...]
+    decisions: tuple[Mapping[str, Any], ...]  # every stored decision of the operation
+
+
+@dataclass
+class _Clock:
+    """The controller's clock, moved by the driver to each step's case time."""
+
+    now: datetime = EPOCH
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self) -> datetime:
+        with self.lock:
+            return self.now
+
+    def set(self, now: datetime) -> None:
+        with self.lock:
+            self.now = now
+
+
+def wire_case(case: CaseSpec) -> CaseSpec:
+    """`case` with its declared opening facts carried on its first event's `facts`
+    block: the only way a tool declares facts over the wire (the in-memory runner opens
+    the operation with them; the controller opens it from its first event, which admits
+    the block through the same `machines.facts.declare`)."""
+    first = case.steps[0]
+    if "facts" not in case.operation.model_fields_set or first.facts is not None:
+        return case
+    if first.replay is not None:
+        return case
+    moved: StepSpec = first.model_copy(update={"facts": case.operation.facts})
+    return case.model_copy(update={"steps": (moved, *case.steps[1:])})
+
+
+def with_parent(case: CaseSpec) -> CaseSpec:
+    """`case` with its operation below a parent operation when the case states lineage
+    agents. On the wire an operation's lineage agents are not declared: the controller
+    derives them from the stored parent chain (`Ledger.arrival_lineage`), so the driver
+    opens one parent operation, run by the case's nearest lineage agent, before the case.
+    A case that names its parent operation is left as it is: that parent is one this
+    ledger has not seen (another deployment's, or reported later), which is what its
+    steps rely on: an ancestor the ledger does not know stays contained once an
+    `ANCESTOR_CONTAINED` event names it (`ledger.cascade.with_lineage`), where a known,
+    uncontained parent would release the resume gate."""
+    op = case.operation
+    if not op.lineage_agents or op.parent_operation is not None:
+        return case
+    if len(op.lineage_agents) > 1:
+        raise AssertionError(f"case {case.name}: only one lineage level can be driven live")
+    parent = f"{op.id}-parent"
+    update = {"parent_operation": parent, "origin_operation": op.origin_operation or parent}
+    return case.model_copy(update={"operation": op.model_copy(update=update)})
+
+
+def parent_event(case: CaseSpec, machine: Machine, first: Event) -> Event:
+    """The event that opens the case's parent operation, about the lineage agent: an
+    event of the machine that its initial state does not accept, bare (no evidence,
+    approval, facts or classifier), so the parent is opened, rejected and left in its
+    initial state: it neither invokes anything nor cascades into the case."""
+    op = case.operation
+    assert op.parent_operation is not None
+    accepted = set(machine.states[machine.initial].on)
+    others = sorted({e for st in machine.states.values() for e in st.on} - accepted)
+    assert others, f"machine {machine.name}: every event is accepted in its initial state"
+    return replace(
+        first,
+        event_type=others[0],
+        event_id=f"{op.parent_operation}-opening",
+        operation_id=op.parent_operation,
+        correlation_id=f"{op.correlation_id}-parent",
+        evidence_ref=f"evidence://{op.parent_operation}/opening",
+        producer="tool-integration",
+        lineage=Lineage(
+            agent=op.lineage_agents[0], task=f"{op.task}-parent", initiating_principal=op.principal
+        ),
+        evidence=None,
+        human_decision=None,
+        classifier=None,
+        causation=None,
+        facts=None,
+    )
+
+
+def _settings(bootstrap: str, database_url: str, topics: TopicNames) -> ControllerSettings:
+    return ControllerSettings(
+        bootstrap=bootstrap,
+        database_url=database_url,
+        group_id=f"conformance-{uuid.uuid4().hex[:8]}",
+        instance_id=f"controller-{uuid.uuid4().hex[:6]}",
+        topics=topics,
+        batch_max_records=50,
+        batch_max_wait_ms=20,
+        session_timeout_ms=6000,
+        backoff_initial_ms=50,
+        backoff_max_ms=500,
+    )
+
+
+def _wait(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def run_live(
+    case: CaseSpec,
+    machine: Machine,
+    registry: Registry,
+    locked: Mapping[str, Machine],
+    *,
+    bootstrap: str,
+    database_url: str,
+    topics: TopicNames,
+    ledger: Ledger,
+) -> LiveRun:
+    """Drive every step of `case` through a controller of its own (the case's policy,
+    registry with its guard faults) on `topics` and `ledger`, with the outbox relay
+    running alongside, until the outbox is drained. Raises `AssertionError` when the
+    controller fails or stalls."""
+    spec = case.operation
+    opens_parent = spec.parent_operation is None and bool(spec.lineage_agents)
+    case = with_parent(wire_case(case))
+    runner = _Runner(case, machine, registry)
+    faulty_registry, table = faulted(registry, case.guard_faults)
+    rules = Rules(policy=runner.policy, registry=faulty_registry, guard_table=table)
+    settings = _settings(bootstrap, database_url, topics)
+    clock = _Clock()
+    controller = Controller(settings, ledger, machines=locked, rules=rules, clock=clock)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            controller.run(stop)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, name=settings.instance_id, daemon=True)
+    thread.start()
+    # The relay runs alongside, as in production: it must keep up with the decisions.
+    relay = OutboxRelay(ledger, bootstrap, database_url=database_url, topics=topics)
+    relay_thread = threading.Thread(
+        target=lambda: relay.run(stop), name=f"relay-{settings.instance_id}", daemon=True
+    )
+    relay_thread.start()
+    publisher = EventPublisher(bootstrap, topics=topics)
+    op = case.operation.id
+    steps: list[StepResult] = []
+    try:
+        _wait(lambda: bool(controller.owned) or bool(errors), 30, "partition assignment")
+        published = 0
+        for index, step in enumerate(case.steps, start=1):
+            event = runner.event_for(index, step)
+            now = EPOCH + timedelta(seconds=runner.clock)
+            simulated = runner.sim.feed(event, now)
+            if index == 1 and opens_parent:
+                # Decided and committed before the case's first event, so that the child
+                # arrives below a stored parent (a parent in the same batch is not yet
+                # stored when the batch reads arrival lineage).
+                clock.set(now)
+                publisher.publish(parent_event(case, machine, event))
+                publisher.flush(30)
+                published += 1
+                _wait(
+                    lambda: (
+                        ledger.offsets(settings.group_id, topics.events).get(PARTITION, 0) >= 1
+                        or bool(errors)
+                    ),
+                    30,
+                    f"case {case.name}: the parent operation to be opened",
+                )
+            before = len(ledger.decisions(op))
+            clock.set(now)
+            publisher.publish(event)
+            publisher.flush(30)
+            published += 1
+            _wait(
+                lambda n=published: (
+                    ledger.offsets(settings.group_id, topics.events).get(PARTITION, 0) >= n
+                    or bool(errors)
+                ),
+                30,
+                f"case {case.name} step {index} to be decided",
+            )
+            assert not errors, errors
+            stored = ledger.decisions(op)[before:]
+            assert len(stored) <= 1, f"step {index} stored {len(stored)} decisions"
+            steps.append(
+                StepResult(
+                    index, step.expect, event, stored[0] if stored else None, str(simulated.outcome)
+                )
+            )
+        with OutboxWatch(database_url) as watch:
+            _wait(lambda: watch.backlog() == 0, 30, f"case {case.name}: the outbox to drain")
+    finally:
+        publisher.close(30)
+        stop.set()
+        thread.join(30)
+        relay_thread.join(30)
+    assert not thread.is_alive(), f"the controller of case {case.name} did not stop"
+    assert not relay_thread.is_alive(), f"the relay of case {case.name} did not stop"
+    assert not errors, errors
+    return LiveRun(case, tuple(steps), tuple(ledger.decisions(op)))
+
+
+def actual_of(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored decision's fields in the shape `ExpectSpec` names them (the same fields
+    `machines.casefile.compare` reads from a `Decision`)."""
+    return {
+        "outcome": stored["outcome"],
+        "state": stored["state_after"],
+        "invocations": [i["capability"] for i in stored["invocations"]],
+        "refusals": [n["code"] for n in stored["refusals"]],
+        "errors": [n["code"] for n in stored["errors"]],
+        "approval_consumed": stored["approval"]["consumed"],
+        "guards": {g["guard"]: g["value"] for g in stored["guards"]},
+    }
+
+
+def mismatches(expect: ExpectSpec, actual: Mapping[str, Any]) -> list[str]:
+    """Every way `actual` differs from `expect` (fields the case leaves out are not
+    checked), one line each."""
+    out: list[str] = []
+    for name in ("outcome", "state", "invocations", "refusals", "errors", "approval_consumed"):
+        want = getattr(expect, name)
+        if want is None:
+            continue
+        want = list(want) if isinstance(want, tuple) else want
+        if want != actual[name]:
+            out.append(f"{name}: expected {want!r}, got {actual[name]!r}")
+    for guard, value in (expect.guards or {}).items():
+        got = actual["guards"].get(guard)
+        if got != value:
+            out.append(f"guards.{guard}: expected {value!r}, got {got!r}")
+    return out
+
+
+def command_ids(decisions: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The command ids every stored decision asked for."""
+    return {i["command_id"] for d in decisions for i in d["invocations"]}
