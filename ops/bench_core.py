@@ -39,7 +39,12 @@ SEQUENCES: dict[str, tuple[tuple[str, str | None], ...]] = {
 }
 
 
-def _event(machine: Machine, op: str, index: int, kind: str, outcome: str | None) -> Event:
+def bench_event(
+    machine: Machine, op: str, index: int, kind: str, outcome: str | None, task: str = "task-1"
+) -> Event:
+    """Event `index` of operation `op`'s benchmark story: `kind` from the tool
+    integration, or, with a verification `outcome`, from the trusted verifier-1. Shared
+    with `ops.bench_ledger`, so both benchmarks replay the same events."""
     evidence = (
         EvidencePayload(outcome=outcome, verifier="verifier-1", reference=f"ref://{op}/{index}")  # type: ignore[arg-type]
         if outcome is not None
@@ -55,7 +60,7 @@ def _event(machine: Machine, op: str, index: int, kind: str, outcome: str | None
         event_time=T0 + timedelta(seconds=index),
         evidence_ref=f"evidence://{op}/{index}",
         producer="verifier-1" if outcome is not None else "tool-integration",
-        lineage=Lineage(agent="agent-1", task="task-1", initiating_principal="alice"),
+        lineage=Lineage(agent="agent-1", task=task, initiating_principal="alice"),
         evidence=evidence,
     )
 
@@ -84,7 +89,7 @@ def workload(
             op = f"{machine.name}-{name}"
             view = _view(machine, policy, op)
             for index, (kind, outcome) in enumerate(sequence):
-                event = _event(machine, op, index, kind, outcome)
+                event = bench_event(machine, op, index, kind, outcome)
                 pairs.append((machine, view, event))
                 view = apply(view, decide(machine, view, event, policy, registry, event.event_time))
             pairs.append((machine, view, event))  # a redelivery: decided as duplicate

@@ -23,7 +23,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
@@ -42,13 +42,12 @@ from ledger import (
 )
 from machines import CATALOGUE, Machine, Registry, load_catalogue, load_registry
 from machines.decision import apply, decide
-from machines.event import Event, EvidencePayload, Lineage
 from machines.policy import Policy
 from machines.view import LineageStatus, OperationView, ToolFacts, new_view
+from ops.bench_core import T0, bench_event
 from ops.postgres import start_postgres
 from ops.settings import ENV_DATABASE_URL
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
 GROUP, TOPIC = "bench", "recovery.events"
 TARGET_EVENTS_PER_SECOND = 20_000
 POLICY = Policy(id="bench", trusted_verifiers=("verifier-1",))
@@ -58,27 +57,6 @@ STORY: tuple[tuple[str, str | None], ...] = (
     ("VERIFICATION_FOUND", "applied"),
     ("RETRY_SUCCEEDED", None),
 )
-
-
-def _event(machine: Machine, op: str, index: int, kind: str, outcome: str | None) -> Event:
-    evidence = (
-        EvidencePayload(outcome=outcome, verifier="verifier-1", reference=f"ref://{op}/{index}")  # type: ignore[arg-type]
-        if outcome is not None
-        else None
-    )
-    return Event(
-        event_type=kind,
-        event_id=f"{op}-e{index}",
-        operation_id=op,
-        correlation_id=f"corr-{op}",
-        machine_name=machine.name,
-        machine_version=machine.version,
-        event_time=T0 + timedelta(seconds=index),
-        evidence_ref=f"evidence://{op}/{index}",
-        producer="verifier-1" if outcome is not None else "tool-integration",
-        lineage=Lineage(agent="agent-1", task=f"task-{op}", initiating_principal="alice"),
-        evidence=evidence,
-    )
 
 
 def _view(machine: Machine, op: str) -> OperationView:
@@ -113,7 +91,7 @@ def build_batches(
             for op in ops:
                 for index in stage:
                     kind, outcome = STORY[index]
-                    event = _event(machine, op, index, kind, outcome)
+                    event = bench_event(machine, op, index, kind, outcome, task=f"task-{op}")
                     decision = decide(machine, views[op], event, POLICY, registry, event.event_time)
                     views[op] = apply(views[op], decision)
                     entries.append(Entry(event, decision, Source(TOPIC, partition, offset)))
