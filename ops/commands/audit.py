@@ -15,9 +15,8 @@ import json
 import sys
 from typing import TextIO
 
-from ledger import ChainBreak, LedgerError, LedgerUnavailable, PostgresLedger
-from ops.commands.db import resolve_database_url
-from ops.settings import ENV_DATABASE_URL
+from ledger import ChainBreak, LedgerError
+from ops.commands.db import add_ledger_options, open_ledger
 
 __all__ = ["register", "run_verify"]
 
@@ -33,8 +32,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = parser.add_subparsers(dest="audit_action", metavar="ACTION", required=True)
     verify = actions.add_parser("verify", help="recompute audit chains; report the first break")
     verify.add_argument("--operation", metavar="ID", help="verify one operation's chain only")
-    verify.add_argument("--database-url", metavar="URL", help="ledger database URL")
-    verify.add_argument("--json", action="store_true", help="print a JSON report")
+    add_ledger_options(verify)
     verify.set_defaults(handler=run_verify)
 
 
@@ -54,18 +52,8 @@ def run_verify(
     """Verify the chains; print the verdict; return 0 intact, 1 broken, 2 unusable."""
     out = out or sys.stdout  # looked up per call, so a redirected stdout is honoured
     err = err or sys.stderr
-    url = resolve_database_url(args.database_url)
-    if url is None:
-        print(
-            f"recoveryctl audit verify: no database: pass --database-url, set "
-            f"{ENV_DATABASE_URL}, or run `recoveryctl stack up`",
-            file=err,
-        )
-        return 2
-    try:
-        ledger = PostgresLedger(url, max_size=1, retries=1)
-    except LedgerUnavailable as exc:
-        print(f"recoveryctl audit verify: {exc}", file=err)
+    ledger = open_ledger("audit verify", args.database_url, err)
+    if ledger is None:
         return 2
     try:
         if args.operation is not None and args.operation not in ledger.audit_operation_ids():

@@ -15,12 +15,19 @@ import os
 import sys
 from typing import TextIO
 
-from ledger import LedgerUnavailable, MigrationError, migrate_database
+from ledger import LedgerUnavailable, MigrationError, PostgresLedger, migrate_database
 from ops.errors import StackError
 from ops.settings import ENV_DATABASE_URL
 from ops.stack import read_state
 
-__all__ = ["register", "resolve_database_url", "run_migrate"]
+__all__ = [
+    "add_ledger_options",
+    "open_ledger",
+    "register",
+    "resolve_database_url",
+    "resolved_url_or_report",
+    "run_migrate",
+]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,8 +40,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     actions = parser.add_subparsers(dest="db_action", metavar="ACTION", required=True)
     migrate = actions.add_parser("migrate", help="apply pending ledger migrations")
-    migrate.add_argument("--database-url", metavar="URL", help="ledger database URL")
-    migrate.add_argument("--json", action="store_true", help="print a JSON report")
+    add_ledger_options(migrate)
     migrate.set_defaults(handler=run_migrate)
 
 
@@ -50,19 +56,49 @@ def resolve_database_url(flag: str | None) -> str | None:
     return None if state is None else state.postgres.url
 
 
+def add_ledger_options(
+    parser: argparse.ArgumentParser, json_help: str = "print a JSON report"
+) -> None:
+    """Add `--database-url` and `--json`, the options every ledger command takes."""
+    parser.add_argument("--database-url", metavar="URL", help="ledger database URL")
+    parser.add_argument("--json", action="store_true", help=json_help)
+
+
+def resolved_url_or_report(command: str, flag: str | None, err: TextIO) -> str | None:
+    """`resolve_database_url(flag)`, or None after telling the operator on `err` the
+    three ways to name a database. `command` ("audit verify") prefixes the message."""
+    url = resolve_database_url(flag)
+    if url is None:
+        print(
+            f"recoveryctl {command}: no database: pass --database-url, set {ENV_DATABASE_URL}, "
+            "or run `recoveryctl stack up`",
+            file=err,
+        )
+    return url
+
+
+def open_ledger(command: str, flag: str | None, err: TextIO) -> PostgresLedger | None:
+    """A one-connection `PostgresLedger` on the database `flag` names (see
+    `resolve_database_url`), or None after reporting on `err` why there is none: no
+    database named, or it is unreachable. The caller closes the ledger."""
+    url = resolved_url_or_report(command, flag, err)
+    if url is None:
+        return None
+    try:
+        return PostgresLedger(url, max_size=1, retries=1)
+    except LedgerUnavailable as exc:
+        print(f"recoveryctl {command}: {exc}", file=err)
+        return None
+
+
 def run_migrate(
     args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
     """Apply every pending migration; print what was applied."""
     out = out or sys.stdout  # looked up per call, so a redirected stdout is honoured
     err = err or sys.stderr
-    url = resolve_database_url(args.database_url)
+    url = resolved_url_or_report("db migrate", args.database_url, err)
     if url is None:
-        print(
-            f"recoveryctl db migrate: no database: pass --database-url, set {ENV_DATABASE_URL}, "
-            "or run `recoveryctl stack up`",
-            file=err,
-        )
         return 2
     try:
         report = migrate_database(url)

@@ -18,11 +18,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from ledger import Ledger, LedgerError, LedgerUnavailable, PostgresLedger, UnknownOperation
+from ledger import Ledger, LedgerError, UnknownOperation
 from ledger.cascade import LineageRow
 from machines.invariants import ANSWERED_KINDS
-from ops.commands.db import resolve_database_url
-from ops.settings import ENV_DATABASE_URL
+from ops.commands.db import add_ledger_options, open_ledger
 
 __all__ = ["lineage_report", "register", "render_text", "run_lineage"]
 
@@ -39,8 +38,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("operation_id", metavar="OPERATION_ID")
-    parser.add_argument("--database-url", metavar="URL", help="ledger database URL")
-    parser.add_argument("--json", action="store_true", help="print the tree as JSON")
+    add_ledger_options(parser, json_help="print the tree as JSON")
     parser.set_defaults(handler=run_lineage)
 
 
@@ -165,18 +163,8 @@ def run_lineage(
     """Print the lineage report; return 0 shown, 2 unusable database or unknown id."""
     out = out or sys.stdout
     err = err or sys.stderr
-    url = resolve_database_url(args.database_url)
-    if url is None:
-        print(
-            f"recoveryctl lineage: no database: pass --database-url, set {ENV_DATABASE_URL}, "
-            "or run `recoveryctl stack up`",
-            file=err,
-        )
-        return 2
-    try:
-        ledger = PostgresLedger(url, max_size=1, retries=1)
-    except LedgerUnavailable as exc:
-        print(f"recoveryctl lineage: {exc}", file=err)
+    ledger = open_ledger("lineage", args.database_url, err)
+    if ledger is None:
         return 2
     try:
         report = lineage_report(ledger, args.operation_id)

@@ -17,9 +17,8 @@ import json
 import sys
 from typing import TextIO
 
-from ledger import HeldOutboxRow, LedgerError, LedgerUnavailable, PostgresLedger
-from ops.commands.db import resolve_database_url
-from ops.settings import ENV_DATABASE_URL
+from ledger import HeldOutboxRow, LedgerError
+from ops.commands.db import add_ledger_options, open_ledger
 
 __all__ = ["register", "run_held", "run_release"]
 
@@ -34,30 +33,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     actions = parser.add_subparsers(dest="outbox_action", metavar="ACTION", required=True)
     held = actions.add_parser("held", help="list held rows and the keys they block")
-    held.add_argument("--database-url", metavar="URL", help="ledger database URL")
-    held.add_argument("--json", action="store_true", help="print a JSON report")
+    add_ledger_options(held)
     held.set_defaults(handler=run_held)
     release = actions.add_parser("release", help="lift a hold so the relay retries its key")
     release.add_argument("record_id", metavar="RECORD_ID", help="the held row's record id")
-    release.add_argument("--database-url", metavar="URL", help="ledger database URL")
-    release.add_argument("--json", action="store_true", help="print a JSON report")
+    add_ledger_options(release)
     release.set_defaults(handler=run_release)
-
-
-def _open(action: str, database_url: str | None, err: TextIO) -> PostgresLedger | None:
-    url = resolve_database_url(database_url)
-    if url is None:
-        print(
-            f"recoveryctl outbox {action}: no database: pass --database-url, set "
-            f"{ENV_DATABASE_URL}, or run `recoveryctl stack up`",
-            file=err,
-        )
-        return None
-    try:
-        return PostgresLedger(url, max_size=1, retries=1)
-    except LedgerUnavailable as exc:
-        print(f"recoveryctl outbox {action}: {exc}", file=err)
-        return None
 
 
 def _row_json(row: HeldOutboxRow) -> dict[str, object]:
@@ -76,7 +57,7 @@ def run_held(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
     """List the held rows; return 0 none held, 1 some held, 2 unusable database."""
     out = out or sys.stdout  # looked up per call, so a redirected stdout is honoured
     err = err or sys.stderr
-    ledger = _open("held", args.database_url, err)
+    ledger = open_ledger("outbox held", args.database_url, err)
     if ledger is None:
         return 2
     try:
@@ -105,7 +86,7 @@ def run_release(
     """Lift one hold; return 0 released, 1 no such held row, 2 unusable database."""
     out = out or sys.stdout
     err = err or sys.stderr
-    ledger = _open("release", args.database_url, err)
+    ledger = open_ledger("outbox release", args.database_url, err)
     if ledger is None:
         return 2
     try:
