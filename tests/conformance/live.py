@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from confluent_kafka import Consumer, TopicPartition
+
 from consumer import Controller, ControllerSettings, Rules
 from ledger import Ledger
 from ledger.outbox_watch import OutboxWatch
@@ -31,6 +33,7 @@ from machines.casefile import EPOCH, CaseSpec, ExpectSpec, StepSpec, _Runner, fa
 from machines.event import Event, Lineage
 from producers import EventPublisher, TopicNames
 from producers.relay import OutboxRelay
+from schemas import HEADER_RECORD_ID, header_value
 
 PARTITION = 0
 
@@ -45,6 +48,7 @@ class StepResult:
     event: Event
     stored: Mapping[str, Any] | None
     simulated_outcome: str
+    simulated: Mapping[str, Any]  # `actual_of` the in-memory runner's decision
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +248,12 @@ def run_live(
             assert len(stored) <= 1, f"step {index} stored {len(stored)} decisions"
             steps.append(
                 StepResult(
-                    index, step.expect, event, stored[0] if stored else None, str(simulated.outcome)
+                    index,
+                    step.expect,
+                    event,
+                    stored[0] if stored else None,
+                    str(simulated.outcome),
+                    actual_of(simulated.to_dict()),
                 )
             )
         with OutboxWatch(database_url) as watch:
@@ -295,3 +304,51 @@ def mismatches(expect: ExpectSpec, actual: Mapping[str, Any]) -> list[str]:
 def command_ids(decisions: Sequence[Mapping[str, Any]]) -> set[str]:
     """The command ids every stored decision asked for."""
     return {i["command_id"] for d in decisions for i in d["invocations"]}
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """One record read back from an output topic."""
+
+    record_id: str | None
+    headers: Mapping[str, str]
+    value: bytes
+
+
+def read_until(
+    bootstrap: str, topic: str, wanted: set[str], *, at_least: int = 0, timeout: float = 15.0
+) -> list[Published]:
+    """Every record of the single-partition `topic` from the start, read until each
+    record id in `wanted` and at least `at_least` records have been seen (or `timeout`:
+    the caller then names what is missing). Waiting for known ids, not for a quiet
+    second, keeps the module fast."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"conformance-reader-{uuid.uuid4().hex[:8]}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, PARTITION, 0)])
+        seen: list[Published] = []
+        ids: set[str] = set()
+        deadline = time.monotonic() + timeout
+        while not (wanted <= ids and len(seen) >= at_least) and time.monotonic() < deadline:
+            for m in consumer.consume(500, 0.1):
+                if m.error() is not None:
+                    continue
+                pairs: list[tuple[str, bytes | None]] = [
+                    (str(k), v.encode() if isinstance(v, str) else v)
+                    for k, v in list(m.headers() or [])
+                ]
+                rid = header_value(pairs, HEADER_RECORD_ID)
+                if rid is not None:
+                    ids.add(rid)
+                seen.append(
+                    Published(rid, {k: (v or b"").decode() for k, v in pairs}, m.value() or b"")
+                )
+        return seen
+    finally:
+        consumer.close()

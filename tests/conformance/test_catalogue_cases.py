@@ -24,8 +24,7 @@ from schemas import (
     AvroSingleObjectCodec,
     CapabilityCommand,
 )
-from tests.conformance.live import actual_of, command_ids, mismatches, run_live
-from tests.integration.relay.outbox import read_all
+from tests.conformance.live import actual_of, command_ids, mismatches, read_until, run_live
 from tests.support.kafka import TopicFactory
 
 pytestmark = pytest.mark.integration
@@ -113,11 +112,19 @@ def test_case_runs_end_to_end_through_controller_and_relay(
         if step.stored is None:
             problems.extend(_unrecorded(label, step.expect.outcome, step.simulated_outcome))
             continue
-        problems.extend(f"{label}: {m}" for m in mismatches(step.expect, actual_of(step.stored)))
+        live = actual_of(step.stored)
+        problems.extend(f"{label}: {m}" for m in mismatches(step.expect, live))
+        # Beyond what the case states: the live decision is the pure core's decision.
+        problems.extend(
+            f"{label}: live {key} {live[key]!r} differs from the in-memory run's "
+            f"{step.simulated[key]!r}"
+            for key in ("outcome", "state", "invocations", "refusals", "errors", "guards")
+            if live[key] != step.simulated[key]
+        )
     assert not problems, f"{what}:\n" + "\n".join(problems)
 
     wanted = command_ids(run.decisions)
-    commands = read_all(kafka_bootstrap, [topics.commands], len(wanted), timeout=10)
+    commands = read_until(kafka_bootstrap, topics.commands, wanted)
     codec = AvroSingleObjectCodec()
     seen: set[str] = set()
     for record in commands:
@@ -132,11 +139,12 @@ def test_case_runs_end_to_end_through_controller_and_relay(
     conflicts = sum(s.stored is None and s.simulated_outcome == "conflict" for s in run.steps)
     assert sum(r.kind == "event-conflict" for r in chain) == conflicts, f"{what}: conflict audit"
     if conflicts:
-        dead = read_all(kafka_bootstrap, [topics.dlq], conflicts, timeout=10)
+        dead = read_until(kafka_bootstrap, topics.dlq, set(), at_least=conflicts)
         assert len(dead) >= conflicts, f"{what}: the reused event id was not dead-lettered"
     decision_hashes = {r.hash for r in chain if r.kind == "decision"}
     assert len(decision_hashes) == len(run.decisions), f"{what}: a decision has no audit record"
-    audit = read_all(kafka_bootstrap, [topics.audit], len(chain), timeout=10)
+    audit_ids = {f"audit:{r.operation_id}:{r.sequence}" for r in chain}
+    audit = read_until(kafka_bootstrap, topics.audit, audit_ids)
     published: set[str] = set()
     for record in audit:
         event = json.loads(record.value)
