@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 from ops.errors import StackError
 from ops.paths import cache_dir, ensure_dir
-from ops.ports import LOOPBACK, free_ports, is_port_free
+from ops.ports import LOOPBACK, free_ports, is_port_free, retry_bind_clash
 from ops.process import file_lock, log_tail, pid_alive, pid_cmdline, terminate
 from ops.settings import KAFKA_VERSION, LOG4J_VERSION
 
@@ -53,8 +53,6 @@ _JVM_OPTIONS = (
     "-Djava.awt.headless=true",
 )
 _STOP_GRACE_SECONDS = 30.0
-_BIND_ATTEMPTS = 3
-_BIND_CLASH = "Address already in use"
 
 
 class KafkaServiceError(StackError):
@@ -228,18 +226,18 @@ def start_kafka(
     data_dir = ensure_dir(data_dir.resolve())
     libs = ensure_jars(progress=progress)
     java = _java()
-    explicit = bootstrap_port is not None or controller_port is not None
-    for attempt in range(1, _BIND_ATTEMPTS + 1):
-        ports = _choose_ports(data_dir, bootstrap_port, controller_port)
-        try:
-            return _launch(java, libs, data_dir, ports, ready_timeout)
-        except KafkaServiceError as exc:
-            # Another process may take a free port between our check and the broker's
-            # bind; fresh ports fix that, but only when the caller did not ask for these.
-            if explicit or attempt == _BIND_ATTEMPTS or _BIND_CLASH not in str(exc):
-                raise
-            (data_dir / "ports.json").unlink(missing_ok=True)
-    raise AssertionError("unreachable: the last attempt returns or raises")
+    return retry_bind_clash(
+        lambda: _launch(
+            java,
+            libs,
+            data_dir,
+            _choose_ports(data_dir, bootstrap_port, controller_port),
+            ready_timeout,
+        ),
+        KafkaServiceError,
+        pinned=bootstrap_port is not None or controller_port is not None,
+        remembered=data_dir / "ports.json",
+    )
 
 
 def _launch(

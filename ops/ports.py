@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from contextlib import ExitStack
+from pathlib import Path
+from typing import TypeVar
 
-__all__ = ["LOOPBACK", "free_ports", "is_port_free"]
+__all__ = ["LOOPBACK", "free_ports", "is_port_free", "retry_bind_clash"]
 
 LOOPBACK = "127.0.0.1"
+_BIND_ATTEMPTS = 3
+_BIND_CLASH = "Address already in use"
+
+T = TypeVar("T")
 
 
 def free_ports(count: int, host: str = LOOPBACK) -> tuple[int, ...]:
@@ -37,3 +44,20 @@ def is_port_free(port: int, host: str = LOOPBACK) -> bool:
         except OSError:
             return False
     return True
+
+
+def retry_bind_clash(
+    launch: Callable[[], T], error: type[Exception], *, pinned: bool, remembered: Path
+) -> T:
+    """Return `launch()`, which chooses its ports and starts a service. Another process
+    may take a free port between the choice and the service's bind; when `launch` raises
+    `error` saying the address is in use, forget the `remembered` ports file and try again
+    with fresh ports, up to three attempts, but only when the caller did not pin them."""
+    for attempt in range(1, _BIND_ATTEMPTS + 1):
+        try:
+            return launch()
+        except error as exc:
+            if pinned or attempt == _BIND_ATTEMPTS or _BIND_CLASH not in str(exc):
+                raise
+            remembered.unlink(missing_ok=True)
+    raise AssertionError("unreachable: the last attempt returns or raises")

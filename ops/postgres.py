@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ops.errors import StackError
 from ops.paths import ensure_dir
-from ops.ports import LOOPBACK, free_ports, is_port_free
+from ops.ports import LOOPBACK, free_ports, is_port_free, retry_bind_clash
 from ops.process import log_tail, pid_alive
 from ops.settings import DATABASE_USER
 
@@ -40,8 +40,6 @@ _SETTINGS_FILE = "agent-recovery.conf"
 _ADMIN_DATABASE = "postgres"
 # Unix socket paths are limited to 107 bytes; a deep checkout falls back to TCP only.
 _MAX_SOCKET_DIR = 90
-_BIND_ATTEMPTS = 3
-_BIND_CLASH = "Address already in use"
 
 
 class PostgresServiceError(StackError):
@@ -155,22 +153,19 @@ def start_postgres(
     else a free one. Raises `PostgresServiceError` with the server log's tail on failure.
     """
     root = ensure_dir(root.resolve())
-    for attempt in range(1, _BIND_ATTEMPTS + 1):
+
+    def launch() -> PostgresServer:
         server = PostgresServer(
             root=root,
             port=_choose_port(root, port),
             bin_dir=find_bin_dir(),
             os_user=service_os_user(),
         )
-        try:
-            return _launch(server, ready_timeout)
-        except PostgresServiceError as exc:
-            # Another process may take a free port between our check and the server's
-            # bind; a fresh port fixes that, but only when the caller did not pick it.
-            if port is not None or attempt == _BIND_ATTEMPTS or _BIND_CLASH not in str(exc):
-                raise
-            (root / "port.json").unlink(missing_ok=True)
-    raise AssertionError("unreachable: the last attempt returns or raises")
+        return _launch(server, ready_timeout)
+
+    return retry_bind_clash(
+        launch, PostgresServiceError, pinned=port is not None, remembered=root / "port.json"
+    )
 
 
 def _launch(server: PostgresServer, ready_timeout: float) -> PostgresServer:
