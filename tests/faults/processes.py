@@ -10,23 +10,19 @@ member that freezes (a long GC pause, a stalled VM) and comes back as a zombie.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final, TextIO
 
+from tests.support import roles
+
 __all__ = ["FaultError", "RoleProcess", "log_tail", "wait_until"]
 
 _ASSIGNED: Final = " assigned "
-_COMMANDS: Final[Mapping[str, tuple[str, ...]]] = {
-    "controller": ("-m", "consumer"),
-    "relay": ("-m", "ops.cli", "run", "--role", "relay"),
-}
 
 
 class FaultError(AssertionError):
@@ -35,11 +31,7 @@ class FaultError(AssertionError):
 
 def log_tail(path: Path, lines: int = 25) -> str:
     """The last `lines` lines of a role's log, for failure messages."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return f"(no log at {path})"
-    return "\n".join(text.splitlines()[-lines:])
+    return roles.log_tail(path, lines)
 
 
 def wait_until(
@@ -52,13 +44,7 @@ def wait_until(
 ) -> None:
     """Poll `condition` until it holds; raise `FaultError` naming `what` (and whatever
     `detail()` adds: progress so far, a log tail) after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(every)
-    extra = f"\n{detail()}" if detail is not None else ""
-    raise FaultError(f"timed out after {timeout:.0f}s waiting for {what}{extra}")
+    roles.poll_until(condition, timeout, what, every=every, detail=detail, error=FaultError)
 
 
 class RoleProcess:
@@ -66,17 +52,16 @@ class RoleProcess:
     started once; a restart is a new `RoleProcess` (a new pid, a new member)."""
 
     def __init__(self, role: str, env: Mapping[str, str], log_path: Path) -> None:
-        if role not in _COMMANDS:
-            raise ValueError(f"unknown role {role!r}; expected one of {sorted(_COMMANDS)}")
+        if role not in roles.ROLE_COMMANDS:
+            raise ValueError(
+                f"unknown role {role!r}; expected one of {sorted(roles.ROLE_COMMANDS)}"
+            )
         self.role = role
         self.log_path = log_path
         self._assigned = threading.Event()
-        # Only what the role needs from ours (PATH, the venv) plus its own settings:
-        # RECOVERY_* variables of the test process must not leak into a child.
-        base = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERY_")}
         self._proc = subprocess.Popen(
-            [sys.executable, *_COMMANDS[role]],
-            env={**base, **env, "PYTHONUNBUFFERED": "1"},
+            roles.role_argv(role),
+            env=roles.role_env(env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

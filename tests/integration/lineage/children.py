@@ -4,31 +4,22 @@ killable with SIGKILL as a crash. Waits poll and say what they waited for."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
+from tests.support import roles
+
 __all__ = ["Child", "log_tail", "wait_until"]
 
-_COMMANDS: Final[Mapping[str, tuple[str, ...]]] = {
-    "controller": ("-m", "consumer"),
-    "relay": ("-m", "ops.cli", "run", "--role", "relay"),
-}
 _ROOT: Final = Path(__file__).resolve().parents[3]
 
 
 def log_tail(path: Path, lines: int = 30) -> str:
     """The last `lines` lines of a log file, for failure messages."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return f"(no log at {path})"
-    return "\n".join(text.splitlines()[-lines:])
+    return roles.log_tail(path, lines)
 
 
 def wait_until(
@@ -40,13 +31,7 @@ def wait_until(
     detail: Callable[[], str] | None = None,
 ) -> None:
     """Poll `condition` until it holds; fail naming `what` (and `detail()`) otherwise."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(every)
-    extra = f"\n{detail()}" if detail is not None else ""
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{extra}")
+    roles.poll_until(condition, timeout, what, every=every, detail=detail)
 
 
 class Child:
@@ -55,14 +40,12 @@ class Child:
     def __init__(self, role: str, env: Mapping[str, str], log_path: Path) -> None:
         self.role = role
         self.log_path = log_path
-        # RECOVERY_* settings of the test process must not leak into the child.
-        base = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERY_")}
         self._offset = log_path.stat().st_size if log_path.exists() else 0
         self._log = log_path.open("ab")
         self._proc = subprocess.Popen(
-            [sys.executable, *_COMMANDS[role]],
+            roles.role_argv(role),
             cwd=_ROOT,
-            env={**base, **env, "PYTHONUNBUFFERED": "1"},
+            env=roles.role_env(env),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self._log,
