@@ -17,24 +17,25 @@ Per record, in consumption order:
   gets a view from `machines.Simulation.open`, the same defaults `recoveryctl simulate`
   and the replay checks use, with the lineage the ledger gives it on arrival:
   `Ledger.arrival_lineage`, read once per batch for every operation it opens, see
-  `openings`), and the decision becomes an `Entry`. Duplicates and
-  conflicts are entries too: the ledger records a conflict's audit record and dead
-  letter with the operation. A forged or replayed human decision is recorded as the
-  refused decision it is *and* dead-lettered (`forged-signature`).
+  `openings`; a new operation whose parent the batch opened earlier is opened below
+  that parent as folded so far, `_Fold.arrival_in_batch`), and the decision becomes an
+  `Entry`. Duplicates and conflicts are entries too: the ledger records a conflict's
+  audit record and dead letter with the operation. A forged or replayed human decision
+  is recorded as the refused decision it is *and* dead-lettered (`forged-signature`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Final
 
 from consumer.deadletter import dead_letter
 from consumer.intake import Accepted, Outcome, RawRecord, Refusal, RefusalCode, Rejected
 from ledger import Batch, DeadLetter, Entry, Position, Source, Topics
-from ledger.cascade import Arrival
+from ledger.cascade import Arrival, Change, LineageRow, arrival_of, containment_of
 from machines import (
     STANDARD_GUARDS,
     Decision,
@@ -168,6 +169,11 @@ class _Fold:
         self.rules = rules
         self.stored = stored
         self.arrivals = arrivals
+        # The operations this batch opens, with the lineage each was opened with and
+        # whether it is containing as folded so far: a child opened below one of them
+        # later in the batch is decided below it (the ledger cannot know it yet).
+        self.opened: dict[str, tuple[Accepted, Arrival]] = {}
+        self.containing: dict[str, bool] = {}
         self.base: dict[str, OperationView] = {}
         self.current: dict[str, OperationView] = {}
         self.event_owner: dict[str, str] = {}
@@ -178,15 +184,79 @@ class _Fold:
     def view_of(self, item: Accepted) -> OperationView:
         op = item.event.operation_id
         if op not in self.current:
-            view = self.stored.get(op) or open_view(item.machine, self.rules, item)
-            arrival = self.arrivals.get(op)
-            if op not in self.stored and arrival is not None:
+            view = self.stored.get(op)
+            if view is None:
                 # The lineage it is linked into on commit: a new child of a contained
                 # parent is decided as contained from its first event (L5.5).
-                view = arrival.applied_to(view)
+                arrival = self.arrival_in_batch(item)
+                self.opened[op] = (item, arrival)
+                view = arrival.applied_to(open_view(item.machine, self.rules, item))
             self.base[op] = view
             self.current[op] = view
         return self.current[op]
+
+    def arrival_in_batch(self, item: Accepted) -> Arrival:
+        """The lineage a new operation is opened with: the ledger's (`arrivals`), extended
+        by what the ledger cannot know yet because this batch opens it too, with the same
+        `arrival_of` derivation the commit's linking makes: when its parent was opened
+        earlier in the batch, the parent's own arrival, its agent, and the parent itself
+        as a contained ancestor if it is containing as folded so far; and the agents of
+        children opened earlier in the batch that name it as parent, with theirs."""
+        op = item.event.operation_id
+        stored = self.arrivals.get(op) or Arrival(op)
+        parent_id = item.event.lineage.parent_operation
+        parent = (
+            self.row_of(parent_id) if parent_id is not None and parent_id in self.opened else None
+        )
+        children = [
+            self.row_of(c)
+            for c, (first, _) in self.opened.items()
+            if first.event.lineage.parent_operation == op
+        ]
+        if parent is None and not children:
+            return stored
+        below = arrival_of(op, parent, children)
+        descendants = stored.descendant_agents + tuple(
+            a for a in below.descendant_agents if a not in stored.descendant_agents
+        )
+        if parent is None:
+            return replace(stored, descendant_agents=descendants)
+        return Arrival(
+            op, below.ancestors, below.lineage_agents, below.contained_ancestors, descendants
+        )
+
+    def row_of(self, op: str) -> LineageRow:
+        """The lineage row an operation opened earlier in this batch will be linked with
+        (its first event's lineage, the arrival it was opened with, containing as folded
+        so far): what `arrival_of` needs, since the ledger does not store it yet."""
+        first, arrival = self.opened[op]
+        ev, lineage = first.event, first.event.lineage
+        return LineageRow(
+            operation_id=op,
+            correlation_id=ev.correlation_id,
+            machine_name=ev.machine_name,
+            machine_version=ev.machine_version,
+            state=self.current[op].state,
+            agent=lineage.agent,
+            task=lineage.task,
+            initiating_principal=lineage.initiating_principal,
+            origin_operation=lineage.origin_operation,
+            parent_operation=lineage.parent_operation,
+            delegated_credentials=lineage.delegated_credentials,
+            ancestors=arrival.ancestors,
+            lineage_agents=arrival.lineage_agents,
+            contained_ancestors=arrival.contained_ancestors,
+            containing=self.containing.get(op, False),
+            descendant_agents=arrival.descendant_agents,
+        )
+
+    def note_containment(self, item: Accepted, decision: Decision) -> None:
+        """Fold whether an operation this batch opens is containing after `decision`."""
+        op = item.event.operation_id
+        if op in self.opened:
+            change = containment_of(item.event, decision)
+            if change is not None:
+                self.containing[op] = change.change is Change.CONTAIN
 
     def precheck(self, item: Accepted) -> Refusal | None:
         event, machine = item.event, item.machine
@@ -299,6 +369,7 @@ def _decide(fold: _Fold, item: Accepted, now: datetime, observe: Observer) -> Re
     fold.decisions.append(decision)
     if decision.outcome not in (DecisionOutcome.DUPLICATE, DecisionOutcome.CONFLICT):
         fold.current[event.operation_id] = apply(view, decision)
+        fold.note_containment(item, decision)
     forged = [n for n in decision.refusals if n.code in FORGED_REFUSALS]
     if not forged:
         return None

@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 
 from consumer import Intake, plan_batch_of
-from consumer.batch import openings, operation_ids, positions_for
+from consumer.batch import Planned, openings, operation_ids, positions_for
 from ledger import MemoryLedger, VersionConflict
-from machines import Event, Lineage
+from machines import Event, EvidencePayload, Lineage
 from tests.unit.consumer.support import CONTROLLER, GROUP, TOPIC, encoded, event, pinned
 
 
@@ -78,3 +78,74 @@ def test_a_batch_planned_without_the_arrival_lineage_is_refused_at_commit() -> N
     with pytest.raises(VersionConflict, match="op-child: its lineage changed"):
         _commit(ledger, child, 1, arrivals=False)
     assert ledger.decisions("op-child") == ()
+
+
+def _plan_one_batch(ledger: MemoryLedger, events: list[Event]) -> Planned:
+    machines, rules = pinned()
+    epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], "me")[0].epoch}
+    raws = [encoded(e, i) for i, e in enumerate(events)]
+    outcomes = [Intake(machines, max_record_bytes=65536).examine(r) for r in raws]
+    views = ledger.load_views(operation_ids(outcomes))
+    return plan_batch_of(
+        outcomes,
+        views,
+        rules,
+        group=GROUP,
+        controller=CONTROLLER,
+        positions=positions_for(raws, epochs),
+        now=events[0].event_time + timedelta(minutes=1),
+        arrivals=ledger.arrival_lineage(openings(outcomes, views)),
+    )
+
+
+def test_a_child_opened_in_its_parents_first_batch_is_decided_below_the_parents_agent() -> None:
+    ledger = MemoryLedger()
+    by_parent_agent = replace(
+        _below(event("VERIFICATION_NOT_FOUND", "op-child", event_id="c-2"), "op-parent"),
+        producer="agent-1",  # the parent's agent, in the child's lineage (SPEC §7.7)
+        evidence=EvidencePayload(outcome="not_applied", verifier="verifier-1", reference="v-2"),
+    )
+    planned = _plan_one_batch(
+        ledger,
+        [
+            event("TOOL_TIMEOUT", "op-parent"),
+            _below(event("TOOL_TIMEOUT", "op-child"), "op-parent"),
+            by_parent_agent,
+        ],
+    )
+    assert "agent-1" in planned.batch.views["op-child"].lineage.lineage_agents
+    refused = next(d for d in planned.decisions if d.event_id == "c-2")
+    assert "affected-agent-evidence" in {n.code for n in refused.refusals}
+    ledger.commit(planned.batch)  # the commit's arrival check agrees: no VersionConflict
+    assert "agent-1" in ledger.load_views(["op-child"])["op-child"].lineage.lineage_agents
+
+
+def test_a_parent_contained_earlier_in_the_batch_holds_a_child_opened_after_it() -> None:
+    ledger = MemoryLedger()
+    planned = _plan_one_batch(
+        ledger,
+        [
+            event("AUTHORIZATION_DENIED", "op-parent"),
+            _below(event("TOOL_TIMEOUT", "op-child"), "op-parent"),
+        ],
+    )
+    child = planned.batch.views["op-child"]
+    assert child.lineage.contained_ancestors == ("op-parent",)
+    ledger.commit(planned.batch)  # committed first time
+    assert ledger.lineage("op-parent").containing
+    stored = ledger.load_views(["op-child"])["op-child"]
+    assert stored.lineage.contained_ancestors == ("op-parent",)
+
+
+def test_a_parent_opened_after_its_child_in_one_batch_counts_the_childs_agent() -> None:
+    ledger = MemoryLedger()
+    planned = _plan_one_batch(
+        ledger,
+        [
+            _below(event("TOOL_TIMEOUT", "op-child"), "op-parent"),
+            event("TOOL_TIMEOUT", "op-parent"),
+        ],
+    )
+    assert "agent-child" in planned.batch.views["op-parent"].lineage.lineage_agents
+    ledger.commit(planned.batch)
+    assert ledger.lineage("op-parent").descendant_agents == ("agent-child",)
