@@ -233,7 +233,14 @@ def plan_lineage(
         if body is not None:
             audit.setdefault(change.operation_id, []).append(body)
     opened_ids = {r.operation_id for r in opened}
-    events = _owed_events(rows, stored, causes, opened_ids, audit, now)
+    # Arrivals whose own machine took an ANCESTOR_CONTAINED in this batch (the tool
+    # reported it) have had their containment signal: another one would be rejected.
+    told = {
+        c.operation_id
+        for c in changes
+        if c.change is Change.CONTAIN and c.event_type == "ANCESTOR_CONTAINED"
+    }
+    events = _owed_events(rows, stored, causes, opened_ids & told, opened_ids, audit, now)
     changed = {op: r for op, r in rows.items() if op in opened_ids or stored.get(op) != r}
     return LineagePlan(
         rows=changed,
@@ -264,13 +271,18 @@ def _owed_events(
     rows: Mapping[str, LineageRow],
     stored: Mapping[str, LineageRow],
     causes: Mapping[str, Containment],
+    told: set[str],
     opened_ids: set[str],
     audit: dict[str, list[Mapping[str, Any]]],
     now: datetime,
 ) -> list[CascadeEvent]:
     """One event per operation contained at the end of the batch that was not before
     it: signalled by a containment of this batch, or contained on arrival (linked below
-    a containing ancestor), which is also audited on an opened operation's chain."""
+    a containing ancestor), which is also audited on an opened operation's chain. An
+    arrival in `told` (its own machine took an ANCESTOR_CONTAINED in this batch) is
+    audited but not signalled again: a second signal would only be rejected and
+    escalated. An arrival that contained itself for another reason is still signalled,
+    since the ancestor's signal may stop and revoke more widely than its own transition."""
     events: list[CascadeEvent] = []
     for op in sorted(rows, key=lambda o: (len(rows[o].ancestors), o)):
         row = rows[op]
@@ -282,7 +294,6 @@ def _owed_events(
         held_by = rows.get(ancestor)
         cause = held_by.containment_cause if held_by is not None else None
         chain = trigger.chain if trigger else (cause or ancestor)
-        events.append(_cascade_event(row, ancestor, chain, trigger, now))
         if trigger is None and op in opened_ids:
             audit.setdefault(op, []).append(
                 {
@@ -292,6 +303,9 @@ def _owed_events(
                     "cause": chain,
                 }
             )
+            if op in told:
+                continue
+        events.append(_cascade_event(row, ancestor, chain, trigger, now))
     return events
 
 

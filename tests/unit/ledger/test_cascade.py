@@ -90,6 +90,35 @@ def test_contain_then_release_in_one_batch_owes_descendants_nothing() -> None:
     assert plan.rows == {}  # every lineage column ends as it was
 
 
+def test_an_arrival_below_a_containing_ancestor_is_signalled_and_audited() -> None:
+    stored = {"root": _row("root", containing=True, containment_cause="root#3/root-e")}
+    plan = plan_lineage(stored, (_row("a", "root"),), (), NOW)
+    assert [e.key for e in plan.events] == ["a"]
+    assert [b["kind"] for b in plan.audit["a"]] == ["contained-on-arrival"]
+
+
+def test_an_arrival_that_took_ancestor_contained_itself_is_audited_but_not_signalled_again() -> (
+    None
+):
+    # The tool reported ANCESTOR_CONTAINED as the child's first event, so the child's own
+    # machine already stopped it in this batch: a second signal would only be rejected.
+    stored = {"root": _row("root", containing=True, containment_cause="root#3/root-e")}
+    told = replace(_change("a", Change.CONTAIN, 1), event_type="ANCESTOR_CONTAINED")
+    plan = plan_lineage(stored, (_row("a", "root"),), (told,), NOW)
+    assert plan.events == ()
+    assert plan.rows["a"].containing is True
+    assert plan.rows["a"].contained_ancestors == ("root",)
+    assert "contained-on-arrival" in [b["kind"] for b in plan.audit["a"]]
+
+
+def test_an_arrival_that_contained_itself_for_another_reason_is_still_signalled() -> None:
+    # Its own transition (AUTHORIZATION_DENIED, say) stops and revokes at task scope; the
+    # ancestor's signal may reach further, so it is still owed.
+    stored = {"root": _row("root", containing=True, containment_cause="root#3/root-e")}
+    plan = plan_lineage(stored, (_row("a", "root"),), (_change("a", Change.CONTAIN, 1),), NOW)
+    assert [e.key for e in plan.events] == ["a"]
+
+
 def test_a_reported_parent_cycle_does_not_loop() -> None:
     stored = {"x": _row("x", "y")}
     plan = plan_lineage(stored, (_row("y", "x"),), (), NOW)
