@@ -167,6 +167,8 @@ FROM unnest(%(keys)s::text[]) AS k ORDER BY k;
 -- name: lineage_rows
 -- The lineage walk: the named rows and every row below the given roots by parent
 -- pointers, locked, so a concurrent link or containment waits for this batch.
+-- One IN over a UNION, so the rows are fetched by primary key: three ORed conditions
+-- were planned as a filter over every row of the table.
 WITH RECURSIVE tree (operation_id, level) AS (
     SELECT operation_id, 1 FROM operations WHERE parent_operation = ANY(%(roots)s)
     UNION
@@ -179,11 +181,13 @@ SELECT operation_id, correlation_id, machine_name, machine_version, state, agent
        ancestors, lineage_agents, contained_ancestors, containing, containment_cause,
        descendant_agents
 FROM operations
-WHERE operation_id = ANY(%(ids)s)
-   OR operation_id IN (SELECT operation_id FROM tree)
-   OR operation_id IN (
-       SELECT unnest(ancestors) FROM operations WHERE operation_id = ANY(%(ids)s)
-   )
+WHERE operation_id IN (
+    SELECT unnest(%(ids)s::text[])
+    UNION
+    SELECT operation_id FROM tree
+    UNION
+    SELECT unnest(ancestors) FROM operations WHERE operation_id = ANY(%(ids)s)
+)
 ORDER BY operation_id
 FOR UPDATE;
 
