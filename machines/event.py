@@ -32,9 +32,7 @@ def canonical_bytes(value: Any) -> bytes:
     """The canonical encoding used for digests and signatures: JSON with sorted keys, no
     insignificant whitespace, UTF-8, datetimes as ISO-8601. Two values that mean the same
     thing encode to the same bytes, so their digests and signatures agree."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_encode_default
-    ).encode("utf-8")
+    return _CANONICAL.encode(value).encode("utf-8")
 
 
 def _encode_default(value: Any) -> Any:
@@ -43,6 +41,14 @@ def _encode_default(value: Any) -> Any:
     if isinstance(value, (tuple, frozenset, set)):
         return list(value)
     raise TypeError(f"cannot canonically encode {type(value).__name__}")
+
+
+# One encoder for the process, with exactly the options `json.dumps` would be given:
+# `json.dumps` with any non-default option builds a new encoder per call, which cost
+# more than encoding a whole event envelope.
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_encode_default
+)
 
 
 def sha256_digest(value: Any) -> str:
@@ -168,12 +174,6 @@ class Scope:
     environment: str | None = None
 
 
-# Envelope fields added after the first digests were published: they enter the digest
-# only when present, so every event without them keeps the digest (and any signature or
-# test vector) it had before they existed.
-_OPTIONAL_BLOCKS: tuple[str, ...] = ("facts", "scope")
-
-
 @dataclass(frozen=True, slots=True)
 class Event:
     """One validated recovery event. `event_type` is the opaque uppercase identifier the
@@ -207,19 +207,91 @@ class Event:
 
     def content(self) -> dict[str, Any]:
         """The event as plain JSON-ready data, without its digest; `facts` and `scope`
-        appear only when the event carries them."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data.pop("payload_digest")
-        for name in _OPTIONAL_BLOCKS:
-            if data[name] is None:
-                del data[name]
-        return {k: _plain(v) for k, v in data.items()}
+        appear only when the event carries them. Keys are in field order."""
+        # Written out field by field: the generic dataclass walk (`_plain`) cost more
+        # than validating the envelope, and every event is built through here. A unit
+        # test holds this to `_plain`'s answer for events with every block filled in.
+        evidence, decision, classifier = self.evidence, self.human_decision, self.classifier
+        data: dict[str, Any] = {
+            "event_type": self.event_type,
+            "event_id": self.event_id,
+            "operation_id": self.operation_id,
+            "correlation_id": self.correlation_id,
+            "machine_name": self.machine_name,
+            "machine_version": self.machine_version,
+            "event_time": _time(self.event_time),
+            "evidence_ref": self.evidence_ref,
+            "producer": self.producer,
+            "lineage": _lineage_content(self.lineage),
+            "evidence": None if evidence is None else _evidence_content(evidence),
+            "human_decision": None if decision is None else _decision_content(decision),
+            "classifier": None if classifier is None else _classifier_content(classifier),
+            "causation": self.causation,
+        }
+        # `facts` and `scope` were added after the first digests were published: they
+        # enter the digest only when present, so every event without them keeps the
+        # digest (and any signature or test vector) it had before they existed.
+        if self.facts is not None:
+            data["facts"] = _plain(self.facts)
+        if self.scope is not None:
+            data["scope"] = _plain(self.scope)
+        return data
 
     def to_dict(self) -> dict[str, Any]:
         """The event as plain JSON-ready data, with its digest."""
         data = self.content()
         data["payload_digest"] = self.payload_digest
         return data
+
+
+def _time(value: Any) -> Any:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def _lineage_content(lineage: Lineage) -> dict[str, Any]:
+    return {
+        "agent": lineage.agent,
+        "task": lineage.task,
+        "initiating_principal": lineage.initiating_principal,
+        "origin_operation": lineage.origin_operation,
+        "parent_operation": lineage.parent_operation,
+        "delegated_credentials": list(lineage.delegated_credentials),
+    }
+
+
+def _evidence_content(evidence: EvidencePayload) -> dict[str, Any]:
+    checkpoint = evidence.checkpoint
+    return {
+        "outcome": evidence.outcome,
+        "verifier": evidence.verifier,
+        "reference": evidence.reference,
+        "checkpoint": None if checkpoint is None else _plain(checkpoint),
+        "ancestor_operation": evidence.ancestor_operation,
+    }
+
+
+def _decision_content(decision: HumanDecision) -> dict[str, Any]:
+    return {
+        "approver": decision.approver,
+        "operation_id": decision.operation_id,
+        "state": decision.state,
+        "transition": decision.transition,
+        "machine_digest": decision.machine_digest,
+        "expires_at": _time(decision.expires_at),
+        "nonce": decision.nonce,
+        "decision": decision.decision,
+        "signature": decision.signature,
+    }
+
+
+def _classifier_content(classifier: ClassifierOutput) -> dict[str, Any]:
+    return {
+        "identity": classifier.identity,
+        "version": classifier.version,
+        "question": classifier.question,
+        "probabilities": dict(classifier.probabilities),
+        "candidate_event": classifier.candidate_event,
+    }
 
 
 def _plain(value: Any) -> Any:

@@ -1,0 +1,84 @@
+"""`Event.content` is written out field by field for speed; these tests hold it to the
+generic dataclass walk it replaced, so a field added to an envelope block without a line
+in `content` fails here instead of silently leaving the digest."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import fields, is_dataclass
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from machines.event import DeclaredFacts, Event, Scope, canonical_bytes, sha256_digest
+from tests.unit.wire.samples import full_event, minimal_event
+
+
+def _walk(value: Any) -> Any:
+    """The generic walk `Event.content` used to make: every dataclass field, recursively,
+    tuples as lists, mappings as dicts, datetimes as ISO-8601."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _walk(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Mapping):
+        return {k: _walk(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_walk(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def _reference(event: Event) -> dict[str, Any]:
+    data = _walk(event)
+    del data["payload_digest"]
+    for optional in ("facts", "scope"):
+        if data[optional] is None:
+            del data[optional]
+    return data
+
+
+FACTS = DeclaredFacts(idempotency_key="k-1", side_effect_confirmed=True, status_api=True)
+SCOPE = Scope(capability="email.send", tool="smtp", environment="prod")
+
+SAMPLES = {
+    "minimal": minimal_event(),
+    "every block": full_event(),
+    "every block with facts and scope": Event(
+        **{f.name: getattr(full_event(), f.name) for f in fields(Event) if f.init}
+        | {"facts": FACTS, "scope": SCOPE, "payload_digest": ""}
+    ),
+    "non-utc time": minimal_event(
+        event_time=datetime(2026, 11, 30, 3, 0, tzinfo=timezone(timedelta(hours=2)))
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_content_equals_the_generic_walk_key_for_key_and_in_field_order(name: str) -> None:
+    event = SAMPLES[name]
+    reference = _reference(event)
+    assert event.content() == reference
+    assert list(event.content()) == list(reference)
+    assert event.to_dict() == {**reference, "payload_digest": event.payload_digest}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_the_digest_covers_the_canonical_json_of_the_generic_walk(name: str) -> None:
+    event = SAMPLES[name]
+    text = json.dumps(_reference(event), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert canonical_bytes(event.content()) == text.encode("utf-8")
+    assert event.payload_digest == sha256_digest(_reference(event))
+
+
+def test_content_is_a_fresh_value_a_caller_may_change() -> None:
+    event = full_event()
+    first = event.content()
+    first["lineage"]["agent"] = "someone-else"
+    assert event.content()["lineage"]["agent"] == "agent-7"
+
+
+def test_canonical_bytes_keeps_non_ascii_text_and_encodes_times_and_tuples() -> None:
+    value = {"b": ("x", "é"), "a": datetime(2026, 1, 1, tzinfo=UTC)}
+    assert canonical_bytes(value) == '{"a":"2026-01-01T00:00:00+00:00","b":["x","é"]}'.encode()
