@@ -14,6 +14,7 @@ import threading
 from consumer.batch import Rules
 from consumer.controller import Controller
 from consumer.errors import ControllerError
+from consumer.heap import settle_heap
 from consumer.settings import ControllerSettings
 from consumer.telemetry import Telemetry, build_telemetry
 from ledger import LedgerError, PostgresLedger
@@ -78,6 +79,7 @@ def run_controller(
         controller = Controller(
             settings, ledger, machines=machines, rules=rules, telemetry=telemetry
         )
+        settle_heap("controller")
         controller.run(stop)
     finally:
         ledger.close()

@@ -28,6 +28,7 @@ from types import FrameType
 from typing import Any, Final, TextIO
 
 from consumer.errors import ControllerError
+from consumer.heap import settle_heap
 from consumer.telemetry import Telemetry, build_telemetry
 from ledger import LedgerError, PostgresLedger, migrate_database
 from ledger.schema_check import pending_migrations
@@ -159,8 +160,8 @@ def run_roles(
         runtime.closers.append(ledger.close)
         telemetry = _relay_telemetry()
         runtime.closers.append(telemetry.shutdown)
-        for index in range(relays):
-            relay = OutboxRelay(
+        built = [
+            OutboxRelay(
                 ledger,
                 services.bootstrap,
                 database_url=services.database_url,
@@ -170,6 +171,10 @@ def run_roles(
                 tracer_provider=telemetry.tracer_provider,
                 meter_provider=telemetry.meter_provider,
             )
+            for index in range(relays)
+        ]
+        settle_heap("relay")
+        for relay in built:
             runtime.start(relay.instance, relay.run)
     if "controller" in roles:
         overrides = {"topics": names, **(controller_overrides or {})}
