@@ -150,3 +150,54 @@ def test_committed_batches_are_counted_by_outcome_and_reason() -> None:
     dead = values["recovery.controller.events.dead_lettered"]
     assert [(a["reason"], v) for a, v in dead] == [("avro-not-single-object", 1)]
     assert values["recovery.controller.consumer.lag"][0][1] == 5
+
+
+def _noop_span_headers(raw_headers: tuple[tuple[str, bytes | None], ...]) -> dict[str, str]:
+    """What a decision span of the no-op tracer would hand the commands: the reference
+    the untraced observer must match."""
+    raw = record(b"x", 0, headers=raw_headers)
+    tracer = trace.NoOpTracerProvider().get_tracer("reference")
+    with tracer.start_as_current_span("recovery.decide", context=extract_context(raw)) as span:
+        return trace_headers(span)
+
+
+@pytest.mark.parametrize(
+    "trace_context",
+    [
+        {},
+        {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+        {
+            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+            "tracestate": "vendor=abc,other=1",
+        },
+        {"traceparent": "00-00000000000000000000000000000000-b7ad6b7169203331-01"},
+        {"traceparent": "garbage", "tracestate": "vendor=abc"},
+        {"tracestate": "vendor=abc"},
+    ],
+    ids=["none", "sampled", "with-state", "invalid-trace-id", "malformed", "state-only"],
+)
+def test_without_an_exporter_commands_carry_what_a_no_op_decision_span_would_give(
+    trace_context: dict[str, str],
+) -> None:
+    raw = encoded(event("TOOL_TIMEOUT"), 0)
+    headers = (*raw.headers, *((k, v.encode()) for k, v in trace_context.items()))
+    raw = record(raw.value, 0, headers=headers)
+    machines, rules = pinned()
+    outcomes = [Intake(machines, max_record_bytes=65536).examine(raw)]
+    latencies: list[float] = []
+    tracer = BatchTracer(trace.NoOpTracerProvider())
+    with tracer.batch(1, [("recovery.events", 0)]) as batch_span:
+        planned = plan_batch_of(
+            outcomes,
+            {},
+            rules,
+            group=GROUP,
+            controller=CONTROLLER,
+            positions=(),
+            now=T0,
+            observe=tracer.observer(batch_span, latencies.append),
+        )
+    assert planned.batch.entries[0].trace == _noop_span_headers(headers)
+    assert len(latencies) == 1 and latencies[0] >= 0
+    if trace_context.get("traceparent", "").startswith("00-0af7"):
+        assert planned.batch.entries[0].trace["traceparent"] == trace_context["traceparent"]
