@@ -198,6 +198,7 @@ def test_without_an_exporter_commands_carry_what_a_no_op_decision_span_would_giv
             observe=tracer.observer(batch_span, latencies.append),
         )
     assert planned.batch.entries[0].trace == _noop_span_headers(headers)
-    assert len(latencies) == 1 and latencies[0] >= 0
+    assert len(latencies) == 1
+    assert latencies[0] >= 0
     if trace_context.get("traceparent", "").startswith("00-0af7"):
         assert planned.batch.entries[0].trace["traceparent"] == trace_context["traceparent"]
