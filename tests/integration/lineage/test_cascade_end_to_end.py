@@ -316,10 +316,13 @@ def test_descendant_task_cancellation_cascades_through_a_killed_controller_and_n
         for op in [*descendants, LATE]:
             cascade = [d for d in stack.decisions(op) if d["event"]["type"] == "ANCESTOR_CONTAINED"]
             assert len(cascade) == 1, op
-            # The late one was contained through its nearest contained ancestor, whose
-            # own chain leads back to the root's decision.
-            nearest = stack.ledger.lineage("c0g0").containment_cause if op == LATE else root_cause
-            assert cascade[0]["event"]["evidence_ref"] == f"cascade:{nearest}", op
+            # The late one was contained through its nearest ancestor containing when it
+            # arrived, whose own chain leads back to the root's decision. Which one that
+            # is depends on how far the cascade (which runs on after the restart) had got
+            # by then: its parent c0g0, or above it c0 or the root.
+            causes = [stack.ledger.lineage(a).containment_cause for a in ("c0g0", "c0", "root")]
+            nearest = causes if op == LATE else [root_cause]
+            assert cascade[0]["event"]["evidence_ref"] in [f"cascade:{c}" for c in nearest], op
             assert cascade[0]["event"]["evidence_ref"].endswith(root_cause), op
             capabilities = [i["capability"] for i in cascade[0]["invocations"]]
             assert capabilities == ["agent.stop-task", "credentials.revoke-delegation"], op
