@@ -101,11 +101,18 @@ class AvroSingleObjectCodec:
         `schema_name` and write it as a single object."""
         schema = self._catalog.current(schema_name)
         try:
-            avro_validate(record, schema.parsed, raise_errors=True, strict=True)
+            # Asked to raise, fastavro builds a ValidationError (formatting the datum as
+            # JSON) for every union branch it probes and rejects, so every valid record
+            # with a value in a nullable field paid for one. The verdict alone is the
+            # same check; only a refused record is validated again, to raise its error.
+            if not avro_validate(record, schema.parsed, raise_errors=False, strict=True):
+                avro_validate(record, schema.parsed, raise_errors=True, strict=True)
+                # Unreachable while both modes agree; never publish on a disagreement.
+                raise _Invalid("fastavro's verdict and its detailed check disagree")
             # fastavro ignores fields the schema lacks; a misspelt optional field would
             # then vanish silently, so refuse them.
             _refuse_unknown_fields(record, schema.parsed, {}, schema_name)
-        except (AvroValidationError, _UnknownField) as exc:
+        except (AvroValidationError, _UnknownField, _Invalid) as exc:
             raise WireError(
                 WireCode.RECORD_INVALID,
                 f"record does not match {schema_name} v{schema.version}: {exc}",
@@ -156,6 +163,10 @@ class _UnknownField(ValueError):
     """A record holds a field its schema does not declare."""
 
 
+class _Invalid(ValueError):
+    """fastavro found a record invalid without saying why."""
+
+
 def _refuse_unknown_fields(value: Any, schema: Any, named: dict[str, Any], path: str) -> None:
     """Raise `_UnknownField` naming the first field of `value` that `schema` does
     not declare, at any depth."""
@@ -177,14 +188,55 @@ def _refuse_unknown_fields(value: Any, schema: Any, named: dict[str, Any], path:
 
 def _refuse_in_record(value: Any, schema: dict[str, Any], named: dict[str, Any], path: str) -> None:
     named[schema["name"]] = schema
-    declared = {f["name"]: f["type"] for f in schema["fields"]}
+    declared, nested = _record_plan(schema)
     if not isinstance(value, Mapping):
         return
-    unknown = sorted(set(value) - set(declared))
-    if unknown:
+    if not declared.issuperset(value):
+        unknown = sorted(set(value) - declared)
         raise _UnknownField(f"{path}: unknown field(s) {', '.join(unknown)}")
-    for name, field_type in declared.items():
+    for name, field_type in nested:
         _refuse_unknown_fields(value.get(name), field_type, named, f"{path}.{name}")
+
+
+# Names that never refer to a record, so a field of such a type cannot hold fields.
+_PRIMITIVES: Final = frozenset(
+    {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
+)
+_STRUCTURED: Final = frozenset({"record", "array", "map"})
+# Per record schema (by identity; the entry holds the schema, so its id stays its own):
+# the declared field names, and the fields whose type may hold fields of its own. The
+# walk above skips the others, where it would do nothing anyway: a relay encoding
+# thousands of records a second paid for visiting every string field of every record.
+# Bounded for callers that build schemas on the fly; the catalogue's few never reach it.
+_PLANS: dict[int, tuple[dict[str, Any], frozenset[str], tuple[tuple[str, Any], ...]]] = {}
+_MAX_PLANS: Final = 1024
+
+
+def _record_plan(schema: dict[str, Any]) -> tuple[frozenset[str], tuple[tuple[str, Any], ...]]:
+    plan = _PLANS.get(id(schema))
+    if plan is None or plan[0] is not schema:
+        fields = schema["fields"]
+        declared = frozenset(f["name"] for f in fields)
+        types = {f["name"]: f["type"] for f in fields}
+        nested = tuple((name, kind) for name, kind in types.items() if not _inert(kind))
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        plan = _PLANS[id(schema)] = (schema, declared, nested)
+    return plan[1], plan[2]
+
+
+def _inert(schema: Any) -> bool:
+    """Whether `_refuse_unknown_fields` does nothing for a value of this type, whatever
+    the value: a primitive, an enum, a fixed, a logical type over a primitive, or a
+    union of only those. A named reference may be a record, so it is not inert."""
+    if isinstance(schema, str):
+        return schema in _PRIMITIVES
+    if isinstance(schema, list):
+        return all(_inert(branch) for branch in schema)
+    if isinstance(schema, dict):
+        kind = schema.get("type")
+        return not (isinstance(kind, str) and kind in _STRUCTURED)
+    return True
 
 
 def _refuse_in_union(value: Any, branches: list[Any], named: dict[str, Any], path: str) -> None:

@@ -1,0 +1,216 @@
+"""Benchmark of the relay's encode path: `python -m ops.bench_relay_encode`.
+
+Builds a realistic outbox the way production does: the `recoveryctl bench` workload
+(`ops.bench.workload`: five catalogue machines, results of every command, signed and
+forged approvals, duplicates, bad records) is played through the controller's own
+batch planning (`consumer.Intake`, `consumer.plan_batch_of`) in batches of 500 and
+committed to an in-memory ledger, which writes the same outbox rows (commands, OCSF
+audit records, dead letters, evidence, cascade events) as PostgreSQL. Every unpublished
+row is then leased once and encoded repeatedly by `producers.encoding.RecordEncoder`,
+the relay's encoder, with the relay's lineage cache warmed (the one query per operation
+it costs is counted, not timed: it is database time, not encoding).
+
+It prints process CPU microseconds per record (all rows, then per stream), the median
+and minimum over `--repeat` runs, and a SHA-256 over every deterministic published
+byte (topic, key, value, headers): two code versions that print the same digest for
+the same `--events` and `--seed` publish identical records. Audit records of bodies
+without a time of their own carry the publish time (`time_source:
+relay-publish-time`) and are left out of the digest.
+
+The workload's times come from the clock, so two builds differ: to compare two code
+versions, build once with `--save FILE` and encode that outbox with each version
+(`--load FILE`).
+
+No Kafka, no PostgreSQL: a figure, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from consumer import ControllerSettings, Intake, RawRecord, load_rules, plan_batch_of
+from consumer.batch import openings, operation_ids, positions_for
+from ledger import MemoryLedger, OutboxRecord
+from machines.event import Lineage
+from ops.bench.workload import BENCH_POLICY, WorkloadSpec, generate
+from producers.encoding import EncodedRecord, RecordEncoder
+from producers.relay import lineage_from_ledger
+from producers.topics import TopicNames
+from schemas import CONTENT_TYPE, HEADER_RECORD_ID, HEADER_SCHEMA
+
+_TOPIC = "recovery.events"
+_GROUP = "bench-relay-encode"
+_BATCH = 500
+_T0_MS = 1_764_460_800_000  # 2025-11-30T00:00:00Z, the Kafka timestamp of record 0
+
+
+def build_outbox(events: int, seed: int) -> tuple[MemoryLedger, tuple[OutboxRecord, ...]]:
+    """A ledger holding the outbox of about `events` workload records decided by the
+    controller's planning, and every unpublished row of it in insertion order."""
+    settings = ControllerSettings(bootstrap="unused", database_url="unused")
+    settings = settings.model_copy(update={"policy_path": BENCH_POLICY})
+    machines, rules = load_rules(settings)
+    intake = Intake(machines, max_record_bytes=1024 * 1024)
+    ledger = MemoryLedger()
+    claims = ledger.claim(_GROUP, _TOPIC, [0], "bench")
+    epochs = {(c.topic, c.partition): c.epoch for c in claims}
+    spec = WorkloadSpec(run_id="encode", phase="bench", events=events, seed=seed)
+    batch: list[RawRecord] = []
+    for offset, item in enumerate(generate(spec)):
+        headers: list[tuple[str, bytes | None]] = [
+            (CONTENT_TYPE, item.content_type.encode()),
+            (HEADER_RECORD_ID, item.record_id.encode()),
+        ]
+        if item.fingerprint is not None:
+            headers.append((HEADER_SCHEMA, item.fingerprint.encode()))
+        batch.append(
+            RawRecord(
+                _TOPIC, 0, offset, item.key.encode(), item.value, tuple(headers), _T0_MS + offset
+            )
+        )
+        if len(batch) == _BATCH:
+            _commit(ledger, intake, rules, batch, epochs)
+            batch = []
+    if batch:
+        _commit(ledger, intake, rules, batch, epochs)
+    with ledger.lease_outbox(10**9) as lease:
+        return ledger, lease.records
+
+
+def _commit(
+    ledger: MemoryLedger,
+    intake: Intake,
+    rules: object,
+    records: Sequence[RawRecord],
+    epochs: dict[tuple[str, int], int],
+) -> None:
+    outcomes = [intake.examine(r) for r in records]
+    views = ledger.load_views(operation_ids(outcomes))
+    planned = plan_batch_of(
+        outcomes,
+        views,
+        rules,  # type: ignore[arg-type]
+        group=_GROUP,
+        controller="bench-controller",
+        positions=positions_for(records, epochs),
+        now=datetime.now(UTC),
+        arrivals=ledger.arrival_lineage(openings(outcomes, views)),
+    )
+    ledger.commit(planned.batch)
+
+
+def save(path: Path, ledger: MemoryLedger, rows: Sequence[OutboxRecord]) -> None:
+    """Write `rows` and the lineage of every operation they name to `path` (JSON)."""
+    lineage = lineage_from_ledger(ledger)
+    operations = sorted({str(r.payload["operation_id"]) for r in rows if "command_id" in r.payload})
+    data = {
+        "rows": [asdict(r) for r in rows],
+        "lineage": {op: asdict(lineage(op)) for op in operations},
+    }
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def load(path: Path) -> tuple[Callable[[str], Lineage], tuple[OutboxRecord, ...]]:
+    """The rows and the lineage lookup `save` wrote."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    lineages: Mapping[str, dict[str, Any]] = data["lineage"]
+
+    def lookup(operation_id: str) -> Lineage:
+        raw = lineages[operation_id]
+        return Lineage(**{**raw, "delegated_credentials": tuple(raw["delegated_credentials"])})
+
+    return lookup, tuple(OutboxRecord(**r) for r in data["rows"])
+
+
+def _counting(lookup: Callable[[str], Lineage], counter: list[int]) -> Callable[[str], Lineage]:
+    cache: dict[str, Lineage] = {}
+
+    def cached(operation_id: str) -> Lineage:
+        found = cache.get(operation_id)
+        if found is None:
+            counter[0] += 1
+            found = cache[operation_id] = lookup(operation_id)
+        return found
+
+    return cached
+
+
+def _digest(encoded: Sequence[EncodedRecord]) -> str:
+    sha = hashlib.sha256()
+    for r in encoded:
+        if b'"time_source":"relay-publish-time"' in r.value:
+            continue
+        sha.update(repr((r.topic, r.key, r.value, sorted(r.headers.items()))).encode())
+    return sha.hexdigest()
+
+
+def _cpu_per_record(encoder: RecordEncoder, rows: Sequence[OutboxRecord]) -> float:
+    encode = encoder.encode
+    started = time.process_time()
+    for row in rows:
+        encode(row)
+    return (time.process_time() - started) / max(len(rows), 1) * 1e6
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Build the outbox, encode it `--repeat` times, print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=6000)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--save", type=Path, help="write the built outbox to this file")
+    parser.add_argument("--load", type=Path, help="encode the outbox saved in this file")
+    args = parser.parse_args(argv)
+
+    built = time.monotonic()
+    if args.load is not None:
+        lineage, rows = load(args.load)
+    else:
+        ledger, rows = build_outbox(args.events, args.seed)
+        lineage = lineage_from_ledger(ledger)
+        if args.save is not None:
+            save(args.save, ledger, rows)
+    lookups = [0]
+    encoder = RecordEncoder(TopicNames(), _counting(lineage, lookups))
+    encoded = [encoder.encode(row) for row in rows]  # warms the lineage cache
+    per_stream: dict[str, list[OutboxRecord]] = defaultdict(list)
+    for row in rows:
+        per_stream[row.topic].append(row)
+    source = (
+        f"outbox {args.load}"
+        if args.load is not None
+        else f"outbox of {args.events:,} workload records (seed {args.seed})"
+    )
+    print(
+        f"{source} ready in {time.monotonic() - built:.1f}s: {len(rows):,} rows, "
+        + ", ".join(f"{t} {len(r):,}" for t, r in sorted(per_stream.items()))
+        + f"; lineage lookups (queries the relay makes): {lookups[0]:,}"
+    )
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    totals = [_cpu_per_record(encoder, rows) for _ in range(args.repeat)]
+    print(
+        f"all rows: {statistics.median(totals):.1f} us CPU/record median, "
+        f"{min(totals):.1f} min over {args.repeat} runs"
+    )
+    for topic, subset in sorted(per_stream.items()):
+        figures = [_cpu_per_record(encoder, subset) for _ in range(args.repeat)]
+        print(
+            f"  {topic}: {statistics.median(figures):.1f} us/record median, {min(figures):.1f} min"
+        )
+    print(f"published bytes sha256 {_digest(encoded)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
