@@ -211,7 +211,15 @@ def with_evidence(view: OperationView, delta: EvidenceDelta) -> OperationView:
     """`view` with the delta's trusted facts added (what guards read for this event)."""
     if delta is NO_EVIDENCE:
         return view
+    return replace(view, **evidence_changes(view, delta))
+
+
+def evidence_changes(view: OperationView, delta: EvidenceDelta) -> dict[str, Any]:
+    """The fields of `view` the delta's trusted facts change, with their new values, for
+    a caller that folds more changes into the same new view (`machines.decision.apply`)."""
     changes: dict[str, Any] = {}
+    if delta is NO_EVIDENCE:
+        return changes
     if delta.verification is not None:
         changes["verifications"] = (*view.verifications, delta.verification)
     if delta.approval is not None:
@@ -228,4 +236,4 @@ def with_evidence(view: OperationView, delta: EvidenceDelta) -> OperationView:
         changes["lineage"] = replace(
             lineage, contained_ancestors=(*lineage.contained_ancestors, delta.contained_ancestor)
         )
-    return replace(view, **changes)
+    return changes
