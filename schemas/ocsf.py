@@ -15,7 +15,7 @@ sit beside a `record` body holding a decision (`decided_at`, `machine.{name,...}
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -85,18 +85,31 @@ _PATHS: Final[Mapping[str, tuple[tuple[str, ...], ...]]] = {
 _REQUIRED: Final = ("operation_id", "sequence", "hash", "kind")
 
 
-def _lookup(record: Mapping[str, Any], paths: Sequence[tuple[str, ...]]) -> Any:
-    for path in paths:
-        value: Any = record
-        for key in path:
-            value = value.get(key) if isinstance(value, Mapping) else None
-        if value is not None:
-            return value
-    return None
+# The same paths split into (where, name): `where` is the mapping the name is read
+# from, resolved once per record (parents before children) rather than once per path.
+_SPLIT: Final = {name: tuple((p[:-1], p[-1]) for p in paths) for name, paths in _PATHS.items()}
+_PARENTS: Final = tuple(
+    sorted({p[:i] for paths in _PATHS.values() for p in paths for i in range(1, len(p))}, key=len)
+)
 
 
-def _field(record: Mapping[str, Any], name: str) -> Any:
-    return _lookup(record, _PATHS[name])
+def _fields(record: Mapping[str, Any]) -> dict[str, Any]:
+    """Every `_PATHS` field of `record`: per name, the value at its first path that
+    holds one (not None); a path through something that is not a mapping holds none."""
+    at: dict[tuple[str, ...], Mapping[str, Any] | None] = {(): record}
+    for parent in _PARENTS:
+        holder = at[parent[:-1]]
+        value = None if holder is None else holder.get(parent[-1])
+        at[parent] = value if isinstance(value, Mapping) else None
+    found: dict[str, Any] = {}
+    for name, paths in _SPLIT.items():
+        value = None
+        for where, key in paths:
+            holder = at[where]
+            if holder is not None and (value := holder.get(key)) is not None:
+                break
+        found[name] = value
+    return found
 
 
 def _epoch_millis(value: Any, operation_id: str, sequence: Any) -> tuple[int, str]:
@@ -136,14 +149,15 @@ def audit_to_ocsf(record: Mapping[str, Any]) -> dict[str, Any]:
             f"audit record {operation_id}#{sequence}: missing {', '.join(missing)}",
         )
     kind = str(record["kind"])
-    time_ms, time_dt = _epoch_millis(_field(record, "occurred"), operation_id, sequence)
-    outcome = _field(record, "outcome")
+    fields = _fields(record)
+    time_ms, time_dt = _epoch_millis(fields["occurred"], operation_id, sequence)
+    outcome = fields["outcome"]
     activity_id, status_id, severity_id = _classify(kind, outcome)
-    actor = str(_field(record, "actor") or PRODUCT_NAME)
+    actor = str(fields["actor"] or PRODUCT_NAME)
     machine = {
-        "name": _field(record, "machine_name"),
-        "version": _field(record, "machine_version"),
-        "digest": _field(record, "machine_digest"),
+        "name": fields["machine_name"],
+        "version": fields["machine_version"],
+        "digest": fields["machine_digest"],
     }
     return {
         "category_uid": CATEGORY_UID,
@@ -161,20 +175,20 @@ def audit_to_ocsf(record: Mapping[str, Any]) -> dict[str, Any]:
         "status_id": status_id,
         "status": _STATUS_NAMES[status_id],
         "status_code": None if outcome is None else str(outcome),
-        "message": _message(operation_id, kind, outcome, record),
+        "message": _message(operation_id, kind, fields),
         "metadata": {
             "version": OCSF_VERSION,
             "uid": str(record["hash"]),
-            "correlation_uid": _field(record, "correlation_id"),
+            "correlation_uid": fields["correlation_id"],
             "log_name": "recovery.audit",
             "event_code": kind,
             "product": {"name": PRODUCT_NAME, "vendor_name": VENDOR_NAME},
         },
         "actor": {"user": {"uid": actor, "name": actor}, "app_name": PRODUCT_NAME},
         "api": {
-            "operation": str(_field(record, "event_type") or kind),
+            "operation": str(fields["event_type"] or kind),
             "service": {"name": PRODUCT_NAME},
-            "request": {"uid": _field(record, "event_id")},
+            "request": {"uid": fields["event_id"]},
         },
         "src_endpoint": {"name": actor},
         "cloud": {"provider": "self-managed"},
@@ -182,12 +196,10 @@ def audit_to_ocsf(record: Mapping[str, Any]) -> dict[str, Any]:
             {
                 "uid": operation_id,
                 "type": "agent-operation",
-                "name": None
-                if machine["name"] is None
-                else f"{machine['name']}@{machine['version']}",
+                "name": _machine_label(machine),
                 "data": {
-                    "state_before": _field(record, "state_before"),
-                    "state_after": _field(record, "state_after"),
+                    "state_before": fields["state_before"],
+                    "state_after": fields["state_after"],
                 },
             }
         ],
@@ -212,9 +224,9 @@ def _machine_label(machine: Mapping[str, Any]) -> str | None:
     return f"{machine['name']}@{machine['version']}"
 
 
-def _message(operation_id: str, kind: str, outcome: Any, record: Mapping[str, Any]) -> str:
-    event_type = _field(record, "event_type")
-    before, after = _field(record, "state_before"), _field(record, "state_after")
+def _message(operation_id: str, kind: str, fields: Mapping[str, Any]) -> str:
+    event_type, outcome = fields["event_type"], fields["outcome"]
+    before, after = fields["state_before"], fields["state_after"]
     text = f"operation {operation_id}: {kind}"
     if event_type:
         text += f" {event_type}"
@@ -226,6 +238,16 @@ def _message(operation_id: str, kind: str, outcome: Any, record: Mapping[str, An
 
 
 def _plain(value: Any) -> Any:
+    # Exact types first: audit records come from the ledger as JSON (dicts, lists, str,
+    # numbers), and the ABC checks below cost more than the copy itself. Anything else
+    # (other mappings, tuples, datetimes, subclasses) takes the general path.
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or kind is float or value is None:
+        return value
+    if kind is dict:
+        return {k if type(k) is str else str(k): _plain(v) for k, v in value.items()}
+    if kind is list:
+        return [_plain(v) for v in value]
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
