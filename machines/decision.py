@@ -475,7 +475,10 @@ def _open_commands(current: frozenset[str], decision: Decision) -> frozenset[str
 
 def _counted(view: OperationView, invocations: tuple[Invocation, ...]) -> dict[str, int]:
     """The counters `invocations` advance, as `_count` over each would leave them."""
-    kinds = [CapabilityKind(i.kind) for i in invocations]
+    # `kind` is the capability kind's value; a StrEnum member equals its value, so the
+    # strings are counted as they are (looking each member up by value cost more than
+    # the rest of the fold).
+    kinds = [i.kind for i in invocations]
     retries = kinds.count(CapabilityKind.RETRY)
     compensations = kinds.count(CapabilityKind.COMPENSATE)
     resumes = kinds.count(CapabilityKind.RESUME)
