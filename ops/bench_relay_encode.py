@@ -45,7 +45,7 @@ from ledger import MemoryLedger, OutboxRecord
 from machines.event import Lineage
 from ops.bench.workload import BENCH_POLICY, WorkloadSpec, generate
 from producers.encoding import EncodedRecord, RecordEncoder
-from producers.relay import lineage_from_ledger
+from producers.relay import LineageCache, lineage_from_ledger
 from producers.topics import TopicNames
 from schemas import CONTENT_TYPE, HEADER_RECORD_ID, HEADER_SCHEMA
 
@@ -134,16 +134,11 @@ def load(path: Path) -> tuple[Callable[[str], Lineage], tuple[OutboxRecord, ...]
 
 
 def _counting(lookup: Callable[[str], Lineage], counter: list[int]) -> Callable[[str], Lineage]:
-    cache: dict[str, Lineage] = {}
+    def counted(operation_id: str) -> Lineage:
+        counter[0] += 1
+        return lookup(operation_id)
 
-    def cached(operation_id: str) -> Lineage:
-        found = cache.get(operation_id)
-        if found is None:
-            counter[0] += 1
-            found = cache[operation_id] = lookup(operation_id)
-        return found
-
-    return cached
+    return counted
 
 
 def _digest(encoded: Sequence[EncodedRecord]) -> str:
@@ -182,7 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.save is not None:
             save(args.save, ledger, rows)
     lookups = [0]
-    encoder = RecordEncoder(TopicNames(), _counting(lineage, lookups))
+    cache = LineageCache(_counting(lineage, lookups))
+    cache.learn(rows, {TopicNames().audit})  # as the relay does with each lease
+    encoder = RecordEncoder(TopicNames(), cache)
     encoded = [encoder.encode(row) for row in rows]  # warms the lineage cache
     per_stream: dict[str, list[OutboxRecord]] = defaultdict(list)
     for row in rows:

@@ -29,7 +29,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -45,7 +46,14 @@ from producers.errors import DeliveryFailed, ProducersError
 from producers.relay_metrics import RelayMetrics
 from producers.topics import TopicNames
 
-__all__ = ["OutboxRelay", "PassResult", "RelaySettings", "RelayStats", "lineage_from_ledger"]
+__all__ = [
+    "LineageCache",
+    "OutboxRelay",
+    "PassResult",
+    "RelaySettings",
+    "RelayStats",
+    "lineage_from_ledger",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -113,6 +121,92 @@ def lineage_from_ledger(ledger: Ledger) -> Callable[[str], Lineage]:
     return lookup
 
 
+class LineageCache:
+    """The lineage of the operations whose command rows the relay encodes, so that an
+    operation costs at most one ledger query (`lookup`), and usually none.
+
+    What is cached cannot go stale: the fields a command carries (agent, task,
+    initiating principal, origin and parent as reported, delegated credentials) are
+    written once, when the operation's first batch inserts its row, and never updated;
+    linking below a parent later changes only the ledger's ancestor columns, which
+    commands do not carry (docs/lineage.md). `learn` takes them from the
+    `operation-opened` audit rows of a lease: that batch wrote the operation row from
+    the same event (`ledger.records`), and its commands are leased with it (a lease
+    holds all of a key's unpublished rows), so a new operation's commands need no
+    query at all. Least recently used entries beyond `capacity` are dropped. One relay
+    thread uses it; it is not locked."""
+
+    def __init__(self, lookup: Callable[[str], Lineage], capacity: int = 10_000) -> None:
+        self._lookup = lookup
+        self._capacity = capacity
+        self._known: OrderedDict[str, Lineage] = OrderedDict()
+
+    def __call__(self, operation_id: str) -> Lineage:
+        """The operation's lineage: cached, else from `lookup` (which may raise)."""
+        found = self._known.get(operation_id)
+        if found is None:
+            found = self._lookup(operation_id)
+            self._store(operation_id, found)
+        else:
+            self._known.move_to_end(operation_id)
+        return found
+
+    def learn(self, records: Sequence[OutboxRecord], audit_topics: Collection[str]) -> None:
+        """Remember the lineage that `operation-opened` rows among `records` on one of
+        `audit_topics` state; a body without every lineage field is skipped (its
+        operation is looked up instead)."""
+        for row in records:
+            payload = row.payload
+            if (
+                row.topic in audit_topics
+                and payload.get("kind") == "operation-opened"
+                and row.key not in self._known
+            ):
+                lineage = _opened_lineage(payload.get("record"))
+                if lineage is not None and payload.get("operation_id") == row.key:
+                    self._store(row.key, lineage)
+
+    def _store(self, operation_id: str, lineage: Lineage) -> None:
+        self._known[operation_id] = lineage
+        if len(self._known) > self._capacity:
+            self._known.popitem(last=False)
+
+
+def _opened_lineage(body: Any) -> Lineage | None:
+    """The lineage an `operation-opened` audit body states, or None when it lacks a
+    field or a field has the wrong type (never guess a command's lineage)."""
+    if not isinstance(body, Mapping) or not all(name in body for name in _LINEAGE_FIELDS):
+        return None
+    agent, task, principal = body["agent"], body["task"], body["initiating_principal"]
+    origin, parent = body["origin_operation"], body["parent_operation"]
+    credentials = body["delegated_credentials"]
+    if not (
+        all(isinstance(v, str) for v in (agent, task, principal))
+        and all(v is None or isinstance(v, str) for v in (origin, parent))
+        and isinstance(credentials, list)
+        and all(isinstance(c, str) for c in credentials)
+    ):
+        return None
+    return Lineage(
+        agent=agent,
+        task=task,
+        initiating_principal=principal,
+        origin_operation=origin,
+        parent_operation=parent,
+        delegated_credentials=tuple(credentials),
+    )
+
+
+_LINEAGE_FIELDS: Final = (
+    "agent",
+    "task",
+    "initiating_principal",
+    "origin_operation",
+    "parent_operation",
+    "delegated_credentials",
+)
+
+
 class OutboxRelay:
     """One relay instance over one ledger and one producer; `run` in its own thread or
     process. Several instances may share an outbox."""
@@ -146,7 +240,10 @@ class OutboxRelay:
             },
         )
         self._reported: set[str] = set()
-        self._encoder = RecordEncoder(self._topics, _cached(lineage_from_ledger(ledger)))
+        self._lineage = LineageCache(lineage_from_ledger(ledger))
+        # Rows name the configured topic or the default name (producers.encoding).
+        self._audit_topics = frozenset({self._topics.audit, TopicNames().audit})
+        self._encoder = RecordEncoder(self._topics, self._lineage)
         # The process-global providers unless the caller hands in its own (tests, or a
         # process running several roles with separate exporters).
         self._tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
@@ -193,6 +290,7 @@ class OutboxRelay:
         blocks the rest of its key for this pass (and, once held, every pass until an
         operator releases it); the second result maps such rows to why (None when the
         cause was a database outage while encoding: no verdict, nothing is held)."""
+        self._lineage.learn(records, self._audit_topics)
         sent: set[str] = set()
         blocked_keys: set[str] = set()
         unpublishable: dict[str, str | None] = {}
@@ -393,17 +491,3 @@ def _count(stats: RelayStats, result: PassResult) -> None:
     stats.published += result.published
     stats.failed += result.failed
     stats.unpublishable += result.unpublishable
-
-
-def _cached(lookup: Callable[[str], Lineage]) -> Callable[[str], Lineage]:
-    # An operation's lineage never changes, so a bounded cache saves a query per command.
-    cache: dict[str, Lineage] = {}
-
-    def cached(operation_id: str) -> Lineage:
-        if operation_id not in cache:
-            if len(cache) >= 10_000:
-                cache.clear()
-            cache[operation_id] = lookup(operation_id)
-        return cache[operation_id]
-
-    return cached
