@@ -156,11 +156,17 @@ class Intake:
             return Rejected(
                 record, Refusal(str(exc.code), f"record {record.coordinates}: {exc.reason}")
             )
-        refusal = self._check_key(record, event) or self._check_machine(record, event)
-        if isinstance(refusal, Refusal):
-            return Rejected(record, refusal)
-        machine = self._machines[f"{event.machine_name}@{event.machine_version}"]
-        return Accepted(record, event, machine)
+        ref = f"{event.machine_name}@{event.machine_version}"
+        machine = self._machines.get(ref)
+        refusal = self._check_key(record, event)
+        if refusal is None:
+            if machine is None:
+                refusal = self._unpinned(record, event, ref)
+            else:
+                refusal = self._check_applies(record, event, ref, machine)
+                if refusal is None:
+                    return Accepted(record, event, machine)
+        return Rejected(record, refusal)
 
     @staticmethod
     def _check_key(record: RawRecord, event: Event) -> Refusal | None:
@@ -180,32 +186,33 @@ class Intake:
             event.operation_id,
         )
 
-    def _check_machine(self, record: RawRecord, event: Event) -> Refusal | None:
-        ref = f"{event.machine_name}@{event.machine_version}"
-        machine = self._machines.get(ref)
-        where = (
-            f"record {record.coordinates}: event {event.event_id} (operation {event.operation_id})"
+    def _unpinned(self, record: RawRecord, event: Event, ref: str) -> Refusal:
+        code = (
+            RefusalCode.MACHINE_UNPINNED
+            if event.machine_name in self._names
+            else RefusalCode.MACHINE_UNKNOWN
         )
-        if machine is None:
-            code = (
-                RefusalCode.MACHINE_UNPINNED
-                if event.machine_name in self._names
-                else RefusalCode.MACHINE_UNKNOWN
-            )
-            pinned = ", ".join(sorted(self._machines)) or "none"
-            return Refusal(
-                code,
-                f"{where} names machine {ref}, which is not pinned (pinned: {pinned}); "
-                "pin and sign it, or send events for a pinned version",
-                event.event_id,
-                event.operation_id,
-            )
+        pinned = ", ".join(sorted(self._machines)) or "none"
+        return Refusal(
+            code,
+            f"{_where(record, event)} names machine {ref}, which is not pinned (pinned: "
+            f"{pinned}); pin and sign it, or send events for a pinned version",
+            event.event_id,
+            event.operation_id,
+        )
+
+    @staticmethod
+    def _check_applies(
+        record: RawRecord, event: Event, ref: str, machine: Machine
+    ) -> Refusal | None:
+        # Messages (and their `where` prefix) are built only for a refusal: most records
+        # are accepted, and the formatting cost as much as the check.
         agents = machine.applies_to.agents
         if agents and event.lineage.agent not in agents:
             return Refusal(
                 RefusalCode.MACHINE_NOT_APPLICABLE,
-                f"{where}: machine {ref} applies to agents {', '.join(agents)}, not "
-                f"{event.lineage.agent}",
+                f"{_where(record, event)}: machine {ref} applies to agents "
+                f"{', '.join(agents)}, not {event.lineage.agent}",
                 event.event_id,
                 event.operation_id,
             )
@@ -223,14 +230,18 @@ class Intake:
         allowed = machine.applies_to
         return Refusal(
             RefusalCode.MACHINE_NOT_APPLICABLE,
-            f"{where}: machine {ref} does not apply to capability {scope.capability}, tool "
-            f"{scope.tool}, environment {scope.environment} (it applies to capabilities "
-            f"{_listed(allowed.capabilities)}, tools {_listed(allowed.tools)}, environments "
-            f"{_listed(allowed.environments)}); send the event for the machine that governs "
-            "this operation, or correct the scope",
+            f"{_where(record, event)}: machine {ref} does not apply to capability "
+            f"{scope.capability}, tool {scope.tool}, environment {scope.environment} (it "
+            f"applies to capabilities {_listed(allowed.capabilities)}, tools "
+            f"{_listed(allowed.tools)}, environments {_listed(allowed.environments)}); send "
+            "the event for the machine that governs this operation, or correct the scope",
             event.event_id,
             event.operation_id,
         )
+
+
+def _where(record: RawRecord, event: Event) -> str:
+    return f"record {record.coordinates}: event {event.event_id} (operation {event.operation_id})"
 
 
 def _listed(values: tuple[str, ...]) -> str:
