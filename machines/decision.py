@@ -39,7 +39,7 @@ from machines.invariants import (
 )
 from machines.model import ActionRef, CapabilityKind, CapabilitySpec, Machine, Registry, Transition
 from machines.policy import Policy
-from machines.view import Approval, OperationView
+from machines.view import Approval, OperationView, evolve
 
 
 class Outcome(StrEnum):
@@ -407,16 +407,18 @@ def _take(
 
 def _count(view: OperationView, kind: CapabilityKind) -> OperationView:
     if kind is CapabilityKind.RETRY:
-        return replace(
+        return evolve(
             view,
-            retry_attempts=view.retry_attempts + 1,
-            budget_spent=view.budget_spent + 1,
-            epoch=view.epoch + 1,
+            {
+                "retry_attempts": view.retry_attempts + 1,
+                "budget_spent": view.budget_spent + 1,
+                "epoch": view.epoch + 1,
+            },
         )
     if kind is CapabilityKind.COMPENSATE:
-        return replace(view, epoch=view.epoch + 1)
+        return evolve(view, {"epoch": view.epoch + 1})
     if kind is CapabilityKind.RESUME:
-        return replace(view, recovery_attempts=view.recovery_attempts + 1)
+        return evolve(view, {"recovery_attempts": view.recovery_attempts + 1})
     return view
 
 
@@ -519,4 +521,4 @@ def apply(view: OperationView, decision: Decision) -> OperationView:
     changes["state"] = decision.state_after
     changes["version"] = decision.sequence
     changes["seen_events"] = MappingProxyType(seen)
-    return replace(view, **changes)
+    return evolve(view, changes)

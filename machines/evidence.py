@@ -21,7 +21,14 @@ from machines.event import Event, Outcome
 from machines.facts import admit_facts
 from machines.invariants import HUMAN_EVENTS, VERIFICATION_EVENTS, Notice
 from machines.policy import Policy
-from machines.view import Approval, Checkpoint, OperationView, ToolFacts, Verification
+from machines.view import (
+    Approval,
+    Checkpoint,
+    OperationView,
+    ToolFacts,
+    Verification,
+    evolve,
+)
 
 _OUTCOME_OF: dict[str, Outcome] = {
     "VERIFICATION_FOUND": "applied",
@@ -211,7 +218,7 @@ def with_evidence(view: OperationView, delta: EvidenceDelta) -> OperationView:
     """`view` with the delta's trusted facts added (what guards read for this event)."""
     if delta is NO_EVIDENCE:
         return view
-    return replace(view, **evidence_changes(view, delta))
+    return evolve(view, evidence_changes(view, delta))
 
 
 def evidence_changes(view: OperationView, delta: EvidenceDelta) -> dict[str, Any]:

@@ -11,7 +11,7 @@ there is no field to put them in. The view changes only through `machines.decisi
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -162,6 +162,26 @@ class OperationView:
             ):
                 best = checkpoint
         return best
+
+
+# Field names in declaration order, which is the order of `OperationView.__init__`'s
+# positional parameters (every field is an init field).
+_VIEW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(OperationView))
+
+
+def evolve(view: OperationView, changes: Mapping[str, Any]) -> OperationView:
+    """`dataclasses.replace(view, **changes)`, faster: the decision core and the ledger
+    fold every decided event into a new view, and `replace` re-inspects the dataclass
+    fields and passes every value by keyword on each call. Unknown names in `changes`
+    raise `TypeError`, as `replace` does."""
+    unknown = changes.keys() - _VIEW_FIELD_SET
+    if unknown:
+        raise TypeError(f"OperationView has no field(s) {', '.join(sorted(unknown))}")
+    get = changes.get
+    return OperationView(*[get(name, getattr(view, name)) for name in _VIEW_FIELDS])
+
+
+_VIEW_FIELD_SET = frozenset(_VIEW_FIELDS)
 
 
 def new_view(
