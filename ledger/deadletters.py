@@ -13,8 +13,9 @@ two durable traces, written in the same transaction as the stored offset that sk
   lives in `audit_chains` (migration 0002). Only the partition's current owner writes to
   it, and the epoch check of the batch transaction makes that so.
 
-`plan_dead_letters` is pure and shared by both ledgers; `write_dead_letters` executes it
-on PostgreSQL inside the caller's transaction.
+`plan_dead_letters` is pure and shared by both ledgers; on PostgreSQL, `intake_reads` and
+`intake_writes` lock and move the intake chains inside the batch transaction
+(`ledger.postgres_commit`), whose COPY writes the records and the outbox rows.
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ from ledger.queries import QUERIES
 __all__ = [
     "DEAD_LETTER_KIND",
     "DeadLetter",
+    "DeadLetterRow",
     "intake_chain_id",
+    "intake_reads",
+    "intake_writes",
     "plan_dead_letters",
-    "write_dead_letters",
 ]
 
 DEAD_LETTER_KIND = "dead-letter"
@@ -112,35 +115,31 @@ def plan_dead_letters(
     return chained, rows
 
 
-def write_dead_letters(
-    cur: psycopg.Cursor[TupleRow],
-    letters: Sequence[DeadLetter],
-    audit_topic: str,
-    dead_letter_topic: str,
-) -> tuple[int, int]:
-    """Write `letters` inside the caller's transaction: open and lock their intake chains
-    (in id order, like operations), append the chained audit records and the outbox rows,
-    and move the chain heads. Returns (audit records, outbox rows) written."""
+def intake_reads(
+    conn: psycopg.Connection[TupleRow], letters: Sequence[DeadLetter]
+) -> psycopg.Cursor[TupleRow] | None:
+    """Queue, inside the caller's transaction (and pipeline), the opening and locking of
+    the intake chains `letters` are audited in, in id order like operations; the cursor
+    returns (chain id, sequence, head hash) rows for `plan_dead_letters`. None without
+    letters."""
     if not letters:
-        return 0, 0
+        return None
     chains = sorted({letter.chain_id for letter in letters})
-    cur.execute(
+    conn.execute(
         QUERIES["open_audit_chains"],
         {"ids": chains, "heads": [genesis_hash(c) for c in chains]},
     )
-    found = cur.execute(QUERIES["lock_audit_chains"], {"ids": chains}).fetchall()
-    heads = {str(c): ChainHead(int(s), str(h)) for c, s, h in found}
-    chained, rows = plan_dead_letters(letters, heads, audit_topic, dead_letter_topic)
-    records = [r for rs in chained.values() for r in rs]
-    with cur.copy(QUERIES["copy_audit_records"]) as copy:
-        for r in records:
-            copy.write_row((r.operation_id, r.sequence, r.kind, r.prev_hash, r.hash, r.body_json()))
-    with cur.copy(QUERIES["copy_outbox"]) as copy:
-        for o in rows:
-            # The outbox payload column holds the bytes to publish (bytea).
-            payload = dumps(o.payload).encode("utf-8")
-            copy.write_row((o.record_id, o.topic, o.key, dumps(o.headers), payload, None))
-    cur.execute(
+    return conn.execute(QUERIES["lock_audit_chains"], {"ids": chains})
+
+
+def intake_writes(
+    conn: psycopg.Connection[TupleRow], chained: Mapping[str, Sequence[AuditRecord]]
+) -> None:
+    """Queue the move of the intake chain heads to the records `plan_dead_letters`
+    chained; the records and the outbox rows go with the batch's own (COPY)."""
+    if not chained:
+        return
+    conn.execute(
         QUERIES["move_audit_chains"],
         {
             "ids": list(chained),
@@ -148,4 +147,3 @@ def write_dead_letters(
             "heads": [rs[-1].hash for rs in chained.values()],
         },
     )
-    return len(records), len(rows)

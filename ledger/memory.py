@@ -280,9 +280,11 @@ class MemoryLedger(Ledger):
         for out in outbox:
             s.outbox.append(_Outbox(len(s.outbox) + 1, out))
         stored_ids = {item.row.record_id for item in s.outbox}
+        cascaded = 0
         for out in plan.cascade:
             if out.record_id not in stored_ids:  # as ON CONFLICT DO NOTHING
                 s.outbox.append(_Outbox(len(s.outbox) + 1, out))
+                cascaded += 1
         letters = self._write_dead_letters(batch)
         for pos in batch.positions:
             s.offsets[(batch.group, pos.topic, pos.partition)] = pos.next_offset
@@ -292,12 +294,12 @@ class MemoryLedger(Ledger):
             evidence=len(plan.evidence),
             approvals=len(plan.approvals),
             audit_records=sum(len(r) for r in chained.values()) + letters[0],
-            outbox_rows=len(outbox) + letters[1],
+            outbox_rows=len(outbox) + cascaded + letters[1],
             dead_letters=len(batch.dead_letters),
         )
 
     def _write_dead_letters(self, batch: Batch) -> tuple[int, int]:
-        """The same rows `ledger.deadletters.write_dead_letters` writes on PostgreSQL."""
+        """The same rows `ledger.postgres_commit` writes for dead letters on PostgreSQL."""
         s = self._s
         heads = {
             d.chain_id: s.chains.get(d.chain_id, genesis_head(d.chain_id))

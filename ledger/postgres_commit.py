@@ -1,26 +1,41 @@
 """One batch commit in PostgreSQL: the statements `PostgresLedger.commit` runs.
 
-In one transaction: check the partition epochs (share-locked, so a concurrent claim waits
-for us and a zombie gets `FencedError`), lock every continued operation in id order with
-`SELECT ... FOR UPDATE` (two writers never deadlock) and check its optimistic version,
-refuse event ids or nonces stored for something else, run the lineage step, chain the
-audit records onto the locked heads, insert the operations the batch opens, write events,
-decisions, evidence, approvals, audit and outbox rows with COPY, the folded views with one
-`UPDATE ... FROM unnest(...)`, the dead letters, and the offsets with one upsert.
+In one transaction, in this order (the lock order every writer follows, so two writers
+never deadlock):
+
+1. One pipelined round trip of reads and locks (`_read`): the partition epochs
+   (share-locked, so a concurrent claim waits for us and a zombie gets `FencedError`),
+   the operations the batch continues (`FOR UPDATE`, in id order) with their versions
+   and chain heads, event ids and nonces stored for something else, the lineage step's
+   advisory locks and first walk (`ledger.postgres_lineage`), and the intake chains of
+   the batch's dead letters (`ledger.deadletters`). Nothing is checked before all of
+   them are back; a refusal then rolls the transaction back, as before any write.
+2. In Python: the checks, the lineage plan, the audit chains onto the locked heads.
+3. One pipelined round trip of set-based writes: the operations the batch opens (with
+   their lineage columns), the folded views of those it continues, the lineage columns
+   of other rows the step changed, the intake chain heads, the offsets.
+4. COPY of the append-only rows (events, decisions, evidence, approvals, audit records,
+   outbox rows), then the cascade events the step planned (kept when already stored).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg.rows import TupleRow
 
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_hash, genesis_head
-from ledger.cascade import lineage_message
-from ledger.codec import facts_to_json, view_to_json
-from ledger.deadletters import write_dead_letters
+from ledger.cascade import LineagePlan, LineageRow, lineage_message
+from ledger.codec import facts_to_json, view_json
+from ledger.deadletters import (
+    DeadLetterRow,
+    intake_reads,
+    intake_writes,
+    plan_dead_letters,
+)
 from ledger.errors import (
     EventIdReused,
     FencedError,
@@ -31,9 +46,9 @@ from ledger.errors import (
     version_message,
 )
 from ledger.interface import CommitResult
-from ledger.jsonutil import dumps
+from ledger.jsonutil import column_json, dumps, json_object
 from ledger.lineage_step import lineage_moved
-from ledger.postgres_lineage import lineage_step, write_lineage
+from ledger.postgres_lineage import insert_cascade, lineage_reads, lineage_step, write_lineage
 from ledger.queries import QUERIES
 from ledger.records import (
     Batch,
@@ -48,6 +63,19 @@ from ledger.records import (
 __all__ = ["write_batch"]
 
 Conn = psycopg.Connection[TupleRow]
+Rows = list[TupleRow]
+
+
+@dataclass(frozen=True, slots=True)
+class _Reads:
+    """What the first round trip of a commit read (empty where nothing was asked)."""
+
+    epochs: Rows
+    locked: Rows
+    reused_events: Rows
+    reused_nonces: Rows
+    walk: Rows | None  # None: the batch needs no lineage step
+    intake_heads: dict[str, ChainHead]
 
 
 def write_batch(conn: Conn, batch: Batch, plan: BatchPlan) -> CommitResult:
@@ -55,63 +83,100 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchPlan) -> CommitResult:
     batch's offsets: the body of `PostgresLedger.commit`, whose caller translates driver
     errors and retries a lost connection. Raises `FencedError`, `VersionConflict`,
     `EventIdReused` or `NonceReused` before anything is written."""
-    with conn.transaction(), conn.cursor() as cur:
-        _check_fences(cur, batch)
-        heads = _lock_operations(cur, plan)
-        _check_ids(cur, plan)
-        plan, lineage = lineage_step(cur, plan, batch)
+    with conn.transaction():
+        reads = _read(conn, batch, plan)
+        _check_fences(batch, reads.epochs)
+        heads = _check_versions(plan, reads.locked)
+        _check_ids(plan, reads.reused_events, reads.reused_nonces)
+        plan, lineage = lineage_step(conn, plan, batch, reads.walk)
         chained = {
             op: chain_records(op, heads[op], bodies) for op, bodies in audit_bodies(plan).items()
         }
         outbox = finish_outbox(plan, chained, batch.topics)
-        _insert_opened(cur, plan, chained)
-        _copy_rows(cur, plan, chained, outbox)
-        _update_operations(cur, plan, heads, chained)
-        write_lineage(cur, plan, lineage)
-        # Dead letters after the batch's own rows: their intake chains are locked
-        # after the operations, always in this order, so writers never deadlock.
-        letters = write_dead_letters(
-            cur, batch.dead_letters, batch.topics.audit, batch.topics.dead_letters
+        intake, letters = plan_dead_letters(
+            batch.dead_letters,
+            reads.intake_heads,
+            batch.topics.audit,
+            batch.topics.dead_letters,
         )
-        if batch.positions:
-            cur.execute(
-                QUERIES["store_offsets"],
-                {
-                    "group": batch.group,
-                    "topics": [p.topic for p in batch.positions],
-                    "partitions": [p.partition for p in batch.positions],
-                    "offsets": [p.next_offset for p in batch.positions],
-                },
-            )
+        with conn.pipeline():
+            opened = _insert_opened(conn, plan, chained, lineage)
+            _update_operations(conn, plan, heads, chained)
+            write_lineage(conn, plan, lineage)
+            intake_writes(conn, intake)
+            _store_offsets(conn, batch)
+        _check_opened(plan, opened)
+        # The outbox keeps its insertion order: the batch's rows, the cascade events,
+        # then the dead letters. Without cascade events (nearly always) the dead letters
+        # ride in the batch's COPY.
+        late = bool(plan.cascade) and bool(letters)
+        records = [r for rs in (*chained.values(), *intake.values()) for r in rs]
+        _copy_rows(conn, plan, records, outbox, () if late else letters)
+        cascaded = insert_cascade(conn, plan)
+        if late:
+            _copy(conn, "copy_outbox", [_letter_tuple(o) for o in letters])
     return CommitResult(
         events=len(plan.events),
         decisions=len(plan.decisions),
         evidence=len(plan.evidence),
         approvals=len(plan.approvals),
-        audit_records=sum(len(r) for r in chained.values()) + letters[0],
-        outbox_rows=len(outbox) + len(plan.cascade) + letters[1],
+        audit_records=len(records),
+        outbox_rows=len(outbox) + cascaded + len(letters),
         dead_letters=len(batch.dead_letters),
     )
 
 
-def _outbox_body(row: OutboxRow) -> tuple[bytes | None, int | None]:
-    """(payload, audit_sequence) columns: an audit row stores only its reference."""
-    if row.audit_sequence is not None:
-        return None, row.audit_sequence
-    return row.payload_json.encode("utf-8"), None
+def _read(conn: Conn, batch: Batch, plan: BatchPlan) -> _Reads:
+    """Send every read and lock of the commit in one pipeline, in lock order: partition
+    epochs, continued operations, reused ids, lineage, intake chains."""
+    positions = batch.positions
+    continued = sorted(r.operation_id for r in plan.operations if not r.opens)
+    nonces = [a.nonce for a in plan.approvals]
+
+    with conn.pipeline():
+        epochs = _queue(
+            conn,
+            "check_epochs",
+            {
+                "group": batch.group,
+                "topics": [p.topic for p in positions],
+                "partitions": [p.partition for p in positions],
+            },
+            bool(positions),
+        )
+        locked = _queue(conn, "lock_operations", {"ids": continued}, bool(continued))
+        events = _queue(
+            conn,
+            "existing_events",
+            {"ids": [e.event_id for e in plan.events]},
+            bool(plan.events),
+        )
+        reused = _queue(conn, "existing_nonces", {"nonces": nonces}, bool(nonces))
+        walk = lineage_reads(conn, plan)
+        chains = intake_reads(conn, batch.dead_letters)
+    return _Reads(
+        epochs=_fetch(epochs),
+        locked=_fetch(locked),
+        reused_events=_fetch(events),
+        reused_nonces=_fetch(reused),
+        walk=None if walk is None else walk.fetchall(),
+        intake_heads={str(c): ChainHead(int(s), str(h)) for c, s, h in _fetch(chains)},
+    )
 
 
-def _check_fences(cur: psycopg.Cursor[TupleRow], batch: Batch) -> None:
-    if not batch.positions:
-        return
-    rows = cur.execute(
-        QUERIES["check_epochs"],
-        {
-            "group": batch.group,
-            "topics": [p.topic for p in batch.positions],
-            "partitions": [p.partition for p in batch.positions],
-        },
-    ).fetchall()
+def _queue(
+    conn: Conn, name: str, params: Mapping[str, Any], needed: bool
+) -> psycopg.Cursor[TupleRow] | None:
+    """Send a named query in the open pipeline when `needed` (its rows come back when
+    the pipeline syncs); None when not."""
+    return conn.execute(QUERIES[name], params) if needed else None
+
+
+def _fetch(cur: psycopg.Cursor[TupleRow] | None) -> Rows:
+    return [] if cur is None else cur.fetchall()
+
+
+def _check_fences(batch: Batch, rows: Rows) -> None:
     stored = {(str(t), int(p)): int(e) for t, p, e in rows}
     for pos in batch.positions:
         found = stored.get((pos.topic, pos.partition))
@@ -121,46 +186,11 @@ def _check_fences(cur: psycopg.Cursor[TupleRow], batch: Batch) -> None:
             )
 
 
-def _insert_record(row: OperationRow, records: Sequence[AuditRecord]) -> dict[str, Any]:
-    view = row.view
-    head = records[-1] if records else None
-    return {
-        "operation_id": row.operation_id,
-        "correlation_id": row.correlation_id,
-        "machine_name": view.machine_name,
-        "machine_version": row.machine_version,
-        "machine_digest": view.machine_digest,
-        "policy_digest": view.policy_digest,
-        "state": view.state,
-        "version": view.version,
-        "facts": facts_to_json(view.facts),
-        "retry_attempts": view.retry_attempts,
-        "recovery_attempts": view.recovery_attempts,
-        "budget_limit": view.budget_limit,
-        "budget_spent": view.budget_spent,
-        "deadline": view.deadline,
-        "initiating_principal": row.initiating_principal,
-        "agent": row.agent,
-        "runtime": row.runtime,
-        "task": row.task,
-        "origin_operation": row.origin_operation,
-        "parent_operation": row.parent_operation,
-        "view": view_to_json(view),
-        "audit_sequence": 0 if head is None else head.sequence,
-        "audit_head": genesis_hash(row.operation_id) if head is None else head.hash,
-        "delegated_credentials": list(row.delegated_credentials),
-    }
-
-
-def _lock_operations(cur: psycopg.Cursor[TupleRow], plan: BatchPlan) -> dict[str, ChainHead]:
-    """Lock the operations the batch continues, in id order (two writers never deadlock),
-    check their versions, and return every touched operation's audit chain head (the
-    genesis head for those the batch opens; `_insert_opened` writes them later)."""
+def _check_versions(plan: BatchPlan, rows: Rows) -> dict[str, ChainHead]:
+    """Check the versions and lineage of the operations the batch continues (locked by
+    `_read`) and return every touched operation's audit chain head (the genesis head
+    for those the batch opens; `_insert_opened` writes them)."""
     heads = {r.operation_id: genesis_head(r.operation_id) for r in plan.operations if r.opens}
-    continued = sorted(r.operation_id for r in plan.operations if not r.opens)
-    if not continued:
-        return heads
-    rows = cur.execute(QUERIES["lock_operations"], {"ids": continued}).fetchall()
     stored = {str(op): (int(v), ChainHead(int(s), str(h)), c, a) for op, v, s, h, c, a in rows}
     for row in plan.operations:
         if row.opens:
@@ -175,125 +205,222 @@ def _lock_operations(cur: psycopg.Cursor[TupleRow], plan: BatchPlan) -> dict[str
     return heads
 
 
+def _check_ids(plan: BatchPlan, events: Rows, nonce_rows: Rows) -> None:
+    if events:
+        event_id, stored_op = str(events[0][0]), str(events[0][1])
+        mine = next(e.operation_id for e in plan.events if e.event_id == event_id)
+        raise EventIdReused(reuse_message(event_id, mine, stored_op), event_id=event_id)
+    nonces = [a.nonce for a in plan.approvals]
+    if nonce_rows or len(set(nonces)) != len(nonces):
+        nonce = (
+            str(nonce_rows[0][0]) if nonce_rows else next(n for n in nonces if nonces.count(n) > 1)
+        )
+        raise NonceReused(
+            f"approval nonce {nonce} is already stored: the human decision is a replay; "
+            "dead-letter it and commit the batch without it",
+            nonce=nonce,
+        )
+
+
+def _insert_record(
+    row: OperationRow, records: Sequence[AuditRecord], lineage: LineageRow | None
+) -> str:
+    """One element of `insert_operations`' JSON array; the view is encoded once and
+    spliced in (`json_object`)."""
+    view = row.view
+    head = records[-1] if records else None
+    fields = {
+        "operation_id": row.operation_id,
+        "correlation_id": row.correlation_id,
+        "machine_name": view.machine_name,
+        "machine_version": row.machine_version,
+        "machine_digest": view.machine_digest,
+        "policy_digest": view.policy_digest,
+        "state": view.state,
+        "version": view.version,
+        "facts": facts_to_json(view.facts),
+        "retry_attempts": view.retry_attempts,
+        "recovery_attempts": view.recovery_attempts,
+        "budget_limit": view.budget_limit,
+        "budget_spent": view.budget_spent,
+        "deadline": None if view.deadline is None else view.deadline.isoformat(),
+        "initiating_principal": row.initiating_principal,
+        "agent": row.agent,
+        "runtime": row.runtime,
+        "task": row.task,
+        "origin_operation": row.origin_operation,
+        "parent_operation": row.parent_operation,
+        "audit_sequence": 0 if head is None else head.sequence,
+        "audit_head": genesis_hash(row.operation_id) if head is None else head.hash,
+        "delegated_credentials": list(row.delegated_credentials),
+        **_lineage_columns(lineage),
+    }
+    return json_object(fields, {"view": view_json(view)})
+
+
+def _lineage_columns(row: LineageRow | None) -> dict[str, Any]:
+    """The lineage columns an opened operation is inserted with (empty: not linked)."""
+    if row is None:
+        return {}
+    return {
+        "ancestors": list(row.ancestors),
+        "lineage_agents": list(row.lineage_agents),
+        "contained_ancestors": list(row.contained_ancestors),
+        "containing": row.containing,
+        "containment_cause": row.containment_cause,
+        "descendant_agents": list(row.descendant_agents),
+    }
+
+
 def _insert_opened(
-    cur: psycopg.Cursor[TupleRow], plan: BatchPlan, chained: Mapping[str, list[AuditRecord]]
-) -> None:
-    """Insert the operations the batch opens, already in their state after the batch
-    (one write per row, not an insert and then an update). A row another writer inserted
-    first wins; this batch then gets `VersionConflict`."""
+    conn: Conn,
+    plan: BatchPlan,
+    chained: Mapping[str, list[AuditRecord]],
+    lineage: LineagePlan | None,
+) -> psycopg.Cursor[TupleRow] | None:
+    """Queue the insert of the operations the batch opens, already in their state after
+    the batch and with the lineage the step linked them into (one write per row). A row
+    another writer inserted first wins and is missing from the result: see
+    `_check_opened`."""
     opening = sorted((r for r in plan.operations if r.opens), key=lambda r: r.operation_id)
     if not opening:
+        return None
+    linked = {} if lineage is None else lineage.rows
+    records = [
+        _insert_record(r, chained.get(r.operation_id, []), linked.get(r.operation_id))
+        for r in opening
+    ]
+    return conn.execute(QUERIES["insert_operations"], {"rows": f"[{','.join(records)}]"})
+
+
+def _check_opened(plan: BatchPlan, inserted: psycopg.Cursor[TupleRow] | None) -> None:
+    if inserted is None:
         return
-    records = [_insert_record(r, chained.get(r.operation_id, [])) for r in opening]
-    inserted = {
-        str(row[0])
-        for row in cur.execute(QUERIES["insert_operations"], {"rows": dumps(records)}).fetchall()
-    }
-    for row in opening:
-        if row.operation_id not in inserted:
+    found = {str(row[0]) for row in inserted.fetchall()}
+    for row in plan.operations:
+        if row.opens and row.operation_id not in found:
             raise VersionConflict(
                 f"operation {row.operation_id}: this batch opens it, but another writer "
                 "opened it first: reload the view and decide again from the stored offsets"
             )
 
 
-def _check_ids(cur: psycopg.Cursor[TupleRow], plan: BatchPlan) -> None:
-    if plan.events:
-        rows = cur.execute(
-            QUERIES["existing_events"], {"ids": [e.event_id for e in plan.events]}
-        ).fetchall()
-        if rows:
-            event_id, stored_op = str(rows[0][0]), str(rows[0][1])
-            mine = next(e.operation_id for e in plan.events if e.event_id == event_id)
-            raise EventIdReused(reuse_message(event_id, mine, stored_op), event_id=event_id)
-    if plan.approvals:
-        nonces = [a.nonce for a in plan.approvals]
-        rows = cur.execute(QUERIES["existing_nonces"], {"nonces": nonces}).fetchall()
-        if rows or len(set(nonces)) != len(nonces):
-            nonce = str(rows[0][0]) if rows else next(n for n in nonces if nonces.count(n) > 1)
-            raise NonceReused(
-                f"approval nonce {nonce} is already stored: the human decision is a replay; "
-                "dead-letter it and commit the batch without it",
-                nonce=nonce,
-            )
+def _update_operations(
+    conn: Conn,
+    plan: BatchPlan,
+    heads: Mapping[str, ChainHead],
+    chained: Mapping[str, list[AuditRecord]],
+) -> None:
+    """Queue the update of every continued operation's folded view and chain head."""
+    rows = sorted((r for r in plan.operations if not r.opens), key=lambda r: r.operation_id)
+    if not rows:
+        return
+    updates = []
+    for row in rows:
+        records = chained.get(row.operation_id)
+        head = (
+            ChainHead(records[-1].sequence, records[-1].hash)
+            if records
+            else heads[row.operation_id]
+        )
+        view = row.view
+        fields = {
+            "operation_id": row.operation_id,
+            "state": view.state,
+            "version": view.version,
+            "retry_attempts": view.retry_attempts,
+            "recovery_attempts": view.recovery_attempts,
+            "budget_spent": view.budget_spent,
+            "audit_sequence": head.sequence,
+            "audit_head": head.hash,
+        }
+        updates.append(json_object(fields, {"view": view_json(view)}))
+    conn.execute(QUERIES["update_operations"], {"rows": f"[{','.join(updates)}]"})
+
+
+def _store_offsets(conn: Conn, batch: Batch) -> None:
+    if batch.positions:
+        conn.execute(
+            QUERIES["store_offsets"],
+            {
+                "group": batch.group,
+                "topics": [p.topic for p in batch.positions],
+                "partitions": [p.partition for p in batch.positions],
+                "offsets": [p.next_offset for p in batch.positions],
+            },
+        )
+
+
+def _copy(conn: Conn, query: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    if rows:
+        with conn.cursor() as cur, cur.copy(QUERIES[query]) as copy:
+            for row in rows:
+                copy.write_row(row)
 
 
 def _copy_rows(
-    cur: psycopg.Cursor[TupleRow],
+    conn: Conn,
     plan: BatchPlan,
-    chained: Mapping[str, list[AuditRecord]],
+    records: Sequence[AuditRecord],
     outbox: Sequence[OutboxRow],
+    letters: Sequence[DeadLetterRow],
 ) -> None:
-    """Write every append-only row with COPY: one round trip per table."""
-    records = [r for rs in chained.values() for r in rs]
-    tables: list[tuple[str, list[tuple[Any, ...]]]] = [
-        ("copy_events", [_event_tuple(e) for e in plan.events]),
-        (
-            "copy_decisions",
-            [
-                (
-                    d.operation_id,
-                    d.sequence,
-                    d.event_id,
-                    d.outcome,
-                    d.state_before,
-                    d.state_after,
-                    d.decided_at,
-                    d.decision_json,
-                )
-                for d in plan.decisions
-            ],
-        ),
-        (
-            "copy_evidence",
-            [
-                (
-                    v.operation_id,
-                    v.event_id,
-                    v.kind,
-                    v.source,
-                    v.trusted,
-                    v.reference,
-                    dumps(v.record),
-                )
-                for v in plan.evidence
-            ],
-        ),
-        (
-            "copy_approvals",
-            [
-                (
-                    a.event_id,
-                    a.operation_id,
-                    a.approver,
-                    a.verdict,
-                    a.state,
-                    a.transition,
-                    a.machine_digest,
-                    a.expires_at,
-                    a.nonce,
-                    dumps(a.record),
-                )
-                for a in plan.approvals
-            ],
-        ),
-        (
-            "copy_audit_records",
-            [
-                (r.operation_id, r.sequence, r.kind, r.prev_hash, r.hash, r.body_json())
-                for r in records
-            ],
-        ),
-        (
-            "copy_outbox",
-            [(o.record_id, o.topic, o.key, dumps(o.headers), *_outbox_body(o)) for o in outbox],
-        ),
-    ]
-    for query, rows in tables:
-        if rows:
-            with cur.copy(QUERIES[query]) as copy:
-                for row in rows:
-                    copy.write_row(row)
+    """Write every append-only row with COPY: one statement per table."""
+    _copy(conn, "copy_events", [_event_tuple(e) for e in plan.events])
+    _copy(
+        conn,
+        "copy_decisions",
+        [
+            (
+                d.operation_id,
+                d.sequence,
+                d.event_id,
+                d.outcome,
+                d.state_before,
+                d.state_after,
+                d.decided_at,
+                d.decision_json,
+            )
+            for d in plan.decisions
+        ],
+    )
+    _copy(
+        conn,
+        "copy_evidence",
+        [
+            (v.operation_id, v.event_id, v.kind, v.source, v.trusted, v.reference, dumps(v.record))
+            for v in plan.evidence
+        ],
+    )
+    _copy(
+        conn,
+        "copy_approvals",
+        [
+            (
+                a.event_id,
+                a.operation_id,
+                a.approver,
+                a.verdict,
+                a.state,
+                a.transition,
+                a.machine_digest,
+                a.expires_at,
+                a.nonce,
+                dumps(a.record),
+            )
+            for a in plan.approvals
+        ],
+    )
+    _copy(
+        conn,
+        "copy_audit_records",
+        [(r.operation_id, r.sequence, r.kind, r.prev_hash, r.hash, r.body_json()) for r in records],
+    )
+    _copy(
+        conn,
+        "copy_outbox",
+        [_outbox_tuple(o) for o in outbox] + [_letter_tuple(o) for o in letters],
+    )
 
 
 def _event_tuple(e: EventRow) -> tuple[Any, ...]:
@@ -310,32 +437,16 @@ def _event_tuple(e: EventRow) -> tuple[Any, ...]:
     )
 
 
-def _update_operations(
-    cur: psycopg.Cursor[TupleRow],
-    plan: BatchPlan,
-    heads: Mapping[str, ChainHead],
-    chained: Mapping[str, list[AuditRecord]],
-) -> None:
-    rows = sorted((r for r in plan.operations if not r.opens), key=lambda r: r.operation_id)
-    if not rows:
-        return
-    new_heads = []
-    for row in rows:
-        records = chained.get(row.operation_id)
-        head = heads[row.operation_id]
-        new_heads.append(ChainHead(records[-1].sequence, records[-1].hash) if records else head)
-    updates = [
-        {
-            "operation_id": r.operation_id,
-            "state": r.view.state,
-            "version": r.view.version,
-            "view": view_to_json(r.view),
-            "retry_attempts": r.view.retry_attempts,
-            "recovery_attempts": r.view.recovery_attempts,
-            "budget_spent": r.view.budget_spent,
-            "audit_sequence": h.sequence,
-            "audit_head": h.hash,
-        }
-        for r, h in zip(rows, new_heads, strict=True)
-    ]
-    cur.execute(QUERIES["update_operations"], {"rows": dumps(updates)})
+def _outbox_tuple(row: OutboxRow) -> tuple[Any, ...]:
+    """An outbox row's columns; an audit record's row stores only its reference
+    (payload NULL, `audit_sequence` set), any other the bytes to publish."""
+    headers = column_json(dict(row.headers))
+    if row.audit_sequence is not None:
+        return (row.record_id, row.topic, row.key, headers, None, row.audit_sequence)
+    return (row.record_id, row.topic, row.key, headers, row.payload_json.encode("utf-8"), None)
+
+
+def _letter_tuple(row: DeadLetterRow) -> tuple[Any, ...]:
+    # The outbox payload column holds the bytes to publish (bytea).
+    payload = dumps(row.payload).encode("utf-8")
+    return (row.record_id, row.topic, row.key, column_json(dict(row.headers)), payload, None)

@@ -5,20 +5,23 @@ before its audit records are chained: takes advisory locks that serialise batche
 opening related operations, walks (and row-locks) the rows below the opened and the
 containment-changing operations until no new one appears, plans with the pure
 `ledger.cascade.plan_lineage`, and later writes the changed lineage columns and the
-cascade events. A batch that neither opens an operation nor changes containment skips
-it entirely, so the hot path stays one query on the batch's own operations.
+cascade events. The locks and the first walk ride in the commit's first pipelined round
+trip (`lineage_reads`); the opened operations are inserted with their lineage columns,
+so only rows stored before the batch are updated. A batch that neither opens an
+operation nor changes containment skips the step entirely.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Final
 
 import psycopg
 from psycopg.rows import TupleRow
 
 from ledger.cascade import LineagePlan, LineageRow, plan_lineage
-from ledger.jsonutil import dumps
+from ledger.jsonutil import column_json
 from ledger.lineage_step import (
     batch_time,
     check_arrivals,
@@ -29,7 +32,7 @@ from ledger.lineage_step import (
 from ledger.queries import QUERIES
 from ledger.records import Batch, BatchPlan
 
-__all__ = ["lineage_row", "lineage_step", "write_lineage"]
+__all__ = ["insert_cascade", "lineage_reads", "lineage_row", "lineage_step", "write_lineage"]
 
 log = logging.getLogger("ledger")
 
@@ -63,27 +66,44 @@ def lineage_row(row: TupleRow) -> LineageRow:
 # batch committed while this one waited for its lock is then seen and linked.
 _WALK_ROUNDS: Final = 5
 
+Conn = psycopg.Connection[TupleRow]
 
-def lineage_step(
-    cur: psycopg.Cursor[TupleRow], plan: BatchPlan, batch: Batch
-) -> tuple[BatchPlan, LineagePlan | None]:
-    """Link the operations the batch opens and walk the lineage of its containment
-    changes (`ledger.cascade`), with the rows involved locked. Batches that neither
-    open an operation nor change containment skip it: no extra round trip."""
+
+def _walk_params(ids: set[str], roots: set[str]) -> dict[str, list[str]]:
+    return {"ids": sorted(ids), "roots": sorted(roots)}
+
+
+def lineage_reads(conn: Conn, plan: BatchPlan) -> psycopg.Cursor[TupleRow] | None:
+    """Queue the lineage step's advisory locks and its first walk (in the caller's
+    pipeline, after the batch's own operations are locked); the cursor holds the walk's
+    rows for `lineage_step`. None when the batch needs no lineage step."""
     if not plan.needs_lineage:
-        return plan, None
+        return None
     ids, roots = lineage_inputs(plan)
     opened = opened_lineage(plan)
     keys = sorted({*roots, *(r.parent_operation for r in opened if r.parent_operation)})
-    cur.execute(QUERIES["lineage_lock_keys"], {"keys": keys})
+    conn.execute(QUERIES["lineage_lock_keys"], {"keys": keys})
+    return conn.execute(QUERIES["lineage_rows"], _walk_params(ids, roots))
+
+
+def lineage_step(
+    conn: Conn, plan: BatchPlan, batch: Batch, first: Sequence[TupleRow] | None
+) -> tuple[BatchPlan, LineagePlan | None]:
+    """Link the operations the batch opens and walk the lineage of its containment
+    changes (`ledger.cascade`), with the rows involved locked: `first` is the walk
+    `lineage_reads` queued (None: no step, the plan is returned as it is)."""
+    if first is None:
+        return plan, None
+    ids, roots = lineage_inputs(plan)
     stored: dict[str, LineageRow] = {}
+    rows = first
     # A walk runs on the snapshot its statement started with, and row locks it waited
     # for may have let a concurrent batch link or contain in between: walk again until
     # nothing new appears below the roots (containment) and every ancestor of the rows
     # read is among them (a parent linked meanwhile). Usually one walk, two at most.
-    for _ in range(_WALK_ROUNDS):
-        params = {"ids": sorted(ids), "roots": sorted(roots)}
-        rows = cur.execute(QUERIES["lineage_rows"], params).fetchall()
+    for walk in range(_WALK_ROUNDS):
+        if walk:
+            rows = conn.execute(QUERIES["lineage_rows"], _walk_params(ids, roots)).fetchall()
         found = {str(r[0]): lineage_row(r) for r in rows}
         missing = {a for r in found.values() for a in r.ancestors} - found.keys()
         grown = bool(plan.containments) and found.keys() != stored.keys()
@@ -100,17 +120,16 @@ def lineage_step(
                 _WALK_ROUNDS,
             )
     check_arrivals(plan, stored)
-    lineage = plan_lineage(stored, opened, plan.containments, batch_time(plan))
+    lineage = plan_lineage(stored, opened_lineage(plan), plan.containments, batch_time(plan))
     return with_lineage_plan(plan, lineage, batch.topics), lineage
 
 
-def write_lineage(
-    cur: psycopg.Cursor[TupleRow], plan: BatchPlan, lineage: LineagePlan | None
-) -> None:
-    """The lineage columns the step changed (opened rows exist by now) and the cascade
-    events, which a replayed step may plan again: those already stored are kept."""
+def write_lineage(conn: Conn, plan: BatchPlan, lineage: LineagePlan | None) -> None:
+    """Queue the update of the lineage columns the step changed on rows stored before
+    the batch (the opened ones are inserted with theirs, `ledger.postgres_commit`)."""
     if lineage is None:
         return
+    opened = {r.operation_id for r in plan.operations if r.opens}
     updates = [
         {
             "operation_id": op,
@@ -122,18 +141,26 @@ def write_lineage(
             "descendant_agents": list(r.descendant_agents),
         }
         for op, r in sorted(lineage.rows.items())
+        if op not in opened
     ]
     if updates:
-        cur.execute(QUERIES["update_lineage"], {"rows": dumps(updates)})
-    if plan.cascade:
-        cascade = [
-            {
-                "record_id": o.record_id,
-                "topic": o.topic,
-                "key": o.key,
-                "headers": dict(o.headers),
-                "payload": o.payload_json,
-            }
-            for o in plan.cascade
-        ]
-        cur.execute(QUERIES["insert_cascade"], {"rows": dumps(cascade)})
+        conn.execute(QUERIES["update_lineage"], {"rows": column_json(updates)})
+
+
+def insert_cascade(conn: Conn, plan: BatchPlan) -> int:
+    """Insert the cascade events the step planned; a replayed step may plan some that
+    are already stored, which are kept. Returns how many rows were inserted."""
+    if not plan.cascade:
+        return 0
+    cascade = [
+        {
+            "record_id": o.record_id,
+            "topic": o.topic,
+            "key": o.key,
+            "headers": dict(o.headers),
+            "payload": o.payload_json,
+        }
+        for o in plan.cascade
+    ]
+    with conn.execute(QUERIES["insert_cascade"], {"rows": column_json(cascade)}) as cur:
+        return max(cur.rowcount, 0)

@@ -52,14 +52,17 @@ SELECT operation_id, view, ancestors, lineage_agents, contained_ancestors, desce
 FROM operations WHERE operation_id = ANY(%(ids)s);
 
 -- name: insert_operations
--- The operations a batch opens, written once in their state after the batch, from one
--- JSON array (one parameter, parsed by the server). A row another writer inserted first
--- wins (ON CONFLICT DO NOTHING): it is missing from RETURNING and the batch is refused.
+-- The operations a batch opens, written once in their state after the batch and with
+-- the lineage the step linked them into, from one JSON array (one parameter, parsed by
+-- the server). A row another writer inserted first wins (ON CONFLICT DO NOTHING): it is
+-- missing from RETURNING and the batch is refused.
 INSERT INTO operations (
     operation_id, correlation_id, machine_name, machine_version, machine_digest,
     policy_digest, state, version, facts, retry_attempts, recovery_attempts, budget_limit,
     budget_spent, deadline, initiating_principal, agent, runtime, task, origin_operation,
-    parent_operation, depth, view, audit_sequence, audit_head, delegated_credentials
+    parent_operation, depth, view, audit_sequence, audit_head, delegated_credentials,
+    ancestors, lineage_agents, contained_ancestors, containing, containment_cause,
+    descendant_agents
 )
 SELECT
     n.operation_id, n.correlation_id, n.machine_name, n.machine_version, n.machine_digest,
@@ -68,14 +71,21 @@ SELECT
     n.task, n.origin_operation, n.parent_operation,
     COALESCE(p.depth + 1, CASE WHEN n.parent_operation IS NULL THEN 0 ELSE 1 END),
     n.view, n.audit_sequence, n.audit_head,
-    ARRAY(SELECT jsonb_array_elements_text(n.delegated_credentials))
+    ARRAY(SELECT jsonb_array_elements_text(n.delegated_credentials)),
+    ARRAY(SELECT jsonb_array_elements_text(n.ancestors)),
+    ARRAY(SELECT jsonb_array_elements_text(n.lineage_agents)),
+    ARRAY(SELECT jsonb_array_elements_text(n.contained_ancestors)),
+    COALESCE(n.containing, false), n.containment_cause,
+    ARRAY(SELECT jsonb_array_elements_text(n.descendant_agents))
 FROM jsonb_to_recordset(%(rows)s::jsonb) AS n (
     operation_id text, correlation_id text, machine_name text, machine_version text,
     machine_digest text, policy_digest text, state text, version bigint, facts jsonb,
     retry_attempts integer, recovery_attempts integer, budget_limit integer,
     budget_spent integer, deadline timestamptz, initiating_principal text, agent text,
     runtime text, task text, origin_operation text, parent_operation text, view jsonb,
-    audit_sequence bigint, audit_head text, delegated_credentials jsonb
+    audit_sequence bigint, audit_head text, delegated_credentials jsonb, ancestors jsonb,
+    lineage_agents jsonb, contained_ancestors jsonb, containing boolean,
+    containment_cause text, descendant_agents jsonb
 )
 LEFT JOIN operations AS p ON p.operation_id = n.parent_operation
 ORDER BY n.operation_id
@@ -192,7 +202,8 @@ ORDER BY operation_id
 FOR UPDATE;
 
 -- name: update_lineage
--- The lineage columns `ledger.cascade.plan_lineage` changed, in one statement.
+-- The lineage columns `ledger.cascade.plan_lineage` changed on rows stored before the
+-- batch, in one statement.
 UPDATE operations AS o SET
     ancestors = ARRAY(SELECT jsonb_array_elements_text(u.ancestors)),
     lineage_agents = ARRAY(SELECT jsonb_array_elements_text(u.lineage_agents)),
@@ -207,7 +218,8 @@ FROM jsonb_to_recordset(%(rows)s::jsonb) AS u (
 WHERE o.operation_id = u.operation_id;
 
 -- name: insert_cascade
--- Cascade events: a replayed lineage step may plan one already stored; it is kept.
+-- Cascade events: a replayed lineage step may plan one already stored; it is kept (the
+-- row count says how many were inserted).
 INSERT INTO outbox (record_id, topic, key, headers, payload)
 SELECT u.record_id, u.topic, u.key, u.headers, convert_to(u.payload, 'UTF8')
 FROM jsonb_to_recordset(%(rows)s::jsonb) AS u (

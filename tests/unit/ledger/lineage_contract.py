@@ -123,6 +123,26 @@ class LineageContract:
         assert lineage[-1]["descendants"] == ["a", "a1", "b"]
         assert lineage[-1]["cause"]["event_id"] == "root-e0"
 
+    def test_the_commit_result_counts_the_cascade_events_it_wrote(self, ledger: Ledger) -> None:
+        epoch = self._claim(ledger)
+        feed(
+            ledger,
+            [
+                tree_event("a", 0, "STEP_FAILED", parent="root"),
+                tree_event("b", 0, "STEP_FAILED", parent="root"),
+            ],
+            epoch=epoch,
+        )
+        with ledger.lease_outbox(1000) as lease:
+            lease.mark_published([r.record_id for r in lease.records])
+        result = feed(
+            ledger, [tree_event("root", 0, "AUTHORIZATION_DENIED")], epoch=epoch, first_offset=2
+        )
+        with ledger.lease_outbox(1000) as lease:
+            written = lease.records
+        assert sorted(r.key for r in written if r.topic == "recovery.events") == ["a", "b"]
+        assert result.outbox_rows == len(written)
+
     def test_a_descendant_contained_by_the_cascade_does_not_signal_its_subtree_again(
         self, ledger: Ledger
     ) -> None:

@@ -12,8 +12,8 @@ from types import MappingProxyType
 import pytest
 
 from ledger.audit import AuditRecord, chain_records, genesis_head, verify_chain
-from ledger.codec import envelope_json, view_from_json, view_to_json
-from ledger.jsonutil import dumps
+from ledger.codec import envelope_json, view_from_json, view_json, view_to_json
+from ledger.jsonutil import column_json, dumps, json_object
 from ledger.queries import QUERIES, parse_queries
 from machines.event import CheckpointReport, ClassifierOutput, EvidencePayload, HumanDecision
 from machines.view import Approval, Checkpoint, LineageStatus, OperationView, Verification
@@ -44,6 +44,34 @@ def test_a_rich_view_survives_the_json_round_trip_exactly() -> None:
     assert view_from_json(stored) == view
     # Every field is stored, so a field added to the view cannot be dropped silently.
     assert set(stored) == {f.name for f in fields(OperationView)}
+
+
+def test_the_view_column_text_is_the_cores_json_form_of_the_view() -> None:
+    view = replace(
+        opened_view("op-1", "agent-1"),
+        lineage=LineageStatus("agent-1", frozenset({"a", "b"}), ("root",)),
+        deadline=T,
+        approvals=(Approval("h-1", "s", "t", "sha256:x", T, "n-1", "approved", "e-2", True),),
+        checkpoints=(
+            Checkpoint("c-1", T, "ref://c", True, "v-1", "sha256:m", "sha256:p", T, "e-3"),
+        ),
+        used_nonces=frozenset({"n-1", "n-2"}),
+        open_commands=frozenset({"op-1:3:0"}),
+        seen_events=MappingProxyType({"e-1": "sha256:1", "é-2": "sha256:2"}),
+    )
+    assert json.loads(view_json(view)) == view_to_json(view)
+    assert view_from_json(json.loads(view_json(view))) == view
+
+
+def test_column_json_refuses_what_it_cannot_store_and_splices_encoded_values() -> None:
+    assert json.loads(column_json({"a": [1, (2, "é")], "b": None})) == {
+        "a": [1, [2, "é"]],
+        "b": None,
+    }
+    with pytest.raises(TypeError, match="cannot store"):
+        column_json({"a": MappingProxyType({})})
+    spliced = json_object({"id": "op-1"}, {"view": '{"state":"s"}', "n": "[1]"})
+    assert json.loads(spliced) == {"id": "op-1", "view": {"state": "s"}, "n": [1]}
 
 
 def test_envelope_fast_path_matches_the_events_own_encoding() -> None:
