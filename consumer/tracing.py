@@ -6,7 +6,8 @@ A decision span's parent is the context the producing tool put in the record's h
 the capability worker that receives the command; the span also links to its batch span,
 which is where retries, fencing and commit time show. Attributes name the operation, the
 machine, the event and the states before and after (no payloads: those belong in the
-ledger, not in a tracing backend).
+ledger, not in a tracing backend). With the no-op provider (exporter `none`) no decision
+span is made at all; the commands still carry the producer's trace context.
 """
 
 from __future__ import annotations
