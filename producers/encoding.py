@@ -53,6 +53,7 @@ from schemas import (
     CapabilityCommand,
     WireError,
     audit_to_ocsf,
+    audit_to_ocsf_json,
     event_to_record,
     record_to_event,
 )
@@ -139,8 +140,7 @@ class RecordEncoder:
         payload = row.payload
         stream = self._stream(row.topic)
         if stream == "audit":
-            body = json.dumps(_ocsf(payload), sort_keys=True, separators=(",", ":"))
-            return body.encode("utf-8"), CONTENT_TYPE_JSON, None, {}
+            return _ocsf(payload), CONTENT_TYPE_JSON, None, {}
         if stream == "commands":
             command = self._command(payload)
             extra = {HEADER_COMMAND_ID: command.command_id}
@@ -187,16 +187,17 @@ class RecordEncoder:
         )
 
 
-def _ocsf(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """The OCSF event of an audit record. Some audit bodies carry no time of their own
-    (`operation-opened`, for one): OCSF needs one, so the publish time stands in and
-    `unmapped.recovery.time_source` says so. The chain hash (`metadata.uid`) and the
-    record id are unaffected, so a republished record still dedupes."""
+def _ocsf(payload: Mapping[str, Any]) -> bytes:
+    """The OCSF event of an audit record as compact JSON with sorted keys. Some audit
+    bodies carry no time of their own (`operation-opened`, for one): OCSF needs one, so
+    the publish time stands in and `unmapped.recovery.time_source` says so. The chain
+    hash (`metadata.uid`) and the record id are unaffected, so a republished record
+    still dedupes."""
     if any(payload.get(k) for k in _OWN_TIMES) or _nested_time(payload):
-        return audit_to_ocsf(payload)
+        return audit_to_ocsf_json(payload)
     event = audit_to_ocsf({**payload, "occurred_at": datetime.now(UTC).isoformat()})
     event["unmapped"]["recovery"]["time_source"] = "relay-publish-time"
-    return event
+    return json.dumps(event, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 _OWN_TIMES: Final = ("occurred_at", "occurred_time", "decided_at")

@@ -50,7 +50,7 @@ from schemas.headers import (  # noqa: E402
     header_value,
     record_id,
 )
-from schemas.ocsf import OCSF_VERSION, audit_to_ocsf  # noqa: E402
+from schemas.ocsf import OCSF_VERSION, audit_to_ocsf, audit_to_ocsf_json  # noqa: E402
 
 __all__ = [
     "AVRO_DIR",
@@ -82,6 +82,7 @@ __all__ = [
     "WireDecoder",
     "WireError",
     "audit_to_ocsf",
+    "audit_to_ocsf_json",
     "default_catalog",
     "event_to_json",
     "event_to_record",
