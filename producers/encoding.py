@@ -33,6 +33,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any, Final
 
 from ledger import OutboxRecord
@@ -100,6 +101,12 @@ class RecordEncoder:
         self._topics = topics
         self._lineage_of = lineage_of
         self._codec = codec or AvroSingleObjectCodec()
+        # Topic name -> stream, configured names first (see `_stream`), worked out once:
+        # the relay asks for every row it publishes.
+        self._streams: dict[str, str] = {}
+        for names in (topics, _DEFAULT_NAMES):
+            for stream in _STREAMS:
+                self._streams.setdefault(getattr(names, stream), stream)
 
     def encode(self, row: OutboxRecord) -> EncodedRecord:
         """The Kafka record for `row`; raises `UnpublishableRow` naming the row when the
@@ -113,9 +120,7 @@ class RecordEncoder:
                 "its key; fix the row's writer"
             ) from exc
         headers = {
-            f"recovery-{name.replace('_', '-')}": str(v)
-            for name, v in row.headers.items()
-            if name not in _RESERVED
+            _header_name(name): str(v) for name, v in row.headers.items() if name not in _RESERVED
         }
         headers.update(extra)
         carrier = {k: str(row.headers[k]) for k in (TRACEPARENT, TRACESTATE) if k in row.headers}
@@ -127,10 +132,9 @@ class RecordEncoder:
     def _stream(self, topic: str) -> str:
         """Which stream an outbox row belongs to: the configured topic names first, then
         the default names, which the ledger writes as logical stream names."""
-        for names in (self._topics, _DEFAULT_NAMES):
-            for stream in _STREAMS:
-                if topic == getattr(names, stream):
-                    return stream
+        stream = self._streams.get(topic)
+        if stream is not None:
+            return stream
         raise ValueError(
             f"topic {topic} is none of the recovery streams (configured: "
             f"{', '.join(self._topics.all())})"
@@ -185,6 +189,13 @@ class RecordEncoder:
             deadline=None if deadline is None else _time(deadline),
             idempotency_key=payload.get("idempotency_key"),
         )
+
+
+@cache
+def _header_name(name: str) -> str:
+    """The Kafka header a row header is copied as (`operation_id` -> `recovery-operation-id`);
+    rows use a handful of names, so each is worked out once."""
+    return f"recovery-{name.replace('_', '-')}"
 
 
 def _ocsf(payload: Mapping[str, Any]) -> bytes:
