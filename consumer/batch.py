@@ -312,7 +312,9 @@ def plan_batch_of(
     excluded = excluded or {}
     for outcome in outcomes:
         record = outcome.record
-        refusal = excluded.get(record.coordinates)
+        # Formatting the coordinates costs more than the lookup; `excluded` is empty on
+        # every first attempt.
+        refusal = excluded.get(record.coordinates) if excluded else None
         if refusal is None and isinstance(outcome, Rejected):
             refusal = outcome.refusal
         if refusal is None and isinstance(outcome, Accepted):
