@@ -53,9 +53,10 @@ FROM operations WHERE operation_id = ANY(%(ids)s);
 
 -- name: insert_operations
 -- The operations a batch opens, written once in their state after the batch and with
--- the lineage the step linked them into, from one JSON array (one parameter, parsed by
--- the server). A row another writer inserted first wins (ON CONFLICT DO NOTHING): it is
--- missing from RETURNING and the batch is refused.
+-- the lineage the step linked them into, from one JSON array (one parameter, unpacked
+-- by `json_to_recordset`, which hands the view over as the text it was sent as). A row
+-- another writer inserted first wins (ON CONFLICT DO NOTHING): it is missing from
+-- RETURNING and the batch is refused.
 INSERT INTO operations (
     operation_id, correlation_id, machine_name, machine_version, machine_digest,
     policy_digest, state, version, facts, retry_attempts, recovery_attempts, budget_limit,
@@ -71,21 +72,21 @@ SELECT
     n.task, n.origin_operation, n.parent_operation,
     COALESCE(p.depth + 1, CASE WHEN n.parent_operation IS NULL THEN 0 ELSE 1 END),
     n.view, n.audit_sequence, n.audit_head,
-    ARRAY(SELECT jsonb_array_elements_text(n.delegated_credentials)),
-    ARRAY(SELECT jsonb_array_elements_text(n.ancestors)),
-    ARRAY(SELECT jsonb_array_elements_text(n.lineage_agents)),
-    ARRAY(SELECT jsonb_array_elements_text(n.contained_ancestors)),
+    ARRAY(SELECT json_array_elements_text(n.delegated_credentials)),
+    ARRAY(SELECT json_array_elements_text(n.ancestors)),
+    ARRAY(SELECT json_array_elements_text(n.lineage_agents)),
+    ARRAY(SELECT json_array_elements_text(n.contained_ancestors)),
     COALESCE(n.containing, false), n.containment_cause,
-    ARRAY(SELECT jsonb_array_elements_text(n.descendant_agents))
-FROM jsonb_to_recordset(%(rows)s::jsonb) AS n (
+    ARRAY(SELECT json_array_elements_text(n.descendant_agents))
+FROM json_to_recordset(%(rows)s::json) AS n (
     operation_id text, correlation_id text, machine_name text, machine_version text,
-    machine_digest text, policy_digest text, state text, version bigint, facts jsonb,
+    machine_digest text, policy_digest text, state text, version bigint, facts json,
     retry_attempts integer, recovery_attempts integer, budget_limit integer,
     budget_spent integer, deadline timestamptz, initiating_principal text, agent text,
-    runtime text, task text, origin_operation text, parent_operation text, view jsonb,
-    audit_sequence bigint, audit_head text, delegated_credentials jsonb, ancestors jsonb,
-    lineage_agents jsonb, contained_ancestors jsonb, containing boolean,
-    containment_cause text, descendant_agents jsonb
+    runtime text, task text, origin_operation text, parent_operation text, view json,
+    audit_sequence bigint, audit_head text, delegated_credentials json, ancestors json,
+    lineage_agents json, contained_ancestors json, containing boolean,
+    containment_cause text, descendant_agents json
 )
 LEFT JOIN operations AS p ON p.operation_id = n.parent_operation
 ORDER BY n.operation_id
@@ -147,8 +148,8 @@ UPDATE operations AS o SET
     audit_sequence = u.audit_sequence,
     audit_head = u.audit_head,
     updated_at = now()
-FROM jsonb_to_recordset(%(rows)s::jsonb) AS u (
-    operation_id text, state text, version bigint, view jsonb, retry_attempts integer,
+FROM json_to_recordset(%(rows)s::json) AS u (
+    operation_id text, state text, version bigint, view json, retry_attempts integer,
     recovery_attempts integer, budget_spent integer, audit_sequence bigint, audit_head text
 )
 WHERE o.operation_id = u.operation_id;
@@ -205,15 +206,15 @@ FOR UPDATE;
 -- The lineage columns `ledger.cascade.plan_lineage` changed on rows stored before the
 -- batch, in one statement.
 UPDATE operations AS o SET
-    ancestors = ARRAY(SELECT jsonb_array_elements_text(u.ancestors)),
-    lineage_agents = ARRAY(SELECT jsonb_array_elements_text(u.lineage_agents)),
-    contained_ancestors = ARRAY(SELECT jsonb_array_elements_text(u.contained_ancestors)),
+    ancestors = ARRAY(SELECT json_array_elements_text(u.ancestors)),
+    lineage_agents = ARRAY(SELECT json_array_elements_text(u.lineage_agents)),
+    contained_ancestors = ARRAY(SELECT json_array_elements_text(u.contained_ancestors)),
     containing = u.containing,
     containment_cause = u.containment_cause,
-    descendant_agents = ARRAY(SELECT jsonb_array_elements_text(u.descendant_agents))
-FROM jsonb_to_recordset(%(rows)s::jsonb) AS u (
-    operation_id text, ancestors jsonb, lineage_agents jsonb, contained_ancestors jsonb,
-    containing boolean, containment_cause text, descendant_agents jsonb
+    descendant_agents = ARRAY(SELECT json_array_elements_text(u.descendant_agents))
+FROM json_to_recordset(%(rows)s::json) AS u (
+    operation_id text, ancestors json, lineage_agents json, contained_ancestors json,
+    containing boolean, containment_cause text, descendant_agents json
 )
 WHERE o.operation_id = u.operation_id;
 
@@ -222,8 +223,8 @@ WHERE o.operation_id = u.operation_id;
 -- row count says how many were inserted).
 INSERT INTO outbox (record_id, topic, key, headers, payload)
 SELECT u.record_id, u.topic, u.key, u.headers, convert_to(u.payload, 'UTF8')
-FROM jsonb_to_recordset(%(rows)s::jsonb) AS u (
-    record_id text, topic text, key text, headers jsonb, payload text
+FROM json_to_recordset(%(rows)s::json) AS u (
+    record_id text, topic text, key text, headers json, payload text
 )
 ORDER BY u.key, u.record_id
 ON CONFLICT (record_id) DO NOTHING;
@@ -313,9 +314,9 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: lease_outbox_rows
 -- The leased keys' unpublished rows in order; an audit row's payload is its audit record,
--- joined back in (migration 0004).
+-- joined back in (migration 0004); the stored record text is embedded as it is.
 SELECT o.id, o.record_id, o.topic, o.key, o.headers, o.payload,
-       CASE WHEN a.operation_id IS NULL THEN NULL ELSE jsonb_build_object(
+       CASE WHEN a.operation_id IS NULL THEN NULL ELSE json_build_object(
            'hash', a.hash, 'kind', a.kind, 'operation_id', a.operation_id,
            'prev_hash', a.prev_hash, 'record', a.record, 'sequence', a.sequence
        ) END

@@ -69,8 +69,8 @@ def test_audit_verify_names_the_first_break_of_a_tampered_chain(
 ) -> None:
     with psycopg.connect(audited) as conn:
         conn.execute(
-            "UPDATE audit_records SET record = jsonb_set(record, '{outcome}', '\"transitioned\"')"
-            " WHERE operation_id = 'op-2' AND sequence = 4"
+            "UPDATE audit_records SET record = jsonb_set(record::jsonb, '{outcome}', "
+            "'\"transitioned\"')::json WHERE operation_id = 'op-2' AND sequence = 4"
         )
     assert main(["audit", "verify", "--database-url", audited, "--json"]) == 1
     report = json.loads(capsys.readouterr().out)

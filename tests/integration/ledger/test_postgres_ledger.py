@@ -25,8 +25,9 @@ class TestPostgresLedger(LedgerContract, LineageContract):
     def tamper_audit(self, ledger: Ledger, operation_id: str, sequence: int) -> None:
         with psycopg.connect(self.url) as conn:
             changed = conn.execute(
-                "UPDATE audit_records SET record = jsonb_set(record, '{state_after}', "
-                "'\"done\"') WHERE operation_id = %s AND sequence = %s",
+                # The record column is json (migration 0008): edit it as jsonb.
+                "UPDATE audit_records SET record = jsonb_set(record::jsonb, '{state_after}', "
+                "'\"done\"')::json WHERE operation_id = %s AND sequence = %s",
                 (operation_id, sequence),
             ).rowcount
         assert changed == 1
