@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from ledger import LedgerUnavailable, PostgresLedger
+from ledger.postgres import _IdleCheck
 from tests.unit.ledger.ledger_support import GROUP, TOPIC, decide_batch, sequence
 
 pytestmark = pytest.mark.integration
@@ -84,3 +85,14 @@ def test_connection_lost_inside_the_batch_transaction_is_retried_once_written(
 def test_an_unreachable_database_is_reported_as_unavailable() -> None:
     with pytest.raises(LedgerUnavailable, match="cannot connect"):
         PostgresLedger("postgresql://postgres@127.0.0.1:1/nowhere", connect_timeout=1.0)
+
+
+def test_a_pooled_connection_is_pinged_only_after_sitting_idle(database_url: str) -> None:
+    check = _IdleCheck(after=0.3)
+    with psycopg.connect(database_url) as conn, psycopg.connect(database_url) as admin:
+        check.used(conn)
+        admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        check(conn)  # used a moment ago: handed out without a round trip
+        time.sleep(0.35)
+        with pytest.raises(psycopg.OperationalError):
+            check(conn)  # idle: pinged, and the lost backend is noticed
