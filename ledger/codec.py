@@ -41,8 +41,8 @@ def view_json(view: OperationView) -> str:
     """The JSON text of `view_to_json(view)` for the `operations.view` column, written by
     pydantic's serializer in one pass (a third of the time of building the dict and
     encoding it; the view is the largest value a batch writes per operation). Key order
-    is the dataclass's, which `jsonb` does not keep; a unit test holds the value equal
-    to `view_to_json`'s."""
+    is the dataclass's, which no reader depends on (`view_from_json` takes a mapping); a
+    unit test holds the value equal to `view_to_json`'s."""
     # The serializer knows dicts, not the read-only mapping proxy the view holds.
     plain = replace(view, seen_events=dict(view.seen_events))
     return _view_adapter().dump_json(plain).decode("utf-8")
@@ -68,7 +68,7 @@ def envelope_json(event: Event) -> str:
     """The JSON of `event.to_dict()` (the full envelope, SPEC §6.2) for the
     `events.envelope` column, written field by field for the common shapes because
     `to_dict`'s generic walk dominated the cost of a batch, and encoded by `column_json`
-    (the column is `jsonb`: nothing hashes this text); rarer shapes (human decisions,
+    (nothing hashes this text, and readers load it whole); rarer shapes (human decisions,
     classifier output, checkpoints, the optional facts and scope blocks) go through
     `to_dict` and `dumps`. A unit test holds both paths to the same value."""
     evidence = event.evidence

@@ -2,17 +2,17 @@
 
 `dumps` is the canonical encoding (sorted keys, no whitespace, UTF-8 kept): every byte
 that is hashed or published goes through it (audit record bodies, the decision record
-the audit hash covers, outbox payloads). Audit hashes are recomputed from what
-PostgreSQL hands back from `jsonb`, so the bytes hashed at commit must be those of plain
+the audit hash covers, outbox payloads). Audit hashes are recomputed from the records
+PostgreSQL hands back, decoded, so the bytes hashed at commit must be those of plain
 JSON data: mappings of any kind become objects, tuples and sets become arrays,
 datetimes ISO-8601 strings.
 
-`column_json` is for text that PostgreSQL only parses into a `jsonb` value or into typed
+`column_json` is for JSON that is stored and read back whole, or unpacked into typed
 columns (a view, an event envelope, outbox headers, the JSON array of rows a set-based
-statement unpacks): the server throws key order and spacing away, so the stored value
-is the same whichever order the keys come in. It is pydantic-core's serializer, which
-runs in Rust at several times the speed of the standard library's; it is never used
-for bytes that are hashed or published.
+statement unpacks): every reader decodes it into a mapping, so key order and spacing
+do not matter. It is pydantic-core's serializer, which runs in Rust at several times the
+speed of the standard library's; it is never used for bytes that are hashed or
+published.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def dumps(value: Any) -> str:
 
 def column_json(value: dict[str, Any] | list[Any]) -> str:
     """JSON text of plain data (dicts, lists, tuples, str, int, bool, None) for a
-    `jsonb` or typed column: keys in insertion order, so never hash or publish it.
+    JSON or typed column: keys in insertion order, so never hash or publish it.
     Pass datetimes as `isoformat()` strings and sets as sorted lists: the serializer
     writes them in its own form (ISO-8601 with `Z`, iteration order), not `dumps`'.
     A type it does not know (a mapping proxy) is refused with `TypeError`."""
