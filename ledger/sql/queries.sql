@@ -178,8 +178,10 @@ FROM unnest(%(keys)s::text[]) AS k ORDER BY k;
 -- name: lineage_rows
 -- The lineage walk: the named rows and every row below the given roots by parent
 -- pointers, locked, so a concurrent link or containment waits for this batch.
--- One IN over a UNION, so the rows are fetched by primary key: three ORed conditions
--- were planned as a filter over every row of the table.
+-- The ids are gathered into one array first (an InitPlan) and the rows fetched with
+-- `= ANY` of it, by primary key: three ORed conditions were planned as a filter over
+-- every row of the table, and an IN over the UNION as a hash join over a sequential
+-- scan of the whole table (49 ms at 200,000 operations) as soon as a parent was named.
 WITH RECURSIVE tree (operation_id, level) AS (
     SELECT operation_id, 1 FROM operations WHERE parent_operation = ANY(%(roots)s)
     UNION
@@ -192,13 +194,13 @@ SELECT operation_id, correlation_id, machine_name, machine_version, state, agent
        ancestors, lineage_agents, contained_ancestors, containing, containment_cause,
        descendant_agents
 FROM operations
-WHERE operation_id IN (
+WHERE operation_id = ANY (ARRAY(
     SELECT unnest(%(ids)s::text[])
     UNION
     SELECT operation_id FROM tree
     UNION
     SELECT unnest(ancestors) FROM operations WHERE operation_id = ANY(%(ids)s)
-)
+))
 ORDER BY operation_id
 FOR UPDATE;
 
