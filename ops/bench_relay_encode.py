@@ -45,6 +45,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from opentelemetry import metrics, trace
+
 from consumer import ControllerSettings, Intake, RawRecord, load_rules, plan_batch_of
 from consumer.batch import openings, operation_ids, positions_for
 from ledger import MemoryLedger, OutboxRecord
@@ -174,7 +176,14 @@ def relay_passes(ledger: MemoryLedger, bootstrap: str) -> tuple[int, float, floa
         **{stream: f"bench-relay-{run}.recovery.{stream}" for stream in TopicNames.model_fields}
     )
     provision(bootstrap, partitions=6, names=topics)
-    relay = OutboxRelay(ledger, bootstrap, topics=topics)
+    # The providers `recoveryctl run` hands the relay when no exporter is configured.
+    relay = OutboxRelay(
+        ledger,
+        bootstrap,
+        topics=topics,
+        tracer_provider=trace.NoOpTracerProvider(),
+        meter_provider=metrics.NoOpMeterProvider(),
+    )
     published = 0
     try:
         relay.relay_once()  # connects, fetches metadata; its rows count, its time not

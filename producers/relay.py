@@ -34,6 +34,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.trace import SpanKind
 
@@ -247,6 +248,9 @@ class OutboxRelay:
         # The process-global providers unless the caller hands in its own (tests, or a
         # process running several roles with separate exporters).
         self._tracer = trace.get_tracer(__name__, tracer_provider=tracer_provider)
+        # Only a tracer that is no-op for good (`recoveryctl run` without an exporter):
+        # a proxy of the global provider may start recording later.
+        self._untraced = isinstance(self._tracer, trace.NoOpTracer)
         self._metrics = RelayMetrics(self.instance, meter_provider)
 
     # -- one pass ---------------------------------------------------------------------
@@ -319,6 +323,18 @@ class OutboxRelay:
         # Continue the trace of whoever caused the row (the controller's decision span):
         # the publish span is its child, and the record's traceparent names this span.
         parent = propagate.extract(dict(record.trace_carrier)) if record.trace_carrier else None
+        if self._untraced:
+            # A no-op tracer's span is the parent's own non-recording span (or, without
+            # a parent, the current one), so the record's trace headers come from the
+            # parent context alone: attaching it gives the same headers without
+            # starting, attaching and ending a span per record (about 3 us of CPU).
+            token = None if parent is None else otel_context.attach(parent)
+            try:
+                self._publish(record)
+            finally:
+                if token is not None:
+                    otel_context.detach(token)
+            return
         with self._tracer.start_as_current_span(
             f"publish {record.topic}",
             context=parent,
@@ -330,15 +346,18 @@ class OutboxRelay:
                 "recovery.operation_id": record.key,
             },
         ):
-            self._publisher.send(
-                record.topic,
-                key=record.key,
-                value=record.value,
-                record_id=record.record_id,
-                content_type=record.content_type,
-                fingerprint=record.fingerprint,
-                extra_headers=record.headers,
-            )
+            self._publish(record)
+
+    def _publish(self, record: EncodedRecord) -> None:
+        self._publisher.send(
+            record.topic,
+            key=record.key,
+            value=record.value,
+            record_id=record.record_id,
+            content_type=record.content_type,
+            fingerprint=record.fingerprint,
+            extra_headers=record.headers,
+        )
 
     def _await_delivery(self) -> set[str]:
         try:
