@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Final
 
 import psycopg
 from psycopg.rows import TupleRow
@@ -351,11 +352,37 @@ def _store_offsets(conn: Conn, batch: Batch) -> None:
         )
 
 
+# The field types of each binary COPY (queries.sql), in column order. Binary COPY saves
+# the text format's escaping and parsing: about 1.7 us of client and 1 us of server CPU
+# per row, some 2,000 rows per 500-event batch. A json column is sent as its text (the
+# server's json receive function checks it); a wrong type here is refused by the server,
+# and the ledger tests write every table.
+_COPY_TYPES: Final[Mapping[str, Sequence[str]]] = {
+    "copy_events": ("text", "text", "text", "text", "text", "text", "int4", "int8"),
+    "copy_decisions": ("text", "int8", "text", "text", "text", "text", "timestamptz", "text"),
+    "copy_evidence": ("text", "text", "text", "text", "bool", "text", "text"),
+    "copy_approvals": (
+        *("text", "text", "text", "text", "text", "text", "text"),
+        *("timestamptz", "text", "text"),
+    ),
+    "copy_audit_records": ("text", "int8", "text", "text", "text", "text"),
+    "copy_outbox": ("text", "text", "text", "text", "bytea", "int8"),
+}
+
+
 def _copy(conn: Conn, query: str, rows: Sequence[tuple[Any, ...]]) -> None:
     if rows:
         with conn.cursor() as cur, cur.copy(QUERIES[query]) as copy:
+            copy.set_types(_COPY_TYPES[query])
             for row in rows:
                 copy.write_row(row)
+
+
+def _aware(moment: datetime) -> datetime:
+    """`moment` with a time zone: binary COPY cannot send a naive time, which the text
+    format left to the session's zone (UTC on the ledger's servers). Times the core
+    produces carry one; this keeps a naive one from failing the whole batch."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _copy_rows(
@@ -378,7 +405,7 @@ def _copy_rows(
                 d.outcome,
                 d.state_before,
                 d.state_after,
-                d.decided_at,
+                _aware(d.decided_at),
                 d.decision_json,
             )
             for d in plan.decisions
@@ -404,7 +431,7 @@ def _copy_rows(
                 a.state,
                 a.transition,
                 a.machine_digest,
-                a.expires_at,
+                _aware(a.expires_at),
                 a.nonce,
                 dumps(a.record),
             )

@@ -109,32 +109,36 @@ SELECT event_id, operation_id FROM events WHERE event_id = ANY(%(ids)s);
 -- name: existing_nonces
 SELECT nonce, event_id FROM approvals WHERE nonce = ANY(%(nonces)s);
 
+-- The append-only rows of a batch, in COPY's binary format: no escaping on either side.
+-- The field types are listed with the COPY in ledger/postgres_commit.py (_COPY_TYPES)
+-- and must be the columns' own; a json column takes its text as it is.
+
 -- name: copy_events
 COPY events (event_id, payload_digest, operation_id, event_type, envelope, source_topic,
              source_partition, source_offset)
-FROM STDIN;
+FROM STDIN (FORMAT binary);
 
 -- name: copy_decisions
 COPY decisions (operation_id, sequence, event_id, outcome, state_before, state_after,
                 decided_at, decision)
-FROM STDIN;
+FROM STDIN (FORMAT binary);
 
 -- name: copy_evidence
 COPY evidence (operation_id, event_id, kind, source, trusted, reference, record)
-FROM STDIN;
+FROM STDIN (FORMAT binary);
 
 -- name: copy_approvals
 COPY approvals (event_id, operation_id, approver, verdict, state, transition,
                 machine_digest, expires_at, nonce, record)
-FROM STDIN;
+FROM STDIN (FORMAT binary);
 
 -- name: copy_audit_records
 COPY audit_records (operation_id, sequence, kind, prev_hash, hash, record)
-FROM STDIN;
+FROM STDIN (FORMAT binary);
 
 -- name: copy_outbox
 COPY outbox (record_id, topic, key, headers, payload, audit_sequence)
-FROM STDIN;
+FROM STDIN (FORMAT binary);
 
 -- name: update_operations
 -- Every touched operation's folded view and chain head, in one statement.

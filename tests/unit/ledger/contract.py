@@ -21,6 +21,7 @@ from ledger import (
     UnknownOperation,
     VersionConflict,
 )
+from ledger.deadletters import DeadLetter, intake_chain_id
 from tests.unit.ledger.ledger_support import (
     GROUP,
     TOPIC,
@@ -131,6 +132,35 @@ class LedgerContract(abc.ABC):
         assert [r.record_id for r in dead] == [f"dlq:op-1:{records[-1].sequence}"]
         assert dead[0].payload["envelope"]["event_id"] == "op-1-e0"
         assert ledger.verify_audit("op-1") == ()
+
+    def test_refused_input_is_audited_on_its_intake_chain_with_the_batch(
+        self, ledger: Ledger
+    ) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        chain = intake_chain_id(GROUP, TOPIC, 0)
+        letter = DeadLetter(
+            record_id="dlq:intake:1",
+            chain_id=chain,
+            key="op-1",
+            reason_code="undecodable",
+            payload={"reason": "bad bytes", "raw": "3q2+7w=="},
+            headers={"source_offset": "1"},
+            audit={"reason_code": "undecodable", "digest": "sha256:0"},
+        )
+        batch = decide_batch(ledger, [event("op-1", 0, "TOOL_TIMEOUT")], epoch=claim.epoch)
+        result = ledger.commit(replace(batch, dead_letters=(letter,)))
+        assert (result.decisions, result.dead_letters) == (1, 1)
+        with ledger.lease_outbox(100) as lease:
+            rows = lease.records
+        assert result.outbox_rows == len(rows)
+        (dead,) = [r for r in rows if r.topic == "recovery.dlq"]
+        assert dead.payload == letter.payload
+        assert dict(dead.headers)["reason"] == "undecodable"
+        records, head = ledger.audit_chain(chain)
+        assert [r.record for r in records] == [letter.audit]
+        assert head is not None
+        assert head.sequence == 1
+        assert ledger.verify_audit(chain) == ()
 
     def test_event_id_stored_for_another_operation_is_refused_whole(self, ledger: Ledger) -> None:
         (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
