@@ -93,7 +93,7 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchPlan) -> CommitResult:
         chained = {
             op: chain_records(op, heads[op], bodies) for op, bodies in audit_bodies(plan).items()
         }
-        outbox = finish_outbox(plan, chained, batch.topics)
+        outbox = finish_outbox(plan, chained, batch.topics, audit_payloads=False)
         intake, letters = plan_dead_letters(
             batch.dead_letters,
             reads.intake_heads,

@@ -528,11 +528,18 @@ def _command_rows(
 
 
 def finish_outbox(
-    plan: BatchPlan, chained: Mapping[str, list[AuditRecord]], topics: Topics = Topics()
+    plan: BatchPlan,
+    chained: Mapping[str, list[AuditRecord]],
+    topics: Topics = Topics(),
+    *,
+    audit_payloads: bool = True,
 ) -> list[OutboxRow]:
     """All outbox rows of the batch, in insertion order: the commands, then each audit
     record (and the dead letter that goes with a conflict). `chained` holds, per
-    operation, the records `chain_records` built from `plan.audit` in the same order."""
+    operation, the records `chain_records` built from `plan.audit` in the same order.
+    Without `audit_payloads` an audit record's row has an empty `payload_json`: a ledger
+    that stores the row as a reference to the record (PostgreSQL, migration 0004) does
+    not need the record encoded a second time."""
     rows = list(plan.commands)
     cursor = {op: 0 for op in chained}
     for item in plan.audit:
@@ -545,7 +552,7 @@ def finish_outbox(
                 topics.audit,
                 op,
                 {"record_id": f"audit:{op}:{seq}", "operation_id": op, "kind": record.kind},
-                record.published_json(),
+                record.published_json() if audit_payloads else "",
                 audit_sequence=seq,
             )
         )
