@@ -88,6 +88,12 @@ def test_quick_bench_measures_latency_at_each_rate_and_memory_of_both_roles(
     backlogs = [m["backlog"] for m in quick_run["memory"]]
     assert backlogs == sorted(backlogs)
     assert len(backlogs) == 2
+    # Each phase counts its own dead letters, not the run's so far (the tail reads the
+    # topic from the start of the run).
+    for phase in quick_run["memory"]:
+        assert phase["dead_letters_expected"] > 0
+        assert phase["dead_letters_expected"] <= phase["dead_letters_seen"]
+        assert phase["dead_letters_seen"] < 2 * phase["dead_letters_expected"]
     for phase in [quick_run["saturation"], *quick_run["memory"]]:
         for role in ("controller", "relay"):
             peak = phase["roles"][role]["peak_rss_mb"]
