@@ -330,6 +330,7 @@ def plan_batch_of(
         runtime=runtime,
         dead_letters=tuple(letters),
         topics=topics or Topics(),
+        folded=dict(fold.current),
     )
     return Planned(batch, tuple(fold.decisions), tuple(fold.refused))
 

@@ -101,7 +101,16 @@ def build_batches(
                     entries.append(Entry(event, decision, Source(TOPIC, partition, offset)))
                     offset += 1
             position = Position(TOPIC, partition, 1, offset)
-            batches.append(Batch(GROUP, (position,), base, tuple(entries), "bench-runtime"))
+            batches.append(
+                Batch(
+                    GROUP,
+                    (position,),
+                    base,
+                    tuple(entries),
+                    "bench-runtime",
+                    folded=dict(views),
+                )
+            )
     return batches
 
 
