@@ -66,11 +66,10 @@ def facts_to_json(facts: ToolFacts) -> dict[str, Any]:
 
 def envelope_json(event: Event) -> str:
     """The JSON of `event.to_dict()` (the full envelope, SPEC §6.2) for the
-    `events.envelope` column, written field by field for the common shapes because
-    `to_dict`'s generic walk dominated the cost of a batch, and encoded by `column_json`
-    (nothing hashes this text, and readers load it whole); rarer shapes (human decisions,
-    classifier output, checkpoints, the optional facts and scope blocks) go through
-    `to_dict` and `dumps`. A unit test holds both paths to the same value."""
+    `events.envelope` column. The common shapes are encoded by `column_json` (nothing
+    hashes this text, and readers load it whole); rarer shapes (human decisions,
+    classifier output, checkpoints, the optional facts and scope blocks) by `dumps`, as
+    they always were. A unit test holds both paths to the same value."""
     evidence = event.evidence
     if (
         event.human_decision is not None
@@ -80,38 +79,4 @@ def envelope_json(event: Event) -> str:
         or (evidence is not None and evidence.checkpoint is not None)
     ):
         return dumps(event.to_dict())
-    lineage = event.lineage
-    return column_json(
-        {
-            "event_type": event.event_type,
-            "event_id": event.event_id,
-            "operation_id": event.operation_id,
-            "correlation_id": event.correlation_id,
-            "machine_name": event.machine_name,
-            "machine_version": event.machine_version,
-            "event_time": event.event_time.isoformat(),
-            "evidence_ref": event.evidence_ref,
-            "producer": event.producer,
-            "lineage": {
-                "agent": lineage.agent,
-                "task": lineage.task,
-                "initiating_principal": lineage.initiating_principal,
-                "origin_operation": lineage.origin_operation,
-                "parent_operation": lineage.parent_operation,
-                "delegated_credentials": list(lineage.delegated_credentials),
-            },
-            "evidence": None
-            if evidence is None
-            else {
-                "outcome": evidence.outcome,
-                "verifier": evidence.verifier,
-                "reference": evidence.reference,
-                "checkpoint": None,
-                "ancestor_operation": evidence.ancestor_operation,
-            },
-            "human_decision": None,
-            "classifier": None,
-            "causation": event.causation,
-            "payload_digest": event.payload_digest,
-        }
-    )
+    return column_json(event.to_dict())
