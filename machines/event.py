@@ -69,6 +69,18 @@ class Lineage:
     parent_operation: str | None = None
     delegated_credentials: tuple[str, ...] = ()
 
+    def to_dict(self) -> dict[str, Any]:
+        """The lineage as plain JSON-ready data, keys in field order (an event's content
+        and a command's record carry it in this shape)."""
+        return {
+            "agent": self.agent,
+            "task": self.task,
+            "initiating_principal": self.initiating_principal,
+            "origin_operation": self.origin_operation,
+            "parent_operation": self.parent_operation,
+            "delegated_credentials": list(self.delegated_credentials),
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class CheckpointReport:
@@ -222,7 +234,7 @@ class Event:
             "event_time": _time(self.event_time),
             "evidence_ref": self.evidence_ref,
             "producer": self.producer,
-            "lineage": _lineage_content(self.lineage),
+            "lineage": self.lineage.to_dict(),
             "evidence": None if evidence is None else _evidence_content(evidence),
             "human_decision": None if decision is None else _decision_content(decision),
             "classifier": None if classifier is None else _classifier_content(classifier),
@@ -246,17 +258,6 @@ class Event:
 
 def _time(value: Any) -> Any:
     return value.isoformat() if isinstance(value, datetime) else value
-
-
-def _lineage_content(lineage: Lineage) -> dict[str, Any]:
-    return {
-        "agent": lineage.agent,
-        "task": lineage.task,
-        "initiating_principal": lineage.initiating_principal,
-        "origin_operation": lineage.origin_operation,
-        "parent_operation": lineage.parent_operation,
-        "delegated_credentials": list(lineage.delegated_credentials),
-    }
 
 
 def _evidence_content(evidence: EvidencePayload) -> dict[str, Any]:

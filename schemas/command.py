@@ -84,7 +84,6 @@ class CapabilityCommand:
 
     def to_record(self) -> dict[str, Any]:
         """The `recovery.CapabilityCommand` record; params travel as canonical JSON."""
-        lineage = self.lineage
         return {
             "command_id": self.command_id,
             "capability": self.capability,
@@ -99,14 +98,7 @@ class CapabilityCommand:
             "machine_version": self.machine_version,
             "machine_digest": self.machine_digest,
             "sequence": self.sequence,
-            "lineage": {
-                "agent": lineage.agent,
-                "task": lineage.task,
-                "initiating_principal": lineage.initiating_principal,
-                "origin_operation": lineage.origin_operation,
-                "parent_operation": lineage.parent_operation,
-                "delegated_credentials": list(lineage.delegated_credentials),
-            },
+            "lineage": self.lineage.to_dict(),
             "issued_at": self.issued_at,
             "deadline": self.deadline,
             "idempotency_key": self.idempotency_key,
