@@ -19,7 +19,6 @@ administrative connection, or else a local one started for the run and stopped a
 from __future__ import annotations
 
 import argparse
-import gc
 import multiprocessing
 import os
 import shutil
@@ -32,6 +31,7 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
+from consumer.heap import settle_heap
 from ledger import (
     Batch,
     CommitResult,
@@ -159,8 +159,7 @@ def _writer(
     # as Python objects (it holds one batch, and freezes its startup objects out of the
     # collector, consumer/heap.py): without this, every full collection walks the
     # whole backlog, about 15% of the writer's CPU that no controller pays.
-    gc.collect()
-    gc.freeze()
+    settle_heap("bench writer")
     ledger = PostgresLedger(url, min_size=1, max_size=1)
     totals = _Totals()
     try:
