@@ -21,7 +21,7 @@ Checks, in order (each failure is a `Refusal` whose code is the dead-letter reas
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -246,8 +246,3 @@ def _where(record: RawRecord, event: Event) -> str:
 
 def _listed(values: tuple[str, ...]) -> str:
     return ", ".join(values) if values else "any"
-
-
-def examine_all(intake: Intake, records: Sequence[RawRecord]) -> list[Outcome]:
-    """`intake.examine` over a batch, in order."""
-    return [intake.examine(r) for r in records]
