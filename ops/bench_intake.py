@@ -37,7 +37,7 @@ from ledger import MemoryLedger
 from ledger.records import plan_batch
 from machines import load_policy
 from ops.bench.workload import BENCH_POLICY, WorkloadSpec, generate, pinned_machines
-from schemas import CONTENT_TYPE, HEADER_RECORD_ID, HEADER_SCHEMA, TRACEPARENT
+from schemas import TRACEPARENT
 
 STAGES = ("intake", "plan", "ledger rows")
 _TOPIC = "bench.recovery.events"
@@ -53,12 +53,7 @@ def raw_records(events: int, partitions: int = 6) -> list[RawRecord]:
     spec = WorkloadSpec(run_id="intake", phase="cpu", events=events)
     for index, r in enumerate(generate(spec)):
         partition = sum(r.key.encode()) % partitions
-        headers: list[tuple[str, bytes | None]] = [
-            (CONTENT_TYPE, r.content_type.encode()),
-            (HEADER_RECORD_ID, r.record_id.encode()),
-        ]
-        if r.fingerprint is not None:
-            headers.append((HEADER_SCHEMA, r.fingerprint.encode()))
+        headers = r.headers()
         # A tool that traces its calls sends its span context with each event.
         headers.append((TRACEPARENT, f"00-{index + 1:032x}-{index + 1:016x}-01".encode()))
         out.append(

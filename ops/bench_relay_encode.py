@@ -56,7 +56,6 @@ from producers.bench_baseline import delete_topics
 from producers.encoding import EncodedRecord, RecordEncoder
 from producers.relay import LineageCache, OutboxRelay, lineage_from_ledger
 from producers.topics import TopicNames, provision
-from schemas import CONTENT_TYPE, HEADER_RECORD_ID, HEADER_SCHEMA
 
 _TOPIC = "recovery.events"
 _GROUP = "bench-relay-encode"
@@ -77,15 +76,15 @@ def build_outbox(events: int, seed: int) -> tuple[MemoryLedger, tuple[OutboxReco
     spec = WorkloadSpec(run_id="encode", phase="bench", events=events, seed=seed)
     batch: list[RawRecord] = []
     for offset, item in enumerate(generate(spec)):
-        headers: list[tuple[str, bytes | None]] = [
-            (CONTENT_TYPE, item.content_type.encode()),
-            (HEADER_RECORD_ID, item.record_id.encode()),
-        ]
-        if item.fingerprint is not None:
-            headers.append((HEADER_SCHEMA, item.fingerprint.encode()))
         batch.append(
             RawRecord(
-                _TOPIC, 0, offset, item.key.encode(), item.value, tuple(headers), _T0_MS + offset
+                _TOPIC,
+                0,
+                offset,
+                item.key.encode(),
+                item.value,
+                tuple(item.headers()),
+                _T0_MS + offset,
             )
         )
         if len(batch) == _BATCH:

@@ -40,7 +40,10 @@ from machines.policy import Policy
 from machines.provenance import load_locked_machines, load_trusted_publishers
 from machines.simulation import Simulation
 from schemas import (
+    CONTENT_TYPE,
     EVENT_ENVELOPE,
+    HEADER_RECORD_ID,
+    HEADER_SCHEMA,
     AvroSingleObjectCodec,
     event_to_record,
     record_id,
@@ -115,6 +118,18 @@ class BenchRecord:
     fingerprint: str | None
     kind: str  # event, duplicate, forged, bad-bytes, bad-key, bad-machine
     commands: tuple[str, ...] = ()
+
+    def headers(self) -> list[tuple[str, bytes | None]]:
+        """The headers `producers.EventPublisher.send` gives the record (without a
+        trace context), for benchmarks that hand records to the controller's intake
+        without a broker."""
+        found: list[tuple[str, bytes | None]] = [
+            (CONTENT_TYPE, self.content_type.encode()),
+            (HEADER_RECORD_ID, self.record_id.encode()),
+        ]
+        if self.fingerprint is not None:
+            found.append((HEADER_SCHEMA, self.fingerprint.encode()))
+        return found
 
 
 @dataclass(slots=True)
