@@ -180,6 +180,8 @@ def _produce(producer: Producer, topic: str, message: Message[Any, Any], callbac
 @dataclass(slots=True)
 class _Seen:
     commands: dict[str, float] = field(default_factory=dict)
+    # Command id → the record's timestamp (the relay's produce call, CreateTime).
+    produced: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     last: dict[str, float] = field(default_factory=dict)
 
@@ -238,8 +240,9 @@ class TopicTail:
                     self._seen.last[topic] = now
                     if topic == self._commands_topic:
                         command = _header(m, HEADER_COMMAND_ID) or _header(m, HEADER_RECORD_ID)
-                        if command is not None:
-                            self._seen.commands.setdefault(command, now)
+                        if command is not None and command not in self._seen.commands:
+                            self._seen.commands[command] = now
+                            self._seen.produced[command] = m.timestamp()[1] / 1000
 
     def count(self, topic: str) -> int:
         """Records of `topic` read so far (including republished duplicates)."""
@@ -255,6 +258,12 @@ class TopicTail:
         """A copy of command id → when first readable."""
         with self._lock:
             return dict(self._seen.commands)
+
+    def produced(self) -> dict[str, float]:
+        """A copy of command id → the record's own timestamp (when the relay produced
+        it: the topic's CreateTime), for the commands read so far."""
+        with self._lock:
+            return dict(self._seen.produced)
 
     def command_count(self) -> int:
         """Distinct command ids read so far."""

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+import psycopg
+
 from ledger import (
     PostgresLedger,
     create_database,
@@ -96,6 +98,11 @@ class _Run:
     produced: int = 0
     controller: RoleProcess | None = None
     relay: RoleProcess | None = None
+    # One publisher for the whole run, as a tool keeps one: a new idempotent producer
+    # holds its first records until it has a producer id from the broker (about 0.5 s
+    # with librdkafka here), which a latency phase would otherwise count as the first
+    # events' latency. The saturation load, which is not timed per event, warms it.
+    publisher: EventPublisher | None = None
 
     def env(self) -> dict[str, str]:
         env = {
@@ -158,7 +165,8 @@ def run_bench(config: BenchConfig, say: Progress) -> BenchResult:
         migrate_database(url)
         provision(config.bootstrap, config.partitions, names=topics)
         create_topic(config.bootstrap, _baseline_topic(topics), config.partitions)
-        _phases(run, result)
+        with EventPublisher(config.bootstrap, topics=topics) as run.publisher:
+            _phases(run, result)
     except BenchError:
         # Leave the evidence for a post-mortem when asked to.
         keep = config.keep_on_failure
@@ -225,28 +233,31 @@ def _load(
     causing record id, and fills `sent_at` (record id → produce time) for records that
     cause commands."""
     expected: dict[str, str] = {}
+    publisher = run.publisher
+    assert publisher is not None, "the run's publisher is opened before its phases"
     started = time.monotonic()
     count = 0
-    with EventPublisher(run.config.bootstrap, topics=run.topics) as publisher:
-        for count, record in enumerate(records, start=1):
-            if rate is not None:
-                delay = started + count / rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-            if sent_at is not None and record.commands:
-                sent_at[record.record_id] = time.time()
-            publisher.send(
-                run.topics.events,
-                key=record.key,
-                value=record.value,
-                record_id=record.record_id,
-                content_type=record.content_type,
-                fingerprint=record.fingerprint,
-            )
-            for command in record.commands:
-                expected[command] = record.record_id
-            if count % 2000 == 0:
-                run.say(f"{label}: {count:,} records produced")
+    for count, record in enumerate(records, start=1):
+        if rate is not None:
+            delay = started + count / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+        if sent_at is not None and record.commands:
+            sent_at[record.record_id] = time.time()
+        publisher.send(
+            run.topics.events,
+            key=record.key,
+            value=record.value,
+            record_id=record.record_id,
+            content_type=record.content_type,
+            fingerprint=record.fingerprint,
+        )
+        for command in record.commands:
+            expected[command] = record.record_id
+        if count % 2000 == 0:
+            run.say(f"{label}: {count:,} records produced")
+    # Every record is on the broker before the phase is timed or waited on.
+    publisher.flush()
     run.produced += count
     run.say(f"{label}: {count:,} records produced in {time.monotonic() - started:.1f}s", keep=True)
     return expected
@@ -405,14 +416,18 @@ def _latency(run: _Run, tail: TopicTail, rate: int) -> dict[str, Any]:
     _wait_done(run, tail, f"latency @ {rate} ev/s", expected, time.time())
     seen = tail.commands()
     readable: dict[str, float] = {}
+    last: dict[str, str] = {}
     incomplete: set[str] = set()
     for command, record in expected.items():
         if command not in seen:
             incomplete.add(record)
             continue
-        readable[record] = max(readable.get(record, 0.0), seen[command])
-    latencies = sorted((readable[r] - sent_at[r]) * 1000 for r in readable if r not in incomplete)
+        if seen[command] >= readable.get(record, 0.0):
+            readable[record], last[record] = seen[command], command
+    measured = [r for r in readable if r not in incomplete]
+    latencies = sorted((readable[r] - sent_at[r]) * 1000 for r in measured)
     figures = _percentiles(latencies)
+    stages = _stages(run, tail, {r: last[r] for r in measured}, sent_at)
     run.say(
         f"latency @ {rate} ev/s: p50 {figures['p50_ms']} ms, p99 {figures['p99_ms']} ms",
         keep=True,
@@ -423,7 +438,52 @@ def _latency(run: _Run, tail: TopicTail, rate: int) -> dict[str, Any]:
         "events_measured": len(latencies),
         "events_with_missing_commands": len(incomplete),
         **figures,
+        "stages": stages,
     }
+
+
+def _stages(
+    run: _Run, tail: TopicTail, last: dict[str, str], sent_at: dict[str, float]
+) -> dict[str, Any]:
+    """Where each measured event's latency went, from the timestamps the run already
+    has: produce call → the controller's transaction began (`outbox.created_at` of the
+    event's last command: intake, batching, planning) → the relay produced the command
+    (its record's CreateTime: the commit, the relay's wake-up, lease and encoding) → the
+    tail read it (the broker's append and acks=all, the fetch). Per stage: p50 and p99
+    over all events, and the mean over the slowest 1% of events."""
+    with psycopg.connect(run.url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT record_id, extract(epoch FROM created_at)::float8 FROM outbox"
+            " WHERE record_id = ANY(%s)",
+            (list(last.values()),),
+        ).fetchall()
+    began: dict[str, float] = {str(row[0]): float(row[1]) for row in rows}
+    produced, seen = tail.produced(), tail.commands()
+    spans: list[tuple[float, float, float, float]] = []
+    for record, command in last.items():
+        if command not in began or command not in produced:
+            continue
+        sent, start, out, read = sent_at[record], began[command], produced[command], seen[command]
+        spans.append((read - sent, start - sent, out - start, read - out))
+    if not spans:
+        return {}
+    spans.sort()
+    slowest = spans[len(spans) - max(1, len(spans) // 100) :]
+    figures: dict[str, Any] = {}
+    for index, name in enumerate(_STAGES, start=1):
+        values = sorted(span[index] * 1000 for span in spans)
+        figures[name] = {
+            "p50_ms": _percentiles(values)["p50_ms"],
+            "p99_ms": _percentiles(values)["p99_ms"],
+            "slowest_1pct_mean_ms": round(
+                sum(span[index] for span in slowest) * 1000 / len(slowest), 1
+            ),
+        }
+    return figures
+
+
+# The stages `_stages` splits an event's latency into.
+_STAGES: Final = ("to_controller_commit", "commit_to_relay_produce", "produce_to_readable")
 
 
 def _memory(run: _Run, tail: TopicTail, size: int) -> dict[str, Any]:

@@ -85,6 +85,17 @@ def test_quick_bench_measures_latency_at_each_rate_and_memory_of_both_roles(
         assert figures["events_with_missing_commands"] == 0
         assert 0 < figures["p50_ms"] <= figures["p95_ms"] <= figures["p99_ms"] <= figures["max_ms"]
         assert figures["max_ms"] < 30_000
+        # The stages split each event's latency: none is negative, and none takes longer
+        # than the slowest whole event (timestamps in one unit, on one clock).
+        stages = figures["stages"]
+        assert set(stages) == {
+            "to_controller_commit",
+            "commit_to_relay_produce",
+            "produce_to_readable",
+        }
+        for name, stage in stages.items():
+            assert 0 < stage["p50_ms"] <= stage["p99_ms"] <= figures["max_ms"], (name, stage)
+            assert 0 < stage["slowest_1pct_mean_ms"] <= figures["max_ms"], (name, stage)
     backlogs = [m["backlog"] for m in quick_run["memory"]]
     assert backlogs == sorted(backlogs)
     assert len(backlogs) == 2
