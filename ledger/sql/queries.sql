@@ -186,9 +186,15 @@ FROM unnest(%(keys)s::text[]) AS k ORDER BY k;
 -- `= ANY` of it, by primary key: three ORed conditions were planned as a filter over
 -- every row of the table, and an IN over the UNION as a hash join over a sequential
 -- scan of the whole table (49 ms at 200,000 operations) as soon as a parent was named.
+-- The walk is a UNION ALL: every row has one parent, so a row is reached at a given
+-- level by one path only and the walk yields no duplicate (operation_id, level) pair
+-- for UNION to remove (a cycle of parent pointers is still cut at level 64). UNION
+-- built a hash table sized by the planner's estimate of the walk, which on a growing
+-- table whose statistics lag runs into millions of rows: clearing up to `hash_mem`
+-- (8 MB by default) on every batch that opens an operation was 2% of the server's CPU.
 WITH RECURSIVE tree (operation_id, level) AS (
     SELECT operation_id, 1 FROM operations WHERE parent_operation = ANY(%(roots)s)
-    UNION
+    UNION ALL
     SELECT o.operation_id, t.level + 1
     FROM operations AS o JOIN tree AS t ON o.parent_operation = t.operation_id
     WHERE t.level < 64
