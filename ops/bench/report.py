@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 from ledger.bench_baseline import server_version
-from ops.bench.runner import BenchResult
+from ops.bench.runner import LATENCY_STAGES, BenchResult
 from producers.bench_baseline import kafka_versions
 
 __all__ = ["Progress", "machine_description", "render_table", "verdicts", "write_json"]
@@ -230,14 +230,6 @@ def write_json(
     return document
 
 
-# How the readable table names the stages of `runner._stages`.
-_STAGE_LABELS: Final = {
-    "to_controller_commit": "to the controller's commit",
-    "commit_to_relay_produce": "commit to the relay's produce",
-    "produce_to_readable": "produce to readable",
-}
-
-
 def _stage_lines(latency: list[dict[str, Any]]) -> list[str]:
     """Where the time went, per offered rate: p50 and p99 of each stage, and its mean
     over the slowest 1% of events (which stage a bad p99 comes from)."""
@@ -251,7 +243,7 @@ def _stage_lines(latency: list[dict[str, Any]]) -> list[str]:
             f"{'  stages @ ' + str(x['offered_rate']) + ' ev/s':<34}{'p50':>8}{'p99':>8}"
             f"{'slowest 1%':>12}  ms",
         ]
-        for name, label in _STAGE_LABELS.items():
+        for name, label in LATENCY_STAGES.items():
             stage = stages[name]
             lines.append(
                 f"{'    ' + label:<34}{stage['p50_ms']:>8.1f}{stage['p99_ms']:>8.1f}"

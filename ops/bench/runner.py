@@ -41,7 +41,7 @@ from ops.bench.workload import BENCH_POLICY, BenchRecord, WorkloadSpec, Workload
 from producers import EventPublisher, TopicNames, provision
 from producers.bench_baseline import TopicTail, create_topic, delete_topics, run_baseline
 
-__all__ = ["BenchConfig", "BenchResult", "run_bench"]
+__all__ = ["LATENCY_STAGES", "BenchConfig", "BenchResult", "run_bench"]
 
 # Seconds between counts of the outbox backlog while the controller is still deciding.
 _BACKLOG_EVERY: Final = 1.0
@@ -470,7 +470,7 @@ def _stages(
     spans.sort()
     slowest = spans[len(spans) - max(1, len(spans) // 100) :]
     figures: dict[str, Any] = {}
-    for index, name in enumerate(_STAGES, start=1):
+    for index, name in enumerate(LATENCY_STAGES, start=1):
         values = sorted(span[index] * 1000 for span in spans)
         figures[name] = {
             "p50_ms": _percentiles(values)["p50_ms"],
@@ -482,8 +482,13 @@ def _stages(
     return figures
 
 
-# The stages `_stages` splits an event's latency into.
-_STAGES: Final = ("to_controller_commit", "commit_to_relay_produce", "produce_to_readable")
+# The stages `_stages` splits an event's latency into, in order, with the readable
+# table's label of each.
+LATENCY_STAGES: Final = {
+    "to_controller_commit": "to the controller's commit",
+    "commit_to_relay_produce": "commit to the relay's produce",
+    "produce_to_readable": "produce to readable",
+}
 
 
 def _memory(run: _Run, tail: TopicTail, size: int) -> dict[str, Any]:
