@@ -47,7 +47,7 @@ from ledger.errors import (
     version_message,
 )
 from ledger.interface import CommitResult
-from ledger.jsonutil import column_json, dumps, json_object
+from ledger.jsonutil import column_json, dumps
 from ledger.lineage_step import lineage_moved
 from ledger.postgres_lineage import insert_cascade, lineage_reads, lineage_step, write_lineage
 from ledger.queries import QUERIES
@@ -223,54 +223,78 @@ def _check_ids(plan: BatchPlan, events: Rows, nonce_rows: Rows) -> None:
         )
 
 
-def _insert_record(
+# The columns of `insert_operations` and `update_operations`, in the order their
+# `unnest` takes them: each statement gets one list per column (`_columns`).
+_INSERT_COLUMNS: Final = (
+    *("operation_id", "correlation_id", "machine_name", "machine_version", "machine_digest"),
+    *("policy_digest", "state", "version", "facts", "retry_attempts", "recovery_attempts"),
+    *("budget_limit", "budget_spent", "deadline", "initiating_principal", "agent", "runtime"),
+    *("task", "origin_operation", "parent_operation", "view", "audit_sequence", "audit_head"),
+    *("delegated_credentials", "ancestors", "lineage_agents", "contained_ancestors"),
+    *("containing", "containment_cause", "descendant_agents"),
+)
+_UPDATE_COLUMNS: Final = (
+    *("operation_id", "state", "version", "view", "retry_attempts", "recovery_attempts"),
+    *("budget_spent", "audit_sequence", "audit_head"),
+)
+
+
+def _columns(names: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
+    """The parameters of a statement that `unnest`s one array per column: `rows` (tuples
+    in the order of `names`) turned into one list per column name."""
+    return dict(zip(names, map(list, zip(*rows, strict=True)), strict=True))
+
+
+def _insert_row(
     row: OperationRow, records: Sequence[AuditRecord], lineage: LineageRow | None
-) -> str:
-    """One element of `insert_operations`' JSON array; the view is encoded once and
-    spliced in (`json_object`)."""
+) -> tuple[Any, ...]:
+    """One row of `insert_operations`, in `_INSERT_COLUMNS` order. A json column's value
+    is its text: the view and facts as the other paths encode them (`view_json`,
+    `column_json`), the text-array columns as JSON arrays (None: empty)."""
     view = row.view
     head = records[-1] if records else None
-    fields = {
-        "operation_id": row.operation_id,
-        "correlation_id": row.correlation_id,
-        "machine_name": view.machine_name,
-        "machine_version": row.machine_version,
-        "machine_digest": view.machine_digest,
-        "policy_digest": view.policy_digest,
-        "state": view.state,
-        "version": view.version,
-        "facts": facts_to_json(view.facts),
-        "retry_attempts": view.retry_attempts,
-        "recovery_attempts": view.recovery_attempts,
-        "budget_limit": view.budget_limit,
-        "budget_spent": view.budget_spent,
-        "deadline": None if view.deadline is None else view.deadline.isoformat(),
-        "initiating_principal": row.initiating_principal,
-        "agent": row.agent,
-        "runtime": row.runtime,
-        "task": row.task,
-        "origin_operation": row.origin_operation,
-        "parent_operation": row.parent_operation,
-        "audit_sequence": 0 if head is None else head.sequence,
-        "audit_head": genesis_hash(row.operation_id) if head is None else head.hash,
-        "delegated_credentials": list(row.delegated_credentials),
-        **_lineage_columns(lineage),
-    }
-    return json_object(fields, {"view": view_json(view)})
+    return (
+        row.operation_id,
+        row.correlation_id,
+        view.machine_name,
+        row.machine_version,
+        view.machine_digest,
+        view.policy_digest,
+        view.state,
+        view.version,
+        column_json(facts_to_json(view.facts)),
+        view.retry_attempts,
+        view.recovery_attempts,
+        view.budget_limit,
+        view.budget_spent,
+        None if view.deadline is None else _aware(view.deadline),
+        row.initiating_principal,
+        row.agent,
+        row.runtime,
+        row.task,
+        row.origin_operation,
+        row.parent_operation,
+        view_json(view),
+        0 if head is None else head.sequence,
+        genesis_hash(row.operation_id) if head is None else head.hash,
+        column_json(list(row.delegated_credentials)),
+        *_lineage_columns(lineage),
+    )
 
 
-def _lineage_columns(row: LineageRow | None) -> dict[str, Any]:
-    """The lineage columns an opened operation is inserted with (empty: not linked)."""
+def _lineage_columns(row: LineageRow | None) -> tuple[Any, ...]:
+    """The lineage columns an opened operation is inserted with (all NULL: not linked,
+    which the statement stores as empty arrays and `containing` false)."""
     if row is None:
-        return {}
-    return {
-        "ancestors": list(row.ancestors),
-        "lineage_agents": list(row.lineage_agents),
-        "contained_ancestors": list(row.contained_ancestors),
-        "containing": row.containing,
-        "containment_cause": row.containment_cause,
-        "descendant_agents": list(row.descendant_agents),
-    }
+        return (None, None, None, None, None, None)
+    return (
+        column_json(list(row.ancestors)),
+        column_json(list(row.lineage_agents)),
+        column_json(list(row.contained_ancestors)),
+        row.containing,
+        row.containment_cause,
+        column_json(list(row.descendant_agents)),
+    )
 
 
 def _insert_opened(
@@ -287,11 +311,10 @@ def _insert_opened(
     if not opening:
         return None
     linked = {} if lineage is None else lineage.rows
-    records = [
-        _insert_record(r, chained.get(r.operation_id, []), linked.get(r.operation_id))
-        for r in opening
+    rows = [
+        _insert_row(r, chained.get(r.operation_id, []), linked.get(r.operation_id)) for r in opening
     ]
-    return conn.execute(QUERIES["insert_operations"], {"rows": f"[{','.join(records)}]"})
+    return conn.execute(QUERIES["insert_operations"], _columns(_INSERT_COLUMNS, rows))
 
 
 def _check_opened(plan: BatchPlan, inserted: psycopg.Cursor[TupleRow] | None) -> None:
@@ -325,18 +348,20 @@ def _update_operations(
             else heads[row.operation_id]
         )
         view = row.view
-        fields = {
-            "operation_id": row.operation_id,
-            "state": view.state,
-            "version": view.version,
-            "retry_attempts": view.retry_attempts,
-            "recovery_attempts": view.recovery_attempts,
-            "budget_spent": view.budget_spent,
-            "audit_sequence": head.sequence,
-            "audit_head": head.hash,
-        }
-        updates.append(json_object(fields, {"view": view_json(view)}))
-    conn.execute(QUERIES["update_operations"], {"rows": f"[{','.join(updates)}]"})
+        updates.append(
+            (
+                row.operation_id,
+                view.state,
+                view.version,
+                view_json(view),
+                view.retry_attempts,
+                view.recovery_attempts,
+                view.budget_spent,
+                head.sequence,
+                head.hash,
+            )
+        )
+    conn.execute(QUERIES["update_operations"], _columns(_UPDATE_COLUMNS, updates))
 
 
 def _store_offsets(conn: Conn, batch: Batch) -> None:
