@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.jsonutil import dumps
+from ledger.jsonutil import dumps, dumps_str
 
 __all__ = [
     "AuditRecord",
@@ -58,8 +58,9 @@ class AuditRecord:
     def published_json(self) -> str:
         """`to_dict()` as canonical JSON text, without encoding the body twice."""
         return (
-            f'{{"hash":{dumps(self.hash)},"kind":{dumps(self.kind)},'
-            f'"operation_id":{dumps(self.operation_id)},"prev_hash":{dumps(self.prev_hash)},'
+            f'{{"hash":{dumps_str(self.hash)},"kind":{dumps_str(self.kind)},'
+            f'"operation_id":{dumps_str(self.operation_id)},'
+            f'"prev_hash":{dumps_str(self.prev_hash)},'
             f'"record":{self.body_json()},"sequence":{self.sequence}}}'
         )
 
@@ -94,13 +95,11 @@ class ChainBreak:
         )
 
 
-def _sha256(value: Any) -> str:
-    return "sha256:" + hashlib.sha256(dumps(value).encode("utf-8")).hexdigest()
-
-
 def genesis_hash(operation_id: str) -> str:
-    """The `prev_hash` of an operation's first record."""
-    return _sha256({"genesis": operation_id})
+    """The `prev_hash` of an operation's first record: SHA-256 over the canonical JSON
+    of `{"genesis": operation_id}`, written out (one key: nothing to sort)."""
+    text = f'{{"genesis":{dumps_str(operation_id)}}}'
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def genesis_head(operation_id: str) -> ChainHead:
@@ -112,10 +111,11 @@ def record_hash(
     operation_id: str, sequence: int, kind: str, prev_hash: str, record_json: str
 ) -> str:
     """The hash of one record: SHA-256 over the canonical JSON object of its kind,
-    operation, link, body (`record_json`, the canonical JSON of the body) and sequence."""
+    operation, link, body (`record_json`, the canonical JSON of the body) and sequence.
+    The strings are encoded by `dumps_str`, which is `dumps` for a string."""
     text = (
-        f'{{"kind":{dumps(kind)},"operation_id":{dumps(operation_id)},'
-        f'"prev_hash":{dumps(prev_hash)},"record":{record_json},"sequence":{sequence}}}'
+        f'{{"kind":{dumps_str(kind)},"operation_id":{dumps_str(operation_id)},'
+        f'"prev_hash":{dumps_str(prev_hash)},"record":{record_json},"sequence":{sequence}}}'
     )
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -20,11 +20,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from json.encoder import encode_basestring
+from typing import Any, Final
 
 from pydantic_core import to_json
 
-__all__ = ["column_json", "dumps", "json_object"]
+__all__ = ["column_json", "dumps", "dumps_leaf", "dumps_str", "json_object"]
 
 
 def _default(value: Any) -> Any:
@@ -49,9 +50,60 @@ _ENCODER = json.JSONEncoder(
 )
 
 
+# `_ENCODER.encode` builds a new C encoder (and a closure for floats) on every call, which
+# was most of the cost of encoding the small values a batch is made of (invocation
+# params, evidence, lists of ids). Without circular-reference markers the C encoder keeps
+# no state between calls, so one is built here with the very arguments
+# `JSONEncoder.iterencode` passes it for `_ENCODER`; the text is the same by
+# construction (tests/unit/ledger/test_canonical_templates.py compares it with
+# `json.dumps` over random values). Without the C accelerator, `_ENCODER.encode`.
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_C_ENCODE: Final[Any] = (
+    None
+    if _c_make_encoder is None or _ENCODER.check_circular or _ENCODER.ensure_ascii
+    else _c_make_encoder(
+        None,  # markers: no circular check
+        _ENCODER.default,
+        encode_basestring,  # ensure_ascii is off
+        None,  # indent: compact
+        _ENCODER.key_separator,
+        _ENCODER.item_separator,
+        _ENCODER.sort_keys,
+        _ENCODER.skipkeys,
+        _ENCODER.allow_nan,
+    )
+)
+
+
 def dumps(value: Any) -> str:
     """Canonical JSON text of `value` (see the module docstring)."""
-    return _ENCODER.encode(value)
+    if _C_ENCODE is None:
+        return _ENCODER.encode(value)
+    if isinstance(value, str):  # what `JSONEncoder.encode` does first
+        return encode_basestring(value)
+    return "".join(_C_ENCODE(value, 0))
+
+
+# `dumps(text)` for a `str`: `JSONEncoder.encode` itself returns `encode_basestring(text)`
+# for a string when `ensure_ascii` is off, so the bytes are the same, without the
+# encoder's Python frames (half the cost for the short ids most leaves are). Anything
+# but a `str` (or a subclass, such as a `StrEnum`) is refused with `TypeError`.
+dumps_str: Final = encode_basestring
+
+
+def dumps_leaf(value: Any) -> str:
+    """`dumps(value)`, with the common leaves of a canonical template (strings, None,
+    ints, booleans) written directly; anything else goes through `dumps`."""
+    kind = type(value)
+    if kind is str:
+        return encode_basestring(value)
+    if value is None:
+        return "null"
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return int.__repr__(value)
+    return dumps(value)
 
 
 def column_json(value: dict[str, Any] | list[Any]) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ledger.audit import AuditRecord
 from ledger.cascade import Containment, containment_of
-from ledger.codec import envelope_json, facts_to_json
+from ledger.codec import command_json, decision_json, envelope_json, facts_to_json, opened_json
 from ledger.deadletters import DeadLetter
 from ledger.jsonutil import dumps
 from machines.decision import Decision, Outcome, apply
@@ -269,6 +269,8 @@ def plan_batch(batch: Batch, topics: Topics | None = None) -> BatchPlan:
     views: dict[str, OperationView] = {}
     facts: dict[str, ToolFacts] = {}
     firsts: dict[str, Event] = {}
+    # Each operation's deadline as text, formatted once (`apply` never changes it).
+    deadlines: dict[str, str | None] = {}
     events: list[EventRow] = []
     decisions: list[DecisionRow] = []
     evidence: list[EvidenceRow] = []
@@ -283,8 +285,10 @@ def plan_batch(batch: Batch, topics: Topics | None = None) -> BatchPlan:
             firsts[op] = event
             views[op] = batch.views[op]
             facts[op] = views[op].facts
+            deadline = views[op].deadline
+            deadlines[op] = None if deadline is None else deadline.isoformat()
             if views[op].version == 0:
-                audit.append(_opened(views[op], event, batch.runtime))
+                audit.append(_opened(views[op], event, batch.runtime, deadlines[op]))
         if decision.outcome is Outcome.DUPLICATE:
             continue  # already recorded: redelivery is idempotent
         if decision.outcome is Outcome.CONFLICT:
@@ -296,17 +300,15 @@ def plan_batch(batch: Batch, topics: Topics | None = None) -> BatchPlan:
         elif decision.evidence.facts is not None:
             facts[op] = decision.evidence.facts
         events.append(_event_row(entry))
-        evidence.extend(_evidence_rows(event, decision))
-        approval = _approval_row(event, decision)
-        if approval is not None:
-            approvals.append(approval)
         row = _decision_row(decision)
         decisions.append(row)
+        offered, approval = _offered(event, decision, row.decision["evidence"])
+        evidence.extend(offered)
+        if approval is not None:
+            approvals.append(approval)
         audit.append(AuditItem(op, "decision", row.decision, row.decision_json))
         commands.extend(
-            _command_rows(
-                decision, facts[op], views[op].deadline, row.decision, topics, entry.trace
-            )
+            _command_rows(decision, facts[op], deadlines[op], row.decision, topics, entry.trace)
         )
         change = containment_of(event, decision)
         if change is not None:
@@ -367,7 +369,9 @@ def _operation_row(
     )
 
 
-def _opened(view: OperationView, event: Event, runtime: str | None) -> AuditItem:
+def _opened(
+    view: OperationView, event: Event, runtime: str | None, deadline: str | None
+) -> AuditItem:
     lineage = event.lineage
     body = {
         "operation_id": view.operation_id,
@@ -388,10 +392,10 @@ def _opened(view: OperationView, event: Event, runtime: str | None) -> AuditItem
         "delegated_credentials": list(lineage.delegated_credentials),
         "facts": facts_to_json(view.facts),
         "budget_limit": view.budget_limit,
-        "deadline": None if view.deadline is None else view.deadline.isoformat(),
+        "deadline": deadline,
         "opened_by_event": event.event_id,
     }
-    return AuditItem(view.operation_id, "operation-opened", body, dumps(body))
+    return AuditItem(view.operation_id, "operation-opened", body, opened_json(body))
 
 
 def _conflict(view: OperationView, entry: Entry) -> AuditItem:
@@ -445,15 +449,25 @@ def _decision_row(decision: Decision) -> DecisionRow:
         state_after=decision.state_after,
         decided_at=decision.decided_at,
         decision=record,
-        decision_json=dumps(record),
+        decision_json=decision_json(record),
     )
 
 
-def _evidence_rows(event: Event, decision: Decision) -> list[EvidenceRow]:
+def _offered(
+    event: Event, decision: Decision, delta: Mapping[str, Any]
+) -> tuple[list[EvidenceRow], ApprovalRow | None]:
+    """The evidence rows and the approval row of one decision; `delta` is its record's
+    `evidence` (`decision.evidence.to_dict()`, already built for the record)."""
+    if not delta and decision.classifier is None:
+        return [], None  # most decisions accept no evidence and carry no classifier output
+    return _evidence_rows(event, decision, delta), _approval_row(event, decision, delta)
+
+
+def _evidence_rows(event: Event, decision: Decision, delta: Mapping[str, Any]) -> list[EvidenceRow]:
     """Every piece of evidence the event offered that the core looked at: trusted facts it
-    accepted, and classifier output, which is recorded but never trusted (SPEC §11)."""
+    accepted, and classifier output, which is recorded but never trusted (SPEC §11).
+    `delta` is the decision record's `evidence` (`decision.evidence.to_dict()`)."""
     op, eid = decision.operation_id, decision.event_id
-    delta = decision.evidence.to_dict()
     rows: list[EvidenceRow] = []
     ev = decision.evidence
     if ev.verification is not None:
@@ -495,12 +509,12 @@ def _evidence_rows(event: Event, decision: Decision) -> list[EvidenceRow]:
     return rows
 
 
-def _approval_row(event: Event, decision: Decision) -> ApprovalRow | None:
+def _approval_row(event: Event, decision: Decision, delta: Mapping[str, Any]) -> ApprovalRow | None:
     approval = decision.evidence.approval
     if approval is None:
         return None
     human = event.human_decision
-    record: dict[str, Any] = dict(decision.evidence.to_dict()["approval"])
+    record: dict[str, Any] = dict(delta["approval"])
     record["signature"] = None if human is None else human.signature
     return ApprovalRow(
         event_id=event.event_id,
@@ -519,38 +533,22 @@ def _approval_row(event: Event, decision: Decision) -> ApprovalRow | None:
 def _command_rows(
     decision: Decision,
     facts: ToolFacts,
-    deadline_at: datetime | None,
+    deadline: str | None,
     record: Mapping[str, Any],
     topics: Topics,
     trace: Mapping[str, str],
 ) -> list[OutboxRow]:
     """One outbox row per invocation. Every command carries the operation's declared
-    idempotency key and deadline (`facts` and `deadline_at` of the view after
-    `decision`): a retry must reuse the key the tool was first called with (SKILL §4:
-    never mint a new key after a timeout), and a verifier needs it to ask the tool's
-    status API about that request. `record` is the decision's `to_dict()`, whose
-    `decided_at` is the same `isoformat()` string, formatted once per decision."""
+    idempotency key and deadline (`facts` of the view after `decision`, and the
+    operation's `deadline` as ISO-8601 text): a retry must reuse the key the tool was
+    first called with (SKILL §4: never mint a new key after a timeout), and a verifier
+    needs it to ask the tool's status API about that request. `record` is the
+    decision's `to_dict()`: the payload is written from its strings
+    (`ledger.codec.command_json`), so the decision time is formatted once."""
     if not decision.invocations:
-        return []  # most decisions: no deadline to format
-    deadline = None if deadline_at is None else deadline_at.isoformat()
-    decided_at = record["decided_at"]
+        return []  # most decisions
     rows: list[OutboxRow] = []
-    for invocation in decision.invocations:
-        payload = {
-            **invocation.to_dict(),
-            "operation_id": decision.operation_id,
-            "sequence": decision.sequence,
-            "correlation_id": decision.correlation_id,
-            "machine": {
-                "name": decision.machine_name,
-                "version": decision.machine_version,
-                "digest": decision.machine_digest,
-            },
-            "caused_by_event": decision.event_id,
-            "decided_at": decided_at,
-            "idempotency_key": facts.idempotency_key,
-            "deadline": deadline,
-        }
+    for invocation, spec in zip(decision.invocations, record["invocations"], strict=True):
         headers = {
             **trace,
             "record_id": invocation.command_id,
@@ -563,7 +561,7 @@ def _command_rows(
                 topics.commands,
                 decision.operation_id,
                 headers,
-                dumps(payload),
+                command_json(record, spec, facts.idempotency_key, deadline),
             )
         )
     return rows

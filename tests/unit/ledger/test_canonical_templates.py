@@ -1,0 +1,426 @@
+"""The canonical texts the writer builds from templates are, byte for byte, what the
+standard library's encoder writes for the same data: `ledger.jsonutil.dumps` (its reused
+C encoder), the decision record (`ledger.codec.decision_json`), a command's payload
+(`command_json`), an `operation-opened` body (`opened_json`) and the audit hashes. These
+bytes are stored, hashed and published, so a template that drifted from `json.dumps`
+would break every audit chain and consumer; the templates are checked over random
+records, over shapes they were not written for (they must fall back, not diverge), and
+over every batch of the ledger benchmark."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ledger import codec
+from ledger.audit import genesis_hash, record_hash
+from ledger.codec import command_json, decision_json, opened_json
+from ledger.jsonutil import dumps, dumps_leaf
+from ledger.records import Batch, plan_batch
+from machines import CATALOGUE, load_catalogue, load_registry
+from machines.classifier import ClassifierRecord
+from machines.compiled import GuardEvaluation
+from machines.decision import Decision, Invocation, Outcome
+from machines.evidence import EvidenceDelta
+from machines.invariants import Notice
+from machines.view import Approval, Checkpoint, ToolFacts, Verification
+from ops.bench_ledger import build_batches
+
+T = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+
+def _reference_default(value: Any) -> Any:
+    # What the ledger's encoder does with non-JSON values, restated for the reference.
+    if isinstance(value, MappingProxyType):
+        return dict(value)
+    if isinstance(value, frozenset | set):
+        return sorted(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(type(value).__name__)
+
+
+def reference(value: Any) -> str:
+    """The canonical encoding as the standard library's `json.dumps` writes it."""
+    return json.dumps(
+        value,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=_reference_default,
+    )
+
+
+# Strings with what JSON must escape, non-ASCII text and line separators.
+texts = st.text(max_size=12) | st.sampled_from(
+    ['"', "\\", "\n", "\x00", "\x1f", "\x7f", "é", "\u2028", "😀", "a\tb", "</x>", ""]
+)
+optional_texts = st.none() | texts
+leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=2**63, max_value=2**80)
+    | st.floats()
+    | texts
+    | st.datetimes(timezones=st.just(UTC))
+)
+json_values = st.recursive(
+    leaves,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.tuples(inner, inner)
+        | st.dictionaries(texts, inner, max_size=3)
+        | st.dictionaries(texts, inner, max_size=2).map(MappingProxyType)
+        | st.frozensets(texts, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+def _machine() -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({"name": texts, "version": texts, "digest": texts})
+
+
+def _notice() -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({"code": texts, "message": texts})
+
+
+def _invocation() -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries(
+        {
+            "command_id": texts,
+            "capability": texts,
+            "kind": texts,
+            "material": st.booleans(),
+            "params": st.dictionaries(texts, json_values, max_size=3),
+            "origin": texts,
+        }
+    )
+
+
+def decision_records() -> st.SearchStrategy[dict[str, Any]]:
+    """Records of `Decision.to_dict()`'s shape with arbitrary leaves."""
+    guard = st.fixed_dictionaries(
+        {
+            "transition_index": st.integers(),
+            "guard": texts,
+            "implementation": optional_texts,
+            "value": st.booleans(),
+            "evidence": st.lists(texts, max_size=3),
+            "error": optional_texts,
+        }
+    )
+    event = st.fixed_dictionaries(
+        {
+            "id": texts,
+            "type": texts,
+            "correlation_id": texts,
+            "time": texts,
+            "evidence_ref": texts,
+            "producer": texts,
+            "payload_digest": texts,
+            "causation": optional_texts,
+        }
+    )
+    return st.fixed_dictionaries(
+        {
+            "operation_id": texts,
+            "sequence": st.integers(),
+            "machine": _machine(),
+            "policy_digest": texts,
+            "decided_at": texts,
+            "event": event,
+            "outcome": texts,
+            "state_before": texts,
+            "state_after": texts,
+            "guards": st.lists(guard, max_size=3),
+            "transition": st.none()
+            | st.fixed_dictionaries({"index": st.integers(), "target": optional_texts}),
+            "invocations": st.lists(_invocation(), max_size=3),
+            "refusals": st.lists(_notice(), max_size=2),
+            "errors": st.lists(_notice(), max_size=2),
+            "evidence": st.dictionaries(texts, json_values, max_size=3),
+            "classifier": st.none() | st.dictionaries(texts, json_values, max_size=3),
+            "approval": st.fixed_dictionaries({"used": optional_texts, "consumed": st.booleans()}),
+        }
+    )
+
+
+def opened_bodies() -> st.SearchStrategy[dict[str, Any]]:
+    """Bodies of `operation-opened` audit records with arbitrary leaves."""
+    facts = st.fixed_dictionaries(
+        {
+            "idempotency_key": optional_texts,
+            "side_effect_possible": st.booleans(),
+            "side_effect_confirmed": st.booleans(),
+            "compensation_supported": st.booleans(),
+            "status_api": st.booleans(),
+        }
+    )
+    return st.fixed_dictionaries(
+        {
+            "operation_id": texts,
+            "correlation_id": texts,
+            "machine": _machine(),
+            "policy_digest": texts,
+            "initial_state": texts,
+            "initiating_principal": texts,
+            "agent": texts,
+            "runtime": optional_texts,
+            "task": texts,
+            "origin_operation": optional_texts,
+            "parent_operation": optional_texts,
+            "delegated_credentials": st.lists(texts, max_size=3),
+            "facts": facts,
+            "budget_limit": st.none() | st.integers(),
+            "deadline": optional_texts,
+            "opened_by_event": texts,
+        }
+    )
+
+
+def old_command_payload(
+    record: dict[str, Any], invocation: dict[str, Any], key: str | None, deadline: str | None
+) -> dict[str, Any]:
+    """The payload as `ledger.records` built it before the template (from the decision's
+    attributes, which the record copies)."""
+    event, machine = record["event"], record["machine"]
+    return {
+        **invocation,
+        "operation_id": record["operation_id"],
+        "sequence": record["sequence"],
+        "correlation_id": event["correlation_id"],
+        "machine": {
+            "name": machine["name"],
+            "version": machine["version"],
+            "digest": machine["digest"],
+        },
+        "caused_by_event": event["id"],
+        "decided_at": record["decided_at"],
+        "idempotency_key": key,
+        "deadline": deadline,
+    }
+
+
+FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(json_values)
+def test_dumps_writes_what_json_dumps_writes(value: Any) -> None:
+    assert dumps(value) == reference(value)
+    assert dumps_leaf(value) == reference(value)
+
+
+@FAST
+@given(decision_records())
+def test_the_decision_template_writes_what_json_dumps_writes(record: dict[str, Any]) -> None:
+    assert decision_json(record) == reference(record)
+
+
+@FAST
+@given(decision_records().filter(lambda r: bool(r["invocations"])), optional_texts, optional_texts)
+def test_the_command_template_writes_the_payload_json_dumps_writes(
+    record: dict[str, Any], key: str | None, deadline: str | None
+) -> None:
+    for invocation in record["invocations"]:
+        expected = reference(old_command_payload(record, invocation, key, deadline))
+        assert command_json(record, invocation, key, deadline) == expected
+
+
+@FAST
+@given(opened_bodies())
+def test_the_opened_template_writes_what_json_dumps_writes(body: dict[str, Any]) -> None:
+    assert opened_json(body) == reference(body)
+
+
+@FAST
+@given(texts, st.integers(min_value=1), texts, texts, json_values)
+def test_audit_hashes_are_sha256_of_the_canonical_json(
+    operation_id: str, sequence: int, kind: str, prev_hash: str, body: Any
+) -> None:
+    def sha(value: Any) -> str:
+        return "sha256:" + hashlib.sha256(reference(value).encode("utf-8")).hexdigest()
+
+    assert genesis_hash(operation_id) == sha({"genesis": operation_id})
+    linked = {
+        "operation_id": operation_id,
+        "sequence": sequence,
+        "kind": kind,
+        "prev_hash": prev_hash,
+        "record": body,
+    }
+    assert record_hash(operation_id, sequence, kind, prev_hash, dumps(body)) == sha(linked)
+
+
+# Shapes the templates were not written for: each must fall back to the general encoder.
+_DRIFTS: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
+    ("a new top-level key", lambda r: r.update(new_field=1)),
+    ("a removed key", lambda r: r.pop("outcome")),
+    ("a new event key", lambda r: r["event"].update(extra="x")),
+    ("a renamed machine key", lambda r: r["machine"].update(label=r["machine"].pop("name"))),
+    ("a sequence that is a string", lambda r: r.update(sequence="1")),
+    ("a sequence that is a bool", lambda r: r.update(sequence=True)),
+    ("a state that is None", lambda r: r.update(state_after=None)),
+    ("a material flag that is an int", lambda r: r["invocations"][0].update(material=1)),
+    ("an invocation with a new key", lambda r: r["invocations"][0].update(extra=None)),
+    ("guards as a tuple", lambda r: r.update(guards=tuple(r["guards"]))),
+    ("a guard value that is None", lambda r: r["guards"][0].update(value=None)),
+    ("a notice with a new key", lambda r: r["refusals"][0].update(at="now")),
+    ("evidence as a mapping proxy", lambda r: r.update(evidence=MappingProxyType({}))),
+    ("a transition as a list", lambda r: r.update(transition=[1, "s"])),
+    ("a decided_at that is a datetime", lambda r: r.update(decided_at=T)),
+    ("an approval with a new key", lambda r: r["approval"].update(at=None)),
+]
+
+
+def full_decision() -> Decision:
+    """A decision with every optional part filled in."""
+    evidence = EvidenceDelta(
+        verification=Verification("verifier-1", "applied", "ref://1", "e-1", 2),
+        approval=Approval("alice", "s", "t", "sha256:m", T, "nonce-1", "approved", "e-1"),
+        checkpoint=Checkpoint("c-1", T, "ref://c", True, "v-1", "sha256:m", "sha256:p", T, "e"),
+        contained_ancestor="op-root",
+        facts=ToolFacts("key-1", True, False, True, True, "tool"),
+    )
+    return Decision(
+        operation_id="op-1",
+        sequence=3,
+        machine_name="delegated-research",
+        machine_version="1.0.0",
+        machine_digest="sha256:m",
+        policy_digest="sha256:p",
+        decided_at=T,
+        event_id="e-1",
+        event_type="HUMAN_APPROVED",
+        correlation_id="corr-1",
+        event_time=T - timedelta(seconds=1),
+        evidence_ref="evidence://1",
+        producer="approver-ui",
+        payload_digest="sha256:d",
+        causation="op-1:2:0",
+        outcome=Outcome.TRANSITIONED,
+        state_before="awaiting-approval",
+        state_after="resuming",
+        guards=(GuardEvaluation(0, "approval.valid", "standard.approval", True, ("e-1",), None),),
+        transition_index=0,
+        transition_target="resuming",
+        invocations=(
+            Invocation(
+                "op-1:3:0", "research.resume", "resume", True, MappingProxyType({"n": 1}), "entry"
+            ),
+        ),
+        refusals=(Notice("r", 'refused: é "quoted"'),),
+        errors=(Notice("guard-error", "line\nbreak"),),
+        evidence=evidence,
+        classifier=ClassifierRecord("clf", "1", "q?", (("yes", 0.25),), "HUMAN_APPROVED", True),
+        approval_used="e-1",
+        approval_consumed=True,
+    )
+
+
+@pytest.mark.parametrize(("name", "drift"), _DRIFTS, ids=[n for n, _ in _DRIFTS])
+def test_a_decision_record_of_another_shape_falls_back_to_the_same_bytes(
+    name: str, drift: Callable[[dict[str, Any]], None]
+) -> None:
+    record = full_decision().to_dict()
+    drift(record)
+    assert decision_json(record) == reference(record), name
+
+
+def test_a_command_or_opened_record_of_another_shape_falls_back_to_the_same_bytes() -> None:
+    record = full_decision().to_dict()
+    invocation = {**record["invocations"][0], "retry": 2}
+    expected = reference(old_command_payload(record, invocation, "k", None))
+    assert command_json(record, invocation, "k", None) == expected
+    bodies = [
+        {"operation_id": "op-1"},
+        {**_opened_example(), "extra": 1},
+        {**_opened_example(), "facts": {"idempotency_key": None}},
+        {**_opened_example(), "agent": None},
+    ]
+    for body in bodies:
+        assert opened_json(body) == reference(body)
+
+
+def _opened_example() -> dict[str, Any]:
+    return {
+        "operation_id": "op-1",
+        "correlation_id": "corr-1",
+        "machine": {"name": "m", "version": "1", "digest": "sha256:m"},
+        "policy_digest": "sha256:p",
+        "initial_state": "s",
+        "initiating_principal": "alice",
+        "agent": "agent-1",
+        "runtime": None,
+        "task": "t",
+        "origin_operation": None,
+        "parent_operation": None,
+        "delegated_credentials": ["cred"],
+        "facts": {
+            "idempotency_key": None,
+            "side_effect_possible": True,
+            "side_effect_confirmed": False,
+            "compensation_supported": False,
+            "status_api": False,
+        },
+        "budget_limit": 3,
+        "deadline": None,
+        "opened_by_event": "e-0",
+    }
+
+
+def test_the_templates_know_the_shape_the_core_writes_today() -> None:
+    """If `Decision.to_dict` (or an `operation-opened` body) gains or loses a field, the
+    templates fall back to `dumps`: still the same bytes, but the speed is lost. This
+    test fails then, so the template is updated with the record."""
+    record = full_decision().to_dict()
+    assert codec._decision_json(record) == reference(record)
+    invocation = record["invocations"][0]
+    assert codec._command_json(record, invocation, "k", "d") == reference(
+        old_command_payload(record, invocation, "k", "d")
+    )
+    assert codec._opened_json(_opened_example()) == reference(_opened_example())
+
+
+def _bench_batches() -> list[Batch]:
+    registry = load_registry()
+    machine = load_catalogue(registry, CATALOGUE)["delegated-research"]
+    batches = build_batches(machine, registry, 60, 20)
+    return [b for batch in batches for b in (batch, replace(batch, folded=None))]
+
+
+def test_every_text_of_the_benchmark_batches_is_what_json_dumps_writes() -> None:
+    for batch in _bench_batches():
+        plan = plan_batch(batch)
+        by_event = {e.decision.event_id: e.decision for e in batch.entries}
+        for row in plan.decisions:
+            assert row.decision_json == reference(row.decision)
+            assert row.decision == by_event[row.event_id].to_dict()
+        for item in plan.audit:
+            assert item.body_json == reference(item.body)
+        commands = {c.record_id: c for c in plan.commands}
+        for entry in batch.entries:
+            record = entry.decision.to_dict()
+            for invocation in record["invocations"]:
+                command = commands.get(invocation["command_id"])
+                if command is None:  # a duplicate: recorded before, no command now
+                    continue
+                facts = (batch.folded or {}).get(entry.decision.operation_id)
+                payload = json.loads(command.payload_json)
+                if facts is not None:
+                    assert payload["idempotency_key"] == facts.facts.idempotency_key
+                expected = old_command_payload(
+                    record, invocation, payload["idempotency_key"], payload["deadline"]
+                )
+                assert command.payload_json == reference(expected)
