@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 
 from ledger import codec
 from ledger.audit import genesis_hash, record_hash
-from ledger.codec import command_json, decision_json, opened_json
+from ledger.codec import command_json, decision_json, opened_json, view_json
 from ledger.jsonutil import dumps, dumps_leaf
 from ledger.records import Batch, plan_batch
 from machines import CATALOGUE, load_catalogue, load_registry
@@ -32,8 +33,16 @@ from machines.compiled import GuardEvaluation
 from machines.decision import Decision, Invocation, Outcome
 from machines.evidence import EvidenceDelta
 from machines.invariants import Notice
-from machines.view import Approval, Checkpoint, ToolFacts, Verification
+from machines.view import (
+    Approval,
+    Checkpoint,
+    LineageStatus,
+    OperationView,
+    ToolFacts,
+    Verification,
+)
 from ops.bench_ledger import build_batches
+from tests.unit.ledger.ledger_support import opened_view
 
 T = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
@@ -424,3 +433,39 @@ def test_every_text_of_the_benchmark_batches_is_what_json_dumps_writes() -> None
                     record, invocation, payload["idempotency_key"], payload["deadline"]
                 )
                 assert command.payload_json == reference(expected)
+
+
+def _adapter_view_json(view: OperationView) -> str:
+    """The view's column text as `view_json` wrote it before its own serializer: the
+    view copied with a plain dict of seen events, then pydantic's adapter."""
+    plain = replace(view, seen_events=dict(view.seen_events))
+    return TypeAdapter(OperationView).dump_json(plain).decode("utf-8")
+
+
+def rich_view() -> OperationView:
+    """A view with every field set, seen events in a read-only mapping as the core
+    keeps them."""
+    return replace(
+        opened_view("op-1", "agent-1"),
+        lineage=LineageStatus("agent-1", frozenset({"a", "b"}), ("root",)),
+        deadline=T,
+        verifications=(Verification("v-1", "not_applied", "ref://1", "e-1", 1),),
+        approvals=(Approval("h-1", "s", "t", "sha256:x", T, "n-1", "approved", "e-2", True),),
+        checkpoints=(
+            Checkpoint("c-1", T, "ref://c", True, "v-1", "sha256:m", "sha256:p", T, "e-3"),
+        ),
+        used_nonces=frozenset({"n-1", "n-2"}),
+        entry_approval="e-2",
+        open_commands=frozenset({"op-1:3:0"}),
+        seen_events=MappingProxyType({"e-1": "sha256:1", "é-2": "sha\n2"}),
+    )
+
+
+def test_the_view_column_text_is_the_adapters_text_without_copying_the_view() -> None:
+    views = [rich_view(), replace(rich_view(), seen_events={"e": "d"}), opened_view("o", "a")]
+    for batch in _bench_batches():
+        views.extend(batch.views.values())
+        views.extend((batch.folded or {}).values())
+    for view in views:
+        assert view_json(view) == _adapter_view_json(view)
+    assert codec._view_serializer() is not None  # the fast path, not the fallback
