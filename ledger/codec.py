@@ -189,24 +189,35 @@ def opened_json(body: Mapping[str, Any]) -> str:
 
 
 def _decision_json(r: Mapping[str, Any]) -> str:
-    approval, transition = r["approval"], r["transition"]
-    if len(r) != 17 or len(approval) != 2:
+    approval, event, transition = r["approval"], r["event"], r["transition"]
+    guards, errors, refusals = r["guards"], r["errors"], r["refusals"]
+    if len(r) != 17 or len(approval) != 2 or len(event) != 8:
         raise KeyError("decision record shape")
+    # The event is written inline and empty lists without a call: this runs for every
+    # decided event. `x == []` holds only for an empty list (or list subclass), whose
+    # text is `[]` whatever it is.
     return (
         f'{{"approval":{{"consumed":{_bool(approval["consumed"])},'
         f'"used":{dumps_leaf(approval["used"])}}},'
         f'"classifier":{dumps_leaf(r["classifier"])},'
         f'"decided_at":{dumps_str(r["decided_at"])},'
-        f'"errors":{_notices_json(r["errors"])},'
-        f'"event":{_event_json(r["event"])},'
+        f'"errors":{"[]" if errors == [] else _notices_json(errors)},'
+        f'"event":{{"causation":{dumps_leaf(event["causation"])},'
+        f'"correlation_id":{dumps_str(event["correlation_id"])},'
+        f'"evidence_ref":{dumps_str(event["evidence_ref"])},'
+        f'"id":{dumps_str(event["id"])},'
+        f'"payload_digest":{dumps_str(event["payload_digest"])},'
+        f'"producer":{dumps_str(event["producer"])},'
+        f'"time":{dumps_str(event["time"])},'
+        f'"type":{dumps_str(event["type"])}}},'
         f'"evidence":{_evidence_json(r["evidence"])},'
-        f'"guards":{_guards_json(r["guards"])},'
+        f'"guards":{"[]" if guards == [] else _guards_json(guards)},'
         f'"invocations":{_invocations_json(r["invocations"])},'
         f'"machine":{_machine_json(r["machine"])},'
         f'"operation_id":{dumps_str(r["operation_id"])},'
         f'"outcome":{dumps_str(r["outcome"])},'
         f'"policy_digest":{dumps_str(r["policy_digest"])},'
-        f'"refusals":{_notices_json(r["refusals"])},'
+        f'"refusals":{"[]" if refusals == [] else _notices_json(refusals)},'
         f'"sequence":{_int(r["sequence"])},'
         f'"state_after":{dumps_str(r["state_after"])},'
         f'"state_before":{dumps_str(r["state_before"])},'
@@ -294,28 +305,24 @@ def _int(value: Any) -> str:
     return int.__repr__(value)
 
 
-def _event_json(e: Mapping[str, Any]) -> str:
-    if len(e) != 8:
-        raise KeyError("decision event shape")
-    return (
-        f'{{"causation":{dumps_leaf(e["causation"])},'
-        f'"correlation_id":{dumps_str(e["correlation_id"])},'
-        f'"evidence_ref":{dumps_str(e["evidence_ref"])},'
-        f'"id":{dumps_str(e["id"])},'
-        f'"payload_digest":{dumps_str(e["payload_digest"])},'
-        f'"producer":{dumps_str(e["producer"])},'
-        f'"time":{dumps_str(e["time"])},'
-        f'"type":{dumps_str(e["type"])}}}'
-    )
+# The text of each machine block seen, keyed by (digest, name, version): a process
+# decides under a handful of machines, and every decision and command carries the block.
+_MACHINE_TEXT: dict[tuple[str, str, str], str] = {}
 
 
 def _machine_json(m: Mapping[str, Any]) -> str:
     if len(m) != 3:
         raise KeyError("machine shape")
-    return (
-        f'{{"digest":{dumps_str(m["digest"])},"name":{dumps_str(m["name"])},'
-        f'"version":{dumps_str(m["version"])}}}'
-    )
+    key = (m["digest"], m["name"], m["version"])
+    text = _MACHINE_TEXT.get(key)
+    if text is None:
+        text = (
+            f'{{"digest":{dumps_str(key[0])},"name":{dumps_str(key[1])},'
+            f'"version":{dumps_str(key[2])}}}'
+        )
+        if len(_MACHINE_TEXT) < 64:  # bounded, whatever a caller feeds it
+            _MACHINE_TEXT[key] = text
+    return text
 
 
 def _transition_json(t: Mapping[str, Any]) -> str:
@@ -325,8 +332,19 @@ def _transition_json(t: Mapping[str, Any]) -> str:
 
 
 def _evidence_json(evidence: Mapping[str, Any]) -> str:
-    # Most decisions accept no evidence; the others are few and varied.
-    return "{}" if type(evidence) is dict and not evidence else dumps(evidence)
+    # Most decisions accept no evidence, and most that do accept one verification; the
+    # other kinds are rare and varied, and go through `dumps`.
+    if type(evidence) is not dict:
+        return dumps(evidence)
+    if not evidence:
+        return "{}"
+    v = evidence.get("verification")
+    if len(evidence) != 1 or type(v) is not dict or len(v) != 4:
+        return dumps(evidence)
+    return (
+        f'{{"verification":{{"epoch":{_int(v["epoch"])},"outcome":{dumps_str(v["outcome"])},'
+        f'"reference":{dumps_str(v["reference"])},"verifier":{dumps_str(v["verifier"])}}}}}'
+    )
 
 
 def _notices_json(notices: Sequence[Mapping[str, Any]]) -> str:

@@ -117,6 +117,11 @@ class Decision:
 
     def to_dict(self) -> dict[str, Any]:
         """The decision as plain JSON-ready data with a fixed key set."""
+        # The ledger builds this record for every decided event: the parts most
+        # decisions leave empty are written without a comprehension (each one is a
+        # call), and the shared empty evidence without asking it. Same dict either way.
+        guards, invocations = self.guards, self.invocations
+        refusals, errors, evidence = self.refusals, self.errors, self.evidence
         return {
             "operation_id": self.operation_id,
             "sequence": self.sequence,
@@ -140,14 +145,14 @@ class Decision:
             "outcome": str(self.outcome),
             "state_before": self.state_before,
             "state_after": self.state_after,
-            "guards": [g.to_dict() for g in self.guards],
+            "guards": [g.to_dict() for g in guards] if guards else [],
             "transition": None
             if self.transition_index is None
             else {"index": self.transition_index, "target": self.transition_target},
-            "invocations": [i.to_dict() for i in self.invocations],
-            "refusals": [n.to_dict() for n in self.refusals],
-            "errors": [n.to_dict() for n in self.errors],
-            "evidence": self.evidence.to_dict(),
+            "invocations": [i.to_dict() for i in invocations] if invocations else [],
+            "refusals": [n.to_dict() for n in refusals] if refusals else [],
+            "errors": [n.to_dict() for n in errors] if errors else [],
+            "evidence": {} if evidence is NO_EVIDENCE else evidence.to_dict(),
             "classifier": None if self.classifier is None else self.classifier.to_dict(),
             "approval": {"used": self.approval_used, "consumed": self.approval_consumed},
         }

@@ -117,6 +117,23 @@ def _invocation() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+def _evidence() -> st.SearchStrategy[dict[str, Any]]:
+    """Evidence blocks: any JSON, one verification (the common case the template writes
+    itself), and blocks that only look like one."""
+    verification = st.fixed_dictionaries(
+        {"verifier": texts, "outcome": texts, "reference": texts, "epoch": st.integers()}
+    )
+    return (
+        st.dictionaries(texts, json_values, max_size=3)
+        | st.fixed_dictionaries({"verification": verification})
+        | st.fixed_dictionaries(
+            {"verification": st.dictionaries(texts, json_values, min_size=4, max_size=4)}
+        )
+        | st.fixed_dictionaries({"verification": json_values})
+        | st.fixed_dictionaries({"verification": verification, "contained_ancestor": texts})
+    )
+
+
 def decision_records() -> st.SearchStrategy[dict[str, Any]]:
     """Records of `Decision.to_dict()`'s shape with arbitrary leaves."""
     guard = st.fixed_dictionaries(
@@ -158,7 +175,7 @@ def decision_records() -> st.SearchStrategy[dict[str, Any]]:
             "invocations": st.lists(_invocation(), max_size=3),
             "refusals": st.lists(_notice(), max_size=2),
             "errors": st.lists(_notice(), max_size=2),
-            "evidence": st.dictionaries(texts, json_values, max_size=3),
+            "evidence": _evidence(),
             "classifier": st.none() | st.dictionaries(texts, json_values, max_size=3),
             "approval": st.fixed_dictionaries({"used": optional_texts, "consumed": st.booleans()}),
         }
@@ -272,6 +289,8 @@ def test_audit_hashes_are_sha256_of_the_canonical_json(
     assert record_hash(operation_id, sequence, kind, prev_hash, dumps(body)) == sha(linked)
 
 
+_VERIFIED = {"verifier": "v", "outcome": "applied", "reference": "r", "epoch": 0}
+
 # Shapes the templates were not written for: each must fall back to the general encoder.
 _DRIFTS: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
     ("a new top-level key", lambda r: r.update(new_field=1)),
@@ -287,6 +306,14 @@ _DRIFTS: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
     ("a guard value that is None", lambda r: r["guards"][0].update(value=None)),
     ("a notice with a new key", lambda r: r["refusals"][0].update(at="now")),
     ("evidence as a mapping proxy", lambda r: r.update(evidence=MappingProxyType({}))),
+    (
+        "a verification epoch that is a string",
+        lambda r: r.update(evidence={"verification": {**_VERIFIED, "epoch": "0"}}),
+    ),
+    (
+        "a verification with another key",
+        lambda r: r.update(evidence={"verification": {**_VERIFIED, "at": 1}}),
+    ),
     ("a transition as a list", lambda r: r.update(transition=[1, "s"])),
     ("a decided_at that is a datetime", lambda r: r.update(decided_at=T)),
     ("an approval with a new key", lambda r: r["approval"].update(at=None)),
