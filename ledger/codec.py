@@ -164,14 +164,19 @@ def _command_payload(
     idempotency_key: str | None,
     deadline: str | None,
 ) -> dict[str, Any]:
-    """The payload `command_json` encodes, as a dict (the general path)."""
-    event = record["event"]
+    """The payload `command_json` encodes, as a dict (the general path): the machine
+    block is the decision's name, version and digest, whatever else the record holds."""
+    event, machine = record["event"], record["machine"]
     return {
         **invocation,
         "operation_id": record["operation_id"],
         "sequence": record["sequence"],
         "correlation_id": event["correlation_id"],
-        "machine": dict(record["machine"]),
+        "machine": {
+            "name": machine["name"],
+            "version": machine["version"],
+            "digest": machine["digest"],
+        },
         "caused_by_event": event["id"],
         "decided_at": record["decided_at"],
         "idempotency_key": idempotency_key,

@@ -379,6 +379,10 @@ def test_a_command_or_opened_record_of_another_shape_falls_back_to_the_same_byte
     invocation = {**record["invocations"][0], "retry": 2}
     expected = reference(old_command_payload(record, invocation, "k", None))
     assert command_json(record, invocation, "k", None) == expected
+    record["machine"]["label"] = "not in a command"
+    invocation = record["invocations"][0]
+    expected = reference(old_command_payload(record, invocation, "k", None))
+    assert command_json(record, invocation, "k", None) == expected
     bodies = [
         {"operation_id": "op-1"},
         {**_opened_example(), "extra": 1},
