@@ -88,6 +88,15 @@ class BaselineSink:
         except psycopg.Error as exc:
             raise LedgerError(f"bench baseline: batch of {len(rows)} rows refused: {exc}") from exc
 
+    def reset(self) -> None:
+        """Empty both tables, so that the next drain inserts every row again (into an
+        existing row, `ON CONFLICT DO NOTHING` would skip the insert)."""
+        try:
+            with self._conn.transaction():
+                self._conn.execute("TRUNCATE bench_baseline.records, bench_baseline.offsets")
+        except psycopg.Error as exc:
+            raise LedgerError(f"bench baseline: cannot empty the tables: {exc}") from exc
+
     def stored(self) -> int:
         """Rows stored so far (a check that the baseline really wrote)."""
         row = self._conn.execute("SELECT count(*) FROM bench_baseline.records").fetchone()

@@ -172,7 +172,8 @@ def render_table(result: BenchResult, out: TextIO) -> None:
         f"expected; partitions {result.config['partitions']}",
         "",
         f"{'throughput (backlog drain)':<34}{'records':>10}{'seconds':>10}{'ev/s':>10}",
-        f"{'  bare pipeline (baseline)':<34}{base.get('records', 0):>10,}"
+        f"{'  bare pipeline (median of ' + str(len(base.get('drains', ()))) + ')':<34}"
+        f"{base.get('records', 0):>10,}"
         f"{base.get('seconds', 0):>10.2f}{base.get('events_per_second', 0):>10,.0f}",
         f"{'  controller + relay':<34}{sat.get('records', 0):>10,}"
         f"{sat.get('seconds', 0):>10.2f}{sat.get('events_per_second', 0):>10,.0f}",
