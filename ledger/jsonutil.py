@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from pydantic_core import to_json
 
-__all__ = ["column_json", "dumps", "dumps_leaf", "dumps_str", "json_object"]
+__all__ = ["column_json", "dumps", "dumps_leaf", "dumps_str"]
 
 
 def _default(value: Any) -> Any:
@@ -116,13 +116,3 @@ def column_json(value: dict[str, Any] | list[Any]) -> str:
         return to_json(value).decode("utf-8")
     except ValueError as exc:  # pydantic-core's serialization error is a ValueError
         raise TypeError(f"cannot store this value as JSON in the ledger: {exc}") from exc
-
-
-def json_object(fields: Mapping[str, Any], encoded: Mapping[str, str]) -> str:
-    """The JSON object of `fields` (encoded by `column_json`) with the already-encoded
-    JSON values of `encoded` added under their keys: a large value encoded once (a view)
-    is spliced into the row that carries it instead of being decoded and encoded again.
-    `fields` must not be empty and must not share a key with `encoded`."""
-    head = column_json(dict(fields))
-    tail = "".join(f",{_ENCODER.encode(k)}:{v}" for k, v in encoded.items())
-    return head[:-1] + tail + "}"
