@@ -14,8 +14,9 @@ never deadlock):
 3. One pipelined round trip of set-based writes: the operations the batch opens (with
    their lineage columns), the folded views of those it continues, the lineage columns
    of other rows the step changed, the intake chain heads, the offsets.
-4. COPY of the append-only rows (events, decisions, evidence, approvals, audit records,
-   outbox rows), then the cascade events the step planned (kept when already stored).
+4. The append-only rows (events, decisions, evidence, approvals, audit records, outbox
+   rows): a small batch's as INSERTs in step 3's pipeline, a large one's with COPY
+   (`SMALL_TABLE_ROWS`); then the cascade events the step planned (kept when stored).
 """
 
 from __future__ import annotations
@@ -100,19 +101,33 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchPlan) -> CommitResult:
             batch.topics.audit,
             batch.topics.dead_letters,
         )
-        with conn.pipeline():
-            opened = _insert_opened(conn, plan, chained, lineage)
-            _update_operations(conn, plan, heads, chained)
-            write_lineage(conn, plan, lineage)
-            intake_writes(conn, intake)
-            _store_offsets(conn, batch)
-        _check_opened(plan, opened)
         # The outbox keeps its insertion order: the batch's rows, the cascade events,
         # then the dead letters. Without cascade events (nearly always) the dead letters
-        # ride in the batch's COPY.
+        # ride with the batch's rows.
         late = bool(plan.cascade) and bool(letters)
         records = [r for rs in (*chained.values(), *intake.values()) for r in rs]
-        _copy_rows(conn, plan, records, outbox, () if late else letters)
+        tables = _append_rows(plan, records, outbox, () if late else letters)
+        small = not plan.cascade and all(len(rows) <= SMALL_TABLE_ROWS for _, rows in tables)
+        opened = None
+        try:
+            with conn.pipeline():
+                opened = _insert_opened(conn, plan, chained, lineage)
+                _update_operations(conn, plan, heads, chained)
+                write_lineage(conn, plan, lineage)
+                intake_writes(conn, intake)
+                _store_offsets(conn, batch)
+                if small:
+                    _insert_tables(conn, tables)
+        except psycopg.Error:
+            # A row refused in the same pipeline (an event id stored by the writer that
+            # opened our operation first) must not hide the conflict that explains it:
+            # the insert of the opened operations came back before the refusal.
+            _opened_first(plan, opened)
+            raise
+        _check_opened(plan, opened)
+        if not small:
+            for table, rows in tables:
+                _copy(conn, f"copy_{table}", rows)
         cascaded = insert_cascade(conn, plan)
         if late:
             _copy(conn, "copy_outbox", [_letter_tuple(o) for o in letters])
@@ -317,6 +332,16 @@ def _insert_opened(
     return conn.execute(QUERIES["insert_operations"], _columns(_INSERT_COLUMNS, rows))
 
 
+def _opened_first(plan: BatchPlan, inserted: psycopg.Cursor[TupleRow] | None) -> None:
+    """`_check_opened` after the write pipeline failed: raise its `VersionConflict` if the
+    insert of the opened operations has its rows back and one is missing; else return
+    (the caller raises the pipeline's own error)."""
+    try:
+        _check_opened(plan, inserted)
+    except psycopg.Error:
+        return  # the insert itself failed or never ran: nothing to tell
+
+
 def _check_opened(plan: BatchPlan, inserted: psycopg.Cursor[TupleRow] | None) -> None:
     if inserted is None:
         return
@@ -377,6 +402,12 @@ def _store_offsets(conn: Conn, batch: Batch) -> None:
         )
 
 
+# A batch whose every table has at most this many append-only rows (the controller's
+# batches of 1-10 events) writes them with INSERTs in the pipeline of the operations'
+# writes; a larger one (`ops.bench_ledger`'s 500 events) with COPY, whose per-row cost
+# is lower once its fixed cost (a statement parsed and set up, two round trips) is paid.
+SMALL_TABLE_ROWS: Final = 64
+
 # The field types of each binary COPY (queries.sql), in column order. Binary COPY saves
 # the text format's escaping and parsing: about 1.7 us of client and 1 us of server CPU
 # per row, some 2,000 rows per 500-event batch. A json column is sent as its text (the
@@ -410,69 +441,71 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def _copy_rows(
-    conn: Conn,
+def _append_rows(
     plan: BatchPlan,
     records: Sequence[AuditRecord],
     outbox: Sequence[OutboxRow],
     letters: Sequence[DeadLetterRow],
-) -> None:
-    """Write every append-only row with COPY: one statement per table."""
-    _copy(conn, "copy_events", [_event_tuple(e) for e in plan.events])
-    _copy(
-        conn,
-        "copy_decisions",
-        [
-            (
-                d.operation_id,
-                d.sequence,
-                d.event_id,
-                d.outcome,
-                d.state_before,
-                d.state_after,
-                _aware(d.decided_at),
-                d.decision_json,
-            )
-            for d in plan.decisions
-        ],
-    )
-    _copy(
-        conn,
-        "copy_evidence",
-        [
-            (v.operation_id, v.event_id, v.kind, v.source, v.trusted, v.reference, dumps(v.record))
-            for v in plan.evidence
-        ],
-    )
-    _copy(
-        conn,
-        "copy_approvals",
-        [
-            (
-                a.event_id,
-                a.operation_id,
-                a.approver,
-                a.verdict,
-                a.state,
-                a.transition,
-                a.machine_digest,
-                _aware(a.expires_at),
-                a.nonce,
-                dumps(a.record),
-            )
-            for a in plan.approvals
-        ],
-    )
-    _copy(
-        conn,
-        "copy_audit_records",
-        [(r.operation_id, r.sequence, r.kind, r.prev_hash, r.hash, r.body_json()) for r in records],
-    )
-    _copy(
-        conn,
-        "copy_outbox",
-        [_outbox_tuple(o) for o in outbox] + [_letter_tuple(o) for o in letters],
-    )
+) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """Every append-only row of the batch, per table in write order (events before the
+    rows that reference them) and in the columns of `_COPY_TYPES`; empty tables left out."""
+    tables: list[tuple[str, list[tuple[Any, ...]]]] = [
+        ("events", [_event_tuple(e) for e in plan.events]),
+        (
+            "decisions",
+            [
+                (
+                    d.operation_id,
+                    d.sequence,
+                    d.event_id,
+                    d.outcome,
+                    d.state_before,
+                    d.state_after,
+                    _aware(d.decided_at),
+                    d.decision_json,
+                )
+                for d in plan.decisions
+            ],
+        ),
+        (
+            "evidence",
+            [
+                (
+                    *(v.operation_id, v.event_id, v.kind, v.source, v.trusted, v.reference),
+                    dumps(v.record),
+                )
+                for v in plan.evidence
+            ],
+        ),
+        (
+            "approvals",
+            [
+                (
+                    *(a.event_id, a.operation_id, a.approver, a.verdict, a.state),
+                    *(a.transition, a.machine_digest, _aware(a.expires_at), a.nonce),
+                    dumps(a.record),
+                )
+                for a in plan.approvals
+            ],
+        ),
+        (
+            "audit_records",
+            [
+                (r.operation_id, r.sequence, r.kind, r.prev_hash, r.hash, r.body_json())
+                for r in records
+            ],
+        ),
+        ("outbox", [_outbox_tuple(o) for o in outbox] + [_letter_tuple(o) for o in letters]),
+    ]
+    return [(table, rows) for table, rows in tables if rows]
+
+
+def _insert_tables(conn: Conn, tables: Sequence[tuple[str, Sequence[tuple[Any, ...]]]]) -> None:
+    """Queue a small batch's append-only rows as one INSERT per table (`insert_<table>`,
+    one array per column named c0, c1, ...) in the open pipeline."""
+    for table, rows in tables:
+        columns = zip(*rows, strict=True)
+        conn.execute(QUERIES[f"insert_{table}"], {f"c{i}": list(c) for i, c in enumerate(columns)})
 
 
 def _event_tuple(e: EventRow) -> tuple[Any, ...]:

@@ -153,6 +153,59 @@ FROM STDIN (FORMAT binary);
 COPY outbox (record_id, topic, key, headers, payload, audit_sequence)
 FROM STDIN (FORMAT binary);
 
+-- The same rows as plain INSERTs, for a small batch (`ledger.postgres_commit`): they
+-- ride in the pipeline of the operations' writes, where six COPYs cost two round trips
+-- each and a statement the server parses and sets up every time (a prepared INSERT is
+-- parsed and planned once). One binary array per column, as in insert_operations; a
+-- json column's text is cast, which checks it as COPY's json input does and stores the
+-- text as sent. `unnest` yields the rows in array order, so the outbox ids follow it.
+
+-- name: insert_events
+INSERT INTO events (event_id, payload_digest, operation_id, event_type, envelope,
+                    source_topic, source_partition, source_offset)
+SELECT * FROM unnest(
+    %(c0)b::text[], %(c1)b::text[], %(c2)b::text[], %(c3)b::text[], %(c4)b::text[]::json[],
+    %(c5)b::text[], %(c6)b::integer[], %(c7)b::bigint[]
+);
+
+-- name: insert_decisions
+INSERT INTO decisions (operation_id, sequence, event_id, outcome, state_before,
+                       state_after, decided_at, decision)
+SELECT * FROM unnest(
+    %(c0)b::text[], %(c1)b::bigint[], %(c2)b::text[], %(c3)b::text[], %(c4)b::text[],
+    %(c5)b::text[], %(c6)b::timestamptz[], %(c7)b::text[]::json[]
+);
+
+-- name: insert_evidence
+INSERT INTO evidence (operation_id, event_id, kind, source, trusted, reference, record)
+SELECT * FROM unnest(
+    %(c0)b::text[], %(c1)b::text[], %(c2)b::text[], %(c3)b::text[], %(c4)b::boolean[],
+    %(c5)b::text[], %(c6)b::text[]::json[]
+);
+
+-- name: insert_approvals
+INSERT INTO approvals (event_id, operation_id, approver, verdict, state, transition,
+                       machine_digest, expires_at, nonce, record)
+SELECT * FROM unnest(
+    %(c0)b::text[], %(c1)b::text[], %(c2)b::text[], %(c3)b::text[], %(c4)b::text[],
+    %(c5)b::text[], %(c6)b::text[], %(c7)b::timestamptz[], %(c8)b::text[],
+    %(c9)b::text[]::json[]
+);
+
+-- name: insert_audit_records
+INSERT INTO audit_records (operation_id, sequence, kind, prev_hash, hash, record)
+SELECT * FROM unnest(
+    %(c0)b::text[], %(c1)b::bigint[], %(c2)b::text[], %(c3)b::text[], %(c4)b::text[],
+    %(c5)b::text[]::json[]
+);
+
+-- name: insert_outbox
+INSERT INTO outbox (record_id, topic, key, headers, payload, audit_sequence)
+SELECT * FROM unnest(
+    %(c0)b::text[], %(c1)b::text[], %(c2)b::text[], %(c3)b::text[]::json[],
+    %(c4)b::bytea[], %(c5)b::bigint[]
+);
+
 -- name: update_operations
 -- Every touched operation's folded view and chain head, in one statement; one binary
 -- array per column, as in insert_operations.
