@@ -3,7 +3,7 @@
 In one transaction, in this order (the lock order every writer follows, so two writers
 never deadlock):
 
-1. One pipelined round trip of reads and locks (`_read`): the partition epochs
+1. One pipelined round trip of BEGIN, reads and locks (`_read`): the partition epochs
    (share-locked, so a concurrent claim waits for us and a zombie gets `FencedError`),
    the operations the batch continues (`FOR UPDATE`, in id order) with their versions
    and chain heads, event ids and nonces stored for something else, the lineage step's
@@ -17,12 +17,15 @@ never deadlock):
 4. The append-only rows (events, decisions, evidence, approvals, audit records, outbox
    rows): a small batch's as INSERTs in step 3's pipeline, a large one's with COPY
    (`SMALL_TABLE_ROWS`); then the cascade events the step planned (kept when stored).
+   A small batch that opens no operation sends COMMIT in step 3's round trip too: two
+   round trips in all.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -31,6 +34,7 @@ import psycopg
 from psycopg import postgres
 from psycopg.abc import AdaptContext, Buffer
 from psycopg.adapt import PyFormat
+from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 from psycopg.types.array import ListBinaryDumper
 
@@ -90,8 +94,8 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchPlan) -> CommitResult:
     batch's offsets: the body of `PostgresLedger.commit`, whose caller translates driver
     errors and retries a lost connection. Raises `FencedError`, `VersionConflict`,
     `EventIdReused` or `NonceReused` before anything is written."""
-    with conn.transaction():
-        reads = _read(conn, batch, plan)
+    with ExitStack() as transaction:
+        reads = _read(conn, batch, plan, transaction)
         _check_fences(batch, reads.epochs)
         heads = _check_versions(plan, reads.locked)
         _check_ids(plan, reads.reused_events, reads.reused_nonces)
@@ -113,6 +117,9 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchPlan) -> CommitResult:
         records = [r for rs in (*chained.values(), *intake.values()) for r in rs]
         tables = _append_rows(plan, records, outbox, () if late else letters)
         small = not plan.cascade and all(len(rows) <= SMALL_TABLE_ROWS for _, rows in tables)
+        # With nothing left to check after the writes (no operation opened, whose insert
+        # another writer may have won; no COPY), COMMIT rides in their round trip.
+        commit_now = small and not any(r.opens for r in plan.operations)
         opened = None
         try:
             with conn.pipeline():
@@ -123,7 +130,11 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchPlan) -> CommitResult:
                 _store_offsets(conn, batch)
                 if small:
                     _insert_tables(conn, tables)
+                if commit_now:
+                    transaction.close()
         except psycopg.Error:
+            if commit_now and conn.info.transaction_status == TransactionStatus.INERROR:
+                conn.rollback()  # the failed block the skipped COMMIT left open
             # A row refused in the same pipeline (an event id stored by the writer that
             # opened our operation first) must not hide the conflict that explains it:
             # the insert of the opened operations came back before the refusal.
@@ -147,14 +158,19 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchPlan) -> CommitResult:
     )
 
 
-def _read(conn: Conn, batch: Batch, plan: BatchPlan) -> _Reads:
-    """Send every read and lock of the commit in one pipeline, in lock order: partition
-    epochs, continued operations, reused ids, lineage, intake chains."""
+def _read(conn: Conn, batch: Batch, plan: BatchPlan, transaction: ExitStack) -> _Reads:
+    """Open the batch's transaction on `transaction` (closing it commits) and send every
+    read and lock of the commit in the same pipeline, in lock order: partition epochs,
+    continued operations, reused ids, lineage, intake chains."""
     positions = batch.positions
     continued = sorted(r.operation_id for r in plan.operations if not r.opens)
     nonces = [a.nonce for a in plan.approvals]
 
     with conn.pipeline():
+        # Its BEGIN rides in the reads' round trip. A `Transaction` rather than
+        # `conn.transaction()`, which in a pipeline holds the pipeline open until the
+        # transaction ends: a large batch's COPYs cannot run in one.
+        transaction.enter_context(psycopg.Transaction(conn))
         epochs = _queue(
             conn,
             "check_epochs",

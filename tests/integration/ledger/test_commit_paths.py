@@ -4,12 +4,18 @@ must store the same bytes, row for row, in the same order."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import psycopg
 import pytest
 
 from ledger import PostgresLedger, postgres_commit
+from ledger.errors import EventIdReused
 from tests.integration.ledger.test_parity import _drive
 from tests.support.db import clone_database, drop_database, with_database
+from tests.unit.ledger.ledger_support import GROUP, TOPIC, event, feed
+from tests.unit.ledger.ledger_support import decide_batch as decide
 
 pytestmark = pytest.mark.integration
 
@@ -59,3 +65,47 @@ def test_small_batches_inserted_store_the_bytes_copy_stores(
     for table in ("events", "decisions", "evidence", "approvals", "audit_records", "outbox"):
         assert inserted[table], f"the scenario writes no {table} row"
     assert inserted == copied
+
+
+def test_a_refused_row_in_the_round_trip_that_commits_leaves_nothing_and_a_usable_ledger(
+    database_url: str,
+) -> None:
+    # A small batch that opens nothing sends COMMIT with its writes. Another writer
+    # stores one of its event ids between the batch's check and its insert: the insert
+    # waits for that writer, then is refused, the COMMIT never applies, and the pooled
+    # connection must be rolled back and usable for the next batch.
+    ledger = PostgresLedger(database_url, min_size=1, max_size=1)
+    try:
+        ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, [event("op-1", 0, "TOOL_TIMEOUT")], epoch=1)
+        batch = decide(ledger, [event("op-1", 1, "TOOL_TIMEOUT")], epoch=1, first_offset=1)
+        refused: list[BaseException] = []
+
+        def commit() -> None:
+            try:
+                ledger.commit(batch)
+            except EventIdReused as exc:
+                refused.append(exc)
+
+        with psycopg.connect(database_url) as other:
+            other.execute(
+                "INSERT INTO events (event_id, payload_digest, operation_id, event_type, "
+                "envelope) VALUES ('op-1-e1', 'sha256:other', 'op-1', 'TOOL_TIMEOUT', '{}')"
+            )
+            writer = threading.Thread(target=commit)
+            writer.start()
+            time.sleep(0.5)  # the batch's insert is waiting on the uncommitted row
+            other.commit()
+            writer.join(timeout=10)
+        assert len(refused) == 1
+        assert ledger.offsets(GROUP, TOPIC) == {0: 1}
+        again = decide(
+            ledger,
+            [event("op-1", 1, "TOOL_TIMEOUT", event_id="op-1-e1b")],
+            epoch=1,
+            first_offset=1,
+        )
+        assert ledger.commit(again).events == 1
+        assert ledger.offsets(GROUP, TOPIC) == {0: 2}
+    finally:
+        ledger.close()
