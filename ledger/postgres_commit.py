@@ -176,19 +176,19 @@ def _read(conn: Conn, batch: Batch, plan: BatchPlan, transaction: ExitStack) -> 
             "check_epochs",
             {
                 "group": batch.group,
-                "topics": [p.topic for p in positions],
-                "partitions": [p.partition for p in positions],
+                "topics": _TextArray(p.topic for p in positions),
+                "partitions": _Int8Array(p.partition for p in positions),
             },
             bool(positions),
         )
-        locked = _queue(conn, "lock_operations", {"ids": continued}, bool(continued))
+        locked = _queue(conn, "lock_operations", {"ids": _TextArray(continued)}, bool(continued))
         events = _queue(
             conn,
             "existing_events",
-            {"ids": [e.event_id for e in plan.events]},
+            {"ids": _TextArray(e.event_id for e in plan.events)},
             bool(plan.events),
         )
-        reused = _queue(conn, "existing_nonces", {"nonces": nonces}, bool(nonces))
+        reused = _queue(conn, "existing_nonces", {"nonces": _TextArray(nonces)}, bool(nonces))
         walk = lineage_reads(conn, plan)
         chains = intake_reads(conn, batch.dead_letters)
     return _Reads(
@@ -522,9 +522,9 @@ def _store_offsets(conn: Conn, batch: Batch) -> None:
             QUERIES["store_offsets"],
             {
                 "group": batch.group,
-                "topics": [p.topic for p in batch.positions],
-                "partitions": [p.partition for p in batch.positions],
-                "offsets": [p.next_offset for p in batch.positions],
+                "topics": _TextArray(p.topic for p in batch.positions),
+                "partitions": _Int8Array(p.partition for p in batch.positions),
+                "offsets": _Int8Array(p.next_offset for p in batch.positions),
             },
         )
 
