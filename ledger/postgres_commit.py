@@ -23,7 +23,6 @@ never deadlock):
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -31,12 +30,8 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import psycopg
-from psycopg import postgres
-from psycopg.abc import AdaptContext, Buffer
-from psycopg.adapt import PyFormat
 from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
-from psycopg.types.array import ListBinaryDumper
 
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_hash, genesis_head
 from ledger.cascade import LineagePlan, LineageRow, lineage_message
@@ -59,6 +54,7 @@ from ledger.errors import (
 from ledger.interface import CommitResult
 from ledger.jsonutil import column_json, dumps
 from ledger.lineage_step import lineage_moved
+from ledger.postgres_arrays import Int8Array, TextArray, column_arrays
 from ledger.postgres_lineage import insert_cascade, lineage_reads, lineage_step, write_lineage
 from ledger.queries import QUERIES
 from ledger.records import (
@@ -176,19 +172,19 @@ def _read(conn: Conn, batch: Batch, plan: BatchPlan, transaction: ExitStack) -> 
             "check_epochs",
             {
                 "group": batch.group,
-                "topics": _TextArray(p.topic for p in positions),
-                "partitions": _Int8Array(p.partition for p in positions),
+                "topics": TextArray(p.topic for p in positions),
+                "partitions": Int8Array(p.partition for p in positions),
             },
             bool(positions),
         )
-        locked = _queue(conn, "lock_operations", {"ids": _TextArray(continued)}, bool(continued))
+        locked = _queue(conn, "lock_operations", {"ids": TextArray(continued)}, bool(continued))
         events = _queue(
             conn,
             "existing_events",
-            {"ids": _TextArray(e.event_id for e in plan.events)},
+            {"ids": TextArray(e.event_id for e in plan.events)},
             bool(plan.events),
         )
-        reused = _queue(conn, "existing_nonces", {"nonces": _TextArray(nonces)}, bool(nonces))
+        reused = _queue(conn, "existing_nonces", {"nonces": TextArray(nonces)}, bool(nonces))
         walk = lineage_reads(conn, plan)
         chains = intake_reads(conn, batch.dead_letters)
     return _Reads(
@@ -259,99 +255,9 @@ def _check_ids(plan: BatchPlan, events: Rows, nonce_rows: Rows) -> None:
         )
 
 
-# A column's values go as one binary array of a fixed element type. psycopg's generic
-# list dumper finds each list's element type on every call (a scan of the list, a dumper
-# lookup, an upgraded dumper): with some 50 arrays per small batch that was about a
-# fifth of the controller's CPU per commit. A list of one of these classes is dumped by
-# a dumper registered once with its array and element types (psycopg's own way for
-# `register_array`), which only packs the values. The classes are private to this
-# module, so registering them on psycopg's global adapters changes nothing else.
-class _TextArray(list[Any]):
-    """A text[] parameter (json values too: the statements cast them)."""
-
-
-class _Int8Array(list[Any]):
-    """A bigint[] parameter (the statements cast integer columns)."""
-
-
-class _BoolArray(list[Any]):
-    """A boolean[] parameter."""
-
-
-class _TimeArray(list[Any]):
-    """A timestamptz[] parameter (aware datetimes)."""
-
-
-class _BytesArray(list[Any]):
-    """A bytea[] parameter."""
-
-
-class _ArrayDumper(ListBinaryDumper):
-    """A one-dimensional array of one element type, packed in one pass: the generic
-    dumper's walk for nested lists (dimensions, depth checks) is wasted on columns."""
-
-    def dump(self, obj: list[Any]) -> bytes:
-        sub = self.sub_dumper
-        assert sub is not None  # set from the element type when the dumper is made
-        data: list[Buffer] = [b""]
-        has_null = 0
-        for item in obj:
-            if item is None:
-                has_null = 1
-                data.append(_NULL)
-            else:
-                value = sub.dump(item)
-                assert value is not None  # a value's dumper never returns NULL
-                data.append(_LENGTH.pack(len(value)))
-                data.append(value)
-        data[0] = _HEAD.pack(1, has_null, sub.oid, len(obj), 1)
-        return b"".join(data)
-
-
-# The binary array header of one dimension (dimensions, has-null flag, element oid,
-# length, lower bound), an element's length, and NULL's length.
-_HEAD: Final = struct.Struct("!iiIii")
-_LENGTH: Final = struct.Struct("!i")
-_NULL: Final = _LENGTH.pack(-1)
-
-
-class _BytesArrayDumper(_ArrayDumper):
-    # bytea's dumper by oid is the DB-API `Binary` wrapper's: take the one for bytes.
-    oid = postgres.types["bytea"].array_oid
-
-    def __init__(self, cls: type, context: AdaptContext | None = None) -> None:
-        super().__init__(cls, context)
-        self.sub_dumper = self._tx.adapters.get_dumper(bytes, PyFormat.BINARY)(bytes, self._tx)
-
-
-def _register_arrays() -> None:
-    for cls, element in (
-        (_TextArray, "text"),
-        (_Int8Array, "int8"),
-        (_BoolArray, "bool"),
-        (_TimeArray, "timestamptz"),
-    ):
-        info = postgres.types[element]
-        attrs = {"oid": info.array_oid, "element_oid": info.oid}
-        psycopg.adapters.register_dumper(cls, type(f"{cls.__name__}Dumper", (_ArrayDumper,), attrs))
-    psycopg.adapters.register_dumper(_BytesArray, _BytesArrayDumper)
-
-
-_register_arrays()
-
-# The array class of each column type (`_COPY_TYPES`' names; int4 columns go as bigint).
-_ARRAYS: Final[Mapping[str, type[list[Any]]]] = {
-    "text": _TextArray,
-    "int4": _Int8Array,
-    "int8": _Int8Array,
-    "bool": _BoolArray,
-    "timestamptz": _TimeArray,
-    "bytea": _BytesArray,
-}
-
 # The columns of `insert_operations` and `update_operations`, in the order their
 # `unnest` takes them, with their types: each statement gets one array per column
-# (`_columns`).
+# (`column_arrays`).
 _INSERT_COLUMNS: Final = (
     *("operation_id", "correlation_id", "machine_name", "machine_version", "machine_digest"),
     *("policy_digest", "state", "version", "facts", "retry_attempts", "recovery_attempts"),
@@ -371,18 +277,6 @@ _UPDATE_COLUMNS: Final = (
     *("budget_spent", "audit_sequence", "audit_head"),
 )
 _UPDATE_TYPES: Final = ("text", "text", "int8", "text", "int8", "int8", "int8", "int8", "text")
-
-
-def _columns(
-    names: Sequence[str], types: Sequence[str], rows: Sequence[tuple[Any, ...]]
-) -> dict[str, list[Any]]:
-    """The parameters of a statement that `unnest`s one array per column: `rows` (tuples
-    in the order of `names`) turned into one typed array per column name."""
-    columns = zip(*rows, strict=True)
-    return {
-        name: _ARRAYS[kind](column)
-        for name, kind, column in zip(names, types, columns, strict=True)
-    }
 
 
 def _insert_row(
@@ -455,7 +349,7 @@ def _insert_opened(
         _insert_row(r, chained.get(r.operation_id, []), linked.get(r.operation_id)) for r in opening
     ]
     return conn.execute(
-        QUERIES["insert_operations"], _columns(_INSERT_COLUMNS, _INSERT_TYPES, rows)
+        QUERIES["insert_operations"], column_arrays(_INSERT_COLUMNS, _INSERT_TYPES, rows)
     )
 
 
@@ -513,7 +407,9 @@ def _update_operations(
                 head.hash,
             )
         )
-    conn.execute(QUERIES["update_operations"], _columns(_UPDATE_COLUMNS, _UPDATE_TYPES, updates))
+    conn.execute(
+        QUERIES["update_operations"], column_arrays(_UPDATE_COLUMNS, _UPDATE_TYPES, updates)
+    )
 
 
 def _store_offsets(conn: Conn, batch: Batch) -> None:
@@ -522,9 +418,9 @@ def _store_offsets(conn: Conn, batch: Batch) -> None:
             QUERIES["store_offsets"],
             {
                 "group": batch.group,
-                "topics": _TextArray(p.topic for p in batch.positions),
-                "partitions": _Int8Array(p.partition for p in batch.positions),
-                "offsets": _Int8Array(p.next_offset for p in batch.positions),
+                "topics": TextArray(p.topic for p in batch.positions),
+                "partitions": Int8Array(p.partition for p in batch.positions),
+                "offsets": Int8Array(p.next_offset for p in batch.positions),
             },
         )
 
@@ -633,7 +529,7 @@ def _insert_tables(conn: Conn, tables: Sequence[tuple[str, Sequence[tuple[Any, .
     for table, rows in tables:
         types = _COPY_TYPES[f"copy_{table}"]
         names = [f"c{i}" for i in range(len(types))]
-        conn.execute(QUERIES[f"insert_{table}"], _columns(names, types, rows))
+        conn.execute(QUERIES[f"insert_{table}"], column_arrays(names, types, rows))
 
 
 def _event_tuple(e: EventRow) -> tuple[Any, ...]:
