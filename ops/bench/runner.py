@@ -499,10 +499,10 @@ def _stages(
     slowest = spans[len(spans) - max(1, len(spans) // 100) :]
     figures: dict[str, Any] = {}
     for index, name in enumerate(LATENCY_STAGES, start=1):
-        values = sorted(span[index] * 1000 for span in spans)
+        points = _percentiles(sorted(span[index] * 1000 for span in spans))
         figures[name] = {
-            "p50_ms": _percentiles(values)["p50_ms"],
-            "p99_ms": _percentiles(values)["p99_ms"],
+            "p50_ms": points["p50_ms"],
+            "p99_ms": points["p99_ms"],
             "slowest_1pct_mean_ms": round(
                 sum(span[index] for span in slowest) * 1000 / len(slowest), 1
             ),
