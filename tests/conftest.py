@@ -11,7 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.db import clone_database, drop_database, prepare_template, with_database
+from tests.support.db import (
+    clone_database,
+    create_empty_database,
+    drop_database,
+    prepare_template,
+    with_database,
+)
 from tests.support.kafka import TopicFactory
 from tests.support.services import lease_kafka, lease_postgres
 
@@ -60,5 +66,13 @@ def database_url(
 ) -> Iterator[str]:
     """URL of a database of this test's own, cloned from the template; dropped after."""
     name = clone_database(postgres_server, database_template, request.node.name)
+    yield with_database(postgres_server, name)
+    drop_database(postgres_server, name)
+
+
+@pytest.fixture
+def empty_database(postgres_server: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """URL of an empty database of this test's own, no migration applied; dropped after."""
+    name = create_empty_database(postgres_server, request.node.name)
     yield with_database(postgres_server, name)
     drop_database(postgres_server, name)

@@ -15,7 +15,13 @@ from psycopg.conninfo import make_conninfo
 
 from ledger import migrate_database
 
-__all__ = ["clone_database", "drop_database", "prepare_template", "with_database"]
+__all__ = [
+    "clone_database",
+    "create_empty_database",
+    "drop_database",
+    "prepare_template",
+    "with_database",
+]
 
 
 def prepare_template(conninfo: str) -> str:
@@ -41,6 +47,15 @@ def clone_database(conninfo: str, template: str, hint: str) -> str:
     )
     with psycopg.connect(conninfo, autocommit=True) as admin:
         admin.execute(statement)
+    return name
+
+
+def create_empty_database(conninfo: str, hint: str) -> str:
+    """Create a new database with no ledger migrations applied (for tests of migrating
+    and of refusing an unmigrated ledger) and return its name."""
+    name = f"e_{_slug(hint)}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(conninfo, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     return name
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -12,22 +10,11 @@ import pytest
 from ledger import (
     PostgresLedger,
     available_migrations,
-    create_database,
-    drop_database,
-    with_database,
 )
 from ops.cli import main
 from tests.unit.ledger.ledger_support import GROUP, TOPIC, feed, sequence
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def empty_database(postgres_server: str) -> Iterator[str]:
-    name = f"cli_{uuid.uuid4().hex[:10]}"
-    create_database(postgres_server, name)
-    yield with_database(postgres_server, name)
-    drop_database(postgres_server, name)
 
 
 @pytest.fixture

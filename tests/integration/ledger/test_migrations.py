@@ -4,31 +4,18 @@ and applying them again changes nothing."""
 from __future__ import annotations
 
 import difflib
-import uuid
-from collections.abc import Iterator
 
 import psycopg
 import pytest
 
 from ledger import (
     available_migrations,
-    create_database,
     describe_schema,
-    drop_database,
     expected_schema,
     migrate_database,
-    with_database,
 )
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def empty_database(postgres_server: str) -> Iterator[str]:
-    name = f"empty_{uuid.uuid4().hex[:10]}"
-    create_database(postgres_server, name)
-    yield with_database(postgres_server, name)
-    drop_database(postgres_server, name)
 
 
 def test_all_migrations_on_an_empty_database_give_the_expected_schema(
