@@ -424,20 +424,27 @@ def generate(spec: WorkloadSpec, stats: WorkloadStats | None = None) -> Iterator
     """About `spec.events` records (rounded up to whole groups of operations) in stream
     order, generated lazily (a 200,000-record backlog is never held in memory at once).
     Pass `stats` to have it filled as records are generated. Each group of
-    `spec.interleave` operations is interleaved round-robin; bad records are sprinkled
-    in at `spec.bad_rate`."""
+    `spec.interleave` operations is interleaved round-robin; one bad record follows
+    every `1 / spec.bad_rate` records, the first at a seeded offset within that spacing,
+    so any stretch of that many records holds one (a drawn rate left a 150-record phase
+    without any about one time in eight)."""
     gen = _Generator(spec, datetime.now(UTC))
     if stats is not None:
         gen.stats = stats
+    spacing = round(1 / spec.bad_rate) if spec.bad_rate > 0 else 0
+    next_bad = gen.rng.randrange(spacing) + 1 if spacing else 0
     index = 0
+    good = 0
     bad = 0
     while gen.stats.records < spec.events:
         group = [gen.story(index + i) for i in range(spec.interleave)]
         index += spec.interleave
         for record in _interleave([s.records for s in group]):
             yield record
-            if gen.rng.random() < spec.bad_rate:
+            good += 1
+            if good == next_bad:
                 bad += 1
+                next_bad += spacing
                 yield gen.bad(bad)
 
 
