@@ -2,7 +2,7 @@
 
 Every setting has an environment variable `RECOVERY_CONTROLLER_<NAME>` except the two
 the whole stack shares (`RECOVERY_KAFKA_BOOTSTRAP`, `RECOVERY_DATABASE_URL`, see
-`ops.settings`) and the topic names (`RECOVERY_TOPIC_*`, see `producers.TopicNames`).
+`schemas.deployment`) and the topic names (`RECOVERY_TOPIC_*`, see `schemas.TopicNames`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from consumer.errors import SettingsError
 from machines import DEFAULT_REGISTRY
-from ops.settings import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
-from producers import TopicNames
+from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, TopicNames
 
 __all__ = ["ENV_PREFIX", "ControllerSettings", "Exporter"]
 

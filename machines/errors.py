@@ -41,7 +41,7 @@ class Code(StrEnum):
     # Version (SPEC §13)
     SPEC_VERSION_0_1 = "SPEC_VERSION_0_1"
     SPEC_VERSION_UNSUPPORTED = "SPEC_VERSION_UNSUPPORTED"
-    # JSON Schema (schemas/recovery-machine.schema.json)
+    # JSON Schema (machines/recovery-machine.schema.json)
     SCHEMA_REQUIRED = "SCHEMA_REQUIRED"
     SCHEMA_UNKNOWN_FIELD = "SCHEMA_UNKNOWN_FIELD"
     SCHEMA_TYPE = "SCHEMA_TYPE"

@@ -2,7 +2,7 @@
 
 These are the contract between the loader (which builds them from validated YAML) and
 the decision core (which reads them). Nothing here does I/O. Field names follow the
-RECOVERY.yaml format of `schemas/recovery-machine.schema.json`.
+RECOVERY.yaml format of `machines/recovery-machine.schema.json`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The registry is operator configuration (SPEC §3 "administrator-approved capabil
 CONFORMANCE L3.3), never part of a machine package: a machine names ids, the registry says
 which guard implementation an id resolves to and what kind of capability an action is
 (the core's invariants key on the kind, e.g. retry or stop). It is read with the same
-plain-data YAML reader as machines and validated against `schemas/registry.schema.json`.
+plain-data YAML reader as machines and validated against `machines/registry.schema.json`.
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ from jsonschema.exceptions import SchemaError
 from machines.errors import Code, Location, Problem, RegistryInvalid
 from machines.model import CapabilityKind, CapabilitySpec, GuardSpec, Registry
 from machines.yamlsafe import parse_yaml, read_bytes
-from schemas import REGISTRY_SCHEMA
 
 DEFAULT_REGISTRY = Path(__file__).resolve().parent / "registry.yaml"
 """The registry shipped with the catalogue; operators normally supply their own."""
+
+REGISTRY_SCHEMA = Path(__file__).resolve().parent / "registry.schema.json"
+"""The JSON Schema every administrator registry is validated against."""
 
 
 @cache
@@ -51,7 +53,7 @@ def parse_registry(raw: bytes | str, file: str = "<registry>") -> Registry:
                 path=_path_of(error.absolute_path),
                 line=document.lines.get(_path_of(error.absolute_path)),
             ),
-            "see schemas/registry.schema.json",
+            "see machines/registry.schema.json",
         )
         for error in _validator().iter_errors(data)
     ]

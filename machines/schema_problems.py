@@ -14,20 +14,29 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
 from machines.errors import Code
-from schemas import RECOVERY_MACHINE_SCHEMA
 
-__all__ = ["covered", "dotted_path", "machine_schema_validator", "schema_problems"]
+__all__ = [
+    "RECOVERY_MACHINE_SCHEMA",
+    "covered",
+    "dotted_path",
+    "machine_schema_validator",
+    "schema_problems",
+]
+
+RECOVERY_MACHINE_SCHEMA = Path(__file__).resolve().parent / "recovery-machine.schema.json"
+"""The JSON Schema of RECOVERY.yaml (SPEC §5), shipped with the machine format."""
 
 
 @cache
 def machine_schema_validator() -> Draft202012Validator:
-    """The validator of schemas/recovery-machine.schema.json (loaded once)."""
+    """The validator of machines/recovery-machine.schema.json (loaded once)."""
     schema = json.loads(RECOVERY_MACHINE_SCHEMA.read_text(encoding="utf-8"))
     return Draft202012Validator(schema)
 
@@ -133,7 +142,7 @@ def _schema_hint(path: str) -> str:
             "lowercase words joined by '-' or '_'"
         )
     hint = _FIELD_HINTS.get(field.rstrip("]"))
-    return hint or "see schemas/recovery-machine.schema.json and docs/machine-format.md"
+    return hint or "see machines/recovery-machine.schema.json and docs/machine-format.md"
 
 
 def covered(path: str, reported: set[str]) -> bool:

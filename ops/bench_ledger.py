@@ -50,7 +50,7 @@ from machines.policy import Policy
 from machines.view import LineageStatus, OperationView, ToolFacts, new_view
 from ops.bench_core import T0, bench_event
 from ops.postgres import start_postgres
-from ops.settings import ENV_DATABASE_URL
+from schemas import ENV_DATABASE_URL
 
 GROUP, TOPIC = "bench", "recovery.events"
 TARGET_EVENTS_PER_SECOND = 20_000

@@ -37,7 +37,7 @@ from ledger import migrate_database
 from ledger.admin import create_database, drop_database, with_database
 from ledger.outbox_watch import OutboxWatch
 from ops.postgres import start_postgres
-from ops.settings import ENV_DATABASE_URL
+from schemas import ENV_DATABASE_URL
 
 _COPY = "COPY outbox (record_id, topic, key, headers, payload) FROM STDIN"
 

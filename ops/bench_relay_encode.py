@@ -55,7 +55,8 @@ from ops.bench.workload import BENCH_POLICY, WorkloadSpec, generate
 from producers.bench_baseline import delete_topics
 from producers.encoding import EncodedRecord, RecordEncoder
 from producers.relay import LineageCache, OutboxRelay, lineage_from_ledger
-from producers.topics import TopicNames, provision
+from producers.topics import provision
+from schemas import TopicNames
 
 _TOPIC = "recovery.events"
 _GROUP = "bench-relay-encode"

@@ -42,14 +42,8 @@ from ops.demo_scenarios import (
     operation_id_for,
 )
 from ops.errors import OpsError
-from producers import (
-    CapabilityWorker,
-    EventPublisher,
-    RecoveryClient,
-    TopicNames,
-    provision,
-)
-from schemas import CAPABILITY_COMMAND, CapabilityCommand, WireDecoder, WireError
+from producers import CapabilityWorker, EventPublisher, RecoveryClient, provision
+from schemas import CAPABILITY_COMMAND, CapabilityCommand, TopicNames, WireDecoder, WireError
 
 __all__ = ["DemoError", "DemoReport", "OperationReport", "run_demo"]
 

@@ -1,7 +1,9 @@
-"""Names and defaults the local stack, `compose.yaml` and the runtime must agree on.
+"""Names and defaults the local stack and `compose.yaml` must agree on.
 
-One place for the environment variable names and service names, so that a test can
-compare `compose.yaml` with them and fail when the two drift apart.
+One place for the stack's environment variable names, versions and service names, so
+that a test can compare `compose.yaml` with them and fail when the two drift apart. The
+names the runtime shares with every component (topics, `RECOVERY_KAFKA_BOOTSTRAP`,
+`RECOVERY_DATABASE_URL`) are in `schemas.deployment`.
 """
 
 from __future__ import annotations
@@ -15,19 +17,12 @@ __all__ = [
     "DATABASE_NAME",
     "DATABASE_USER",
     "ENV_CACHE_DIR",
-    "ENV_DATABASE_URL",
-    "ENV_KAFKA_BOOTSTRAP",
     "ENV_STACK_DIR",
     "KAFKA_VERSION",
     "LOG4J_VERSION",
     "POSTGRES_MAJOR",
     "RUNTIME_ROLES",
 ]
-
-# Where the runtime finds its services. When set, `recoveryctl stack up` and the test
-# fixtures use these instead of starting local ones.
-ENV_KAFKA_BOOTSTRAP: Final = "RECOVERY_KAFKA_BOOTSTRAP"
-ENV_DATABASE_URL: Final = "RECOVERY_DATABASE_URL"
 
 # Where downloaded Kafka jars live (outside the repository, kept across clones), and
 # where the running stack keeps its state and data (default: `<repo>/.stack`).

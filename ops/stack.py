@@ -32,7 +32,8 @@ from ops.postgres import (
     wait_for_postgres,
 )
 from ops.process import file_lock
-from ops.settings import DATABASE_NAME, ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
+from ops.settings import DATABASE_NAME
+from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
 
 __all__ = [
     "KafkaState",

@@ -1,4 +1,4 @@
-"""Everything that writes to Kafka: topic names and provisioning, the client library
+"""Everything that writes to Kafka: topic provisioning, the client library
 tools, capability workers and approvers use, and an example capability worker. (The
 outbox relay joins this package.)"""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from producers.client import RESULT_EVENTS, EventPublisher, RecoveryClient, event_record_id
 from producers.errors import DeliveryFailed, ProducersError, ProvisionError
-from producers.topics import ENV_TOPIC_PREFIX, TopicNames, TopicResult, provision
+from producers.topics import TopicResult, provision
 from producers.worker import (
     ActionResult,
     CapabilityWorker,
@@ -17,7 +17,6 @@ from producers.worker import (
 )
 
 __all__ = [
-    "ENV_TOPIC_PREFIX",
     "RESULT_EVENTS",
     "ActionResult",
     "CapabilityWorker",
@@ -27,7 +26,6 @@ __all__ = [
     "ProducersError",
     "ProvisionError",
     "RecoveryClient",
-    "TopicNames",
     "TopicResult",
     "WorkerStats",
     "demo_handlers",

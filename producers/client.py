@@ -38,7 +38,6 @@ from machines.event import (
     Verdict,
 )
 from producers.errors import DeliveryFailed, ProducersError
-from producers.topics import TopicNames
 from schemas import (
     CONTENT_TYPE,
     EVENT_ENVELOPE,
@@ -47,6 +46,7 @@ from schemas import (
     AvroSingleObjectCodec,
     CapabilityCommand,
     JsonCodec,
+    TopicNames,
     WireCode,
     WireError,
     event_to_json,

@@ -40,7 +40,6 @@ from ledger import OutboxRecord
 from machines.decision import Invocation
 from machines.event import Lineage
 from producers.errors import ProducersError
-from producers.topics import TopicNames
 from schemas import (
     CAPABILITY_COMMAND,
     CONTENT_TYPE_JSON,
@@ -52,6 +51,7 @@ from schemas import (
     TRACESTATE,
     AvroSingleObjectCodec,
     CapabilityCommand,
+    TopicNames,
     WireError,
     audit_to_ocsf,
     audit_to_ocsf_json,

@@ -45,7 +45,7 @@ from producers.client import EventPublisher
 from producers.encoding import EncodedRecord, RecordEncoder, UnpublishableRow
 from producers.errors import DeliveryFailed, ProducersError
 from producers.relay_metrics import RelayMetrics
-from producers.topics import TopicNames
+from schemas import TopicNames
 
 __all__ = [
     "LineageCache",

@@ -1,58 +1,18 @@
-"""The recovery topics: their names (configurable) and idempotent provisioning.
-
-Names default to `recovery.events`, `recovery.commands`, `recovery.evidence`,
-`recovery.audit` and `recovery.dlq`; each can be overridden by an environment variable
-(`RECOVERY_TOPIC_EVENTS`, ...) so that several deployments, or tests, share a broker.
-"""
+"""Idempotent provisioning of the recovery topics (their names: `schemas.TopicNames`)."""
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # the typed stub lives here
-from pydantic import BaseModel, ConfigDict, Field
 
 from producers.errors import ProvisionError
+from schemas import TopicNames
 
-__all__ = ["ENV_TOPIC_PREFIX", "TopicNames", "TopicResult", "provision"]
-
-ENV_TOPIC_PREFIX: Final = "RECOVERY_TOPIC_"
-
-_NAME = r"^[A-Za-z0-9._-]{1,249}$"
-
-
-class TopicNames(BaseModel):
-    """Where each stream lives. Keys of every topic are operation ids."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    events: str = Field(default="recovery.events", pattern=_NAME)
-    commands: str = Field(default="recovery.commands", pattern=_NAME)
-    evidence: str = Field(default="recovery.evidence", pattern=_NAME)
-    audit: str = Field(default="recovery.audit", pattern=_NAME)
-    dlq: str = Field(default="recovery.dlq", pattern=_NAME)
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> TopicNames:
-        """Defaults overridden by `RECOVERY_TOPIC_EVENTS`, `..._COMMANDS`, `..._EVIDENCE`,
-        `..._AUDIT` and `..._DLQ` when set and not empty."""
-        env = os.environ if environ is None else environ
-        overrides = {
-            name: env[ENV_TOPIC_PREFIX + name.upper()]
-            for name in cls.model_fields
-            if env.get(ENV_TOPIC_PREFIX + name.upper())
-        }
-        return cls(**overrides)
-
-    def all(self) -> tuple[str, ...]:
-        """Every topic name, in a fixed order."""
-        return (self.events, self.commands, self.evidence, self.audit, self.dlq)
+__all__ = ["TopicResult", "provision"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,12 +31,12 @@ from opentelemetry.trace import SpanKind
 from machines.event import EvidencePayload
 from producers.client import RecoveryClient
 from producers.errors import ProducersError
-from producers.topics import TopicNames
 from schemas import (
     CAPABILITY_COMMAND,
     CONTENT_TYPE,
     HEADER_COMMAND_ID,
     CapabilityCommand,
+    TopicNames,
     WireCode,
     WireDecoder,
     WireError,

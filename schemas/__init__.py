@@ -1,23 +1,15 @@
-"""Wire contracts: JSON Schemas of RECOVERY.yaml and the administrator registry, the Avro
-schemas of every topic's records and their codecs, the JSON Schema of JSON event input,
-the envelope and command values, Kafka header names, and the OCSF audit mapping.
+"""Wire contracts: the Avro schemas of every topic's records and their codecs, the JSON
+Schema of JSON event input, the envelope and command values, Kafka header names, topic
+names and the variables naming the services, and the OCSF audit mapping. (The JSON
+Schemas of RECOVERY.yaml and of the registry belong to the machine format: `machines`.)
 
-Paths are exported so that loaders read the schema files shipped with the package rather
-than a copy.
+`EVENT_SCHEMA` is exported so that loaders read the schema file shipped with the package
+rather than a copy.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-SCHEMA_DIR = Path(__file__).resolve().parent
-RECOVERY_MACHINE_SCHEMA = SCHEMA_DIR / "recovery-machine.schema.json"
-REGISTRY_SCHEMA = SCHEMA_DIR / "registry.schema.json"
-EVENT_SCHEMA = SCHEMA_DIR / "event.schema.json"
-
-# After the path constants: `machines` imports them from here while it loads, and the
-# modules below import `machines`, so the paths must exist before the cycle closes.
-from schemas.catalog import (  # noqa: E402
+from schemas.catalog import (
     AVRO_DIR,
     CAPABILITY_COMMAND,
     DEAD_LETTER,
@@ -28,17 +20,24 @@ from schemas.catalog import (  # noqa: E402
     default_catalog,
     rabin_fingerprint,
 )
-from schemas.codec import (  # noqa: E402
+from schemas.codec import (
     DEFAULT_MAX_BYTES,
+    EVENT_SCHEMA,
     AvroSingleObjectCodec,
     Codec,
     JsonCodec,
     WireDecoder,
 )
-from schemas.command import CapabilityCommand  # noqa: E402
-from schemas.envelope import event_to_json, event_to_record, record_to_event  # noqa: E402
-from schemas.errors import WireCode, WireError  # noqa: E402
-from schemas.headers import (  # noqa: E402
+from schemas.command import CapabilityCommand
+from schemas.deployment import (
+    ENV_DATABASE_URL,
+    ENV_KAFKA_BOOTSTRAP,
+    ENV_TOPIC_PREFIX,
+    TopicNames,
+)
+from schemas.envelope import event_to_json, event_to_record, record_to_event
+from schemas.errors import WireCode, WireError
+from schemas.headers import (
     CONTENT_TYPE,
     CONTENT_TYPE_AVRO,
     CONTENT_TYPE_JSON,
@@ -50,7 +49,7 @@ from schemas.headers import (  # noqa: E402
     header_value,
     record_id,
 )
-from schemas.ocsf import OCSF_VERSION, audit_to_ocsf, audit_to_ocsf_json  # noqa: E402
+from schemas.ocsf import OCSF_VERSION, audit_to_ocsf, audit_to_ocsf_json
 
 __all__ = [
     "AVRO_DIR",
@@ -60,6 +59,9 @@ __all__ = [
     "CONTENT_TYPE_JSON",
     "DEAD_LETTER",
     "DEFAULT_MAX_BYTES",
+    "ENV_DATABASE_URL",
+    "ENV_KAFKA_BOOTSTRAP",
+    "ENV_TOPIC_PREFIX",
     "EVENT_ENVELOPE",
     "EVENT_SCHEMA",
     "EVIDENCE_EVENT",
@@ -67,9 +69,6 @@ __all__ = [
     "HEADER_RECORD_ID",
     "HEADER_SCHEMA",
     "OCSF_VERSION",
-    "RECOVERY_MACHINE_SCHEMA",
-    "REGISTRY_SCHEMA",
-    "SCHEMA_DIR",
     "TRACEPARENT",
     "TRACESTATE",
     "AvroSingleObjectCodec",
@@ -78,6 +77,7 @@ __all__ = [
     "JsonCodec",
     "SchemaCatalog",
     "SchemaVersion",
+    "TopicNames",
     "WireCode",
     "WireDecoder",
     "WireError",

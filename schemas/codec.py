@@ -37,7 +37,7 @@ from schemas.headers import CONTENT_TYPE_AVRO, CONTENT_TYPE_JSON
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
-    "EVENT_JSON_SCHEMA",
+    "EVENT_SCHEMA",
     "SINGLE_OBJECT_MARKER",
     "AvroSingleObjectCodec",
     "Codec",
@@ -51,7 +51,7 @@ _HEADER_LENGTH: Final = 10
 # bound keeps one hostile record from costing the consumer unbounded memory.
 DEFAULT_MAX_BYTES: Final = 1024 * 1024
 
-EVENT_JSON_SCHEMA: Final = Path(__file__).resolve().parent / "event.schema.json"
+EVENT_SCHEMA: Final = Path(__file__).resolve().parent / "event.schema.json"
 
 
 class Codec(Protocol):
@@ -279,7 +279,7 @@ def _check_size(data: bytes, max_bytes: int) -> None:
 
 @cache
 def _event_validator() -> Draft202012Validator:
-    schema = json.loads(EVENT_JSON_SCHEMA.read_text(encoding="utf-8"))
+    schema = json.loads(EVENT_SCHEMA.read_text(encoding="utf-8"))
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
 

@@ -39,8 +39,9 @@ from ledger.bench_baseline import BaselineSink
 from ledger.outbox_watch import OutboxWatch
 from ops.bench.roles import BenchError, RoleProcess
 from ops.bench.workload import BENCH_POLICY, BenchRecord, WorkloadSpec, WorkloadStats, generate
-from producers import EventPublisher, TopicNames, provision
+from producers import EventPublisher, provision
 from producers.bench_baseline import TopicTail, create_topic, delete_topics, run_baseline
+from schemas import TopicNames
 
 __all__ = ["LATENCY_STAGES", "BenchConfig", "BenchResult", "run_bench"]
 

@@ -17,8 +17,8 @@ from typing import TextIO
 
 from ledger import LedgerUnavailable, MigrationError, PostgresLedger, migrate_database
 from ops.errors import StackError
-from ops.settings import ENV_DATABASE_URL
 from ops.stack import read_state
+from schemas import ENV_DATABASE_URL
 
 __all__ = [
     "add_ledger_options",

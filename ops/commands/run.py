@@ -33,11 +33,12 @@ from consumer.telemetry import Telemetry, build_telemetry
 from ledger import LedgerError, PostgresLedger, migrate_database
 from ledger.schema_check import pending_migrations
 from ops.errors import StackError
-from ops.settings import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, RUNTIME_ROLES
+from ops.settings import RUNTIME_ROLES
 from ops.stack import read_state
 from producers.errors import ProvisionError
 from producers.relay import OutboxRelay, RelaySettings
-from producers.topics import TopicNames, provision
+from producers.topics import provision
+from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, TopicNames
 
 __all__ = ["Runtime", "Services", "register", "resolve_services", "run_roles"]
 

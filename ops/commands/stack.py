@@ -8,8 +8,8 @@ import sys
 from typing import Any
 
 from ops.errors import StackError
-from ops.settings import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
 from ops.stack import ServiceStatus, StackState, stack_down, stack_status, stack_up
+from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
 
 __all__ = ["register"]
 

@@ -17,9 +17,9 @@ from dataclasses import asdict
 from typing import TextIO
 
 from ops.errors import StackError
-from ops.settings import ENV_KAFKA_BOOTSTRAP
 from ops.stack import read_state
 from producers import ProvisionError, provision
+from schemas import ENV_KAFKA_BOOTSTRAP
 
 __all__ = ["register", "run_create"]
 

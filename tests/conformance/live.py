@@ -31,9 +31,9 @@ from ledger.outbox_watch import OutboxWatch
 from machines import Machine, Registry
 from machines.casefile import EPOCH, CaseSpec, ExpectSpec, StepSpec, _Runner, faulted
 from machines.event import Event, Lineage
-from producers import EventPublisher, TopicNames
+from producers import EventPublisher
 from producers.relay import OutboxRelay
-from schemas import HEADER_RECORD_ID, header_value
+from schemas import HEADER_RECORD_ID, TopicNames, header_value
 
 PARTITION = 0
 

@@ -17,12 +17,12 @@ from consumer import ControllerSettings, load_rules
 from ledger import PostgresLedger
 from machines import DEFAULT_REGISTRY, Machine, load_machine, load_registry
 from machines.casefile import SCENARIOS, CaseSpec, discover, load_case
-from producers import TopicNames
 from schemas import (
     CAPABILITY_COMMAND,
     HEADER_COMMAND_ID,
     AvroSingleObjectCodec,
     CapabilityCommand,
+    TopicNames,
 )
 from tests.conformance.live import actual_of, command_ids, mismatches, read_until, run_live
 from tests.support.kafka import TopicFactory

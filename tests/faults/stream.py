@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Final
 
 from ops.bench.workload import BENCH_POLICY, BenchRecord, WorkloadSpec, WorkloadStats, generate
-from producers import EventPublisher, TopicNames
+from producers import EventPublisher
+from schemas import TopicNames
 from tests.faults.processes import RoleProcess, log_tail, wait_until
 from tests.faults.verify import activity, progress
 from tests.support.kafka import TopicFactory

@@ -39,8 +39,7 @@ from ledger import PostgresLedger, view_to_json
 from ledger.queries import QUERIES
 from machines import Outcome, Simulation
 from ops.bench.workload import BENCH_POLICY
-from producers import TopicNames
-from schemas import HEADER_RECORD_ID
+from schemas import HEADER_RECORD_ID, TopicNames
 from tests.faults.processes import FaultError
 
 __all__ = [

@@ -11,7 +11,7 @@ import pytest
 
 from ops.cli import main
 from ops.demo_scenarios import SCENARIOS
-from producers import TopicNames
+from schemas import TopicNames
 from tests.support.kafka import TopicFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

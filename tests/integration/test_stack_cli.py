@@ -17,8 +17,9 @@ import pytest
 from ops.errors import StackError
 from ops.kafka import wait_for_kafka
 from ops.process import pid_alive, pid_cmdline
-from ops.settings import DATABASE_NAME, ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, ENV_STACK_DIR
+from ops.settings import DATABASE_NAME, ENV_STACK_DIR
 from ops.stack import read_state, stack_up
+from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
 from tests.support.services import service_root
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

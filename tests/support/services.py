@@ -20,7 +20,7 @@ from ops.errors import StackError
 from ops.kafka import start_kafka, wait_for_kafka
 from ops.paths import ensure_dir, stack_dir
 from ops.postgres import start_postgres, wait_for_postgres
-from ops.settings import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
+from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
 
 __all__ = ["ServiceLease", "lease_kafka", "lease_postgres", "service_root"]
 

@@ -18,12 +18,11 @@ from ops.settings import (
     COMPOSE_SERVICES,
     DATABASE_NAME,
     DATABASE_USER,
-    ENV_DATABASE_URL,
-    ENV_KAFKA_BOOTSTRAP,
     KAFKA_VERSION,
     POSTGRES_MAJOR,
     RUNTIME_ROLES,
 )
+from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from consumer import Controller, ControllerSettings, Telemetry, load_rules
 from ledger import Ledger, OutboxRecord, PostgresLedger
 from machines import Lineage
-from producers import EventPublisher, RecoveryClient, TopicNames
+from producers import EventPublisher, RecoveryClient
+from schemas import TopicNames
 
 APPROVER = "approver-1"
 VERIFIER = "verifier-1"

@@ -33,9 +33,9 @@ from ledger import Ledger, PostgresLedger, UnknownOperation
 from machines import Lineage
 from machines.event import CheckpointReport, EvidencePayload
 from ops.commands.lineage import lineage_report
-from producers import EventPublisher, RecoveryClient, TopicNames
+from producers import EventPublisher, RecoveryClient
 from producers.worker import ActionResult, CapabilityWorker
-from schemas import CapabilityCommand
+from schemas import CapabilityCommand, TopicNames
 from tests.integration.lineage.children import Child, log_tail, wait_until
 from tests.support.kafka import TopicFactory
 

@@ -26,8 +26,9 @@ from consumer import ControllerSettings
 from ledger import Ledger, PostgresLedger
 from machines import EvidencePayload, Lineage
 from machines.event import DeclaredFacts, Scope
-from producers import EventPublisher, RecoveryClient, TopicNames
+from producers import EventPublisher, RecoveryClient
 from producers.relay import OutboxRelay
+from schemas import TopicNames
 from tests.integration.consumer.harness import (
     VERIFIER,
     open_ledger,

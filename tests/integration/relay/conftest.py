@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from ledger import PostgresLedger
-from producers import TopicNames
+from schemas import TopicNames
 from tests.support.kafka import TopicFactory
 
 

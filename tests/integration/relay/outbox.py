@@ -15,8 +15,7 @@ from typing import Any
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
-from producers import TopicNames
-from schemas import HEADER_RECORD_ID, header_value
+from schemas import HEADER_RECORD_ID, TopicNames, header_value
 
 __all__ = ["Row", "Seen", "audit_row", "command_row", "insert_rows", "published_ids", "read_all"]
 

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 
 from ledger import PostgresLedger
-from producers import TopicNames
 from producers.relay import OutboxRelay, RelaySettings
+from schemas import TopicNames
 from tests.integration.relay.outbox import (
     Row,
     command_row,

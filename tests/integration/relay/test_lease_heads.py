@@ -10,7 +10,7 @@ import pytest
 
 from ledger import PostgresLedger
 from ledger.queries import QUERIES
-from producers import TopicNames
+from schemas import TopicNames
 from tests.integration.relay.outbox import Row, command_row, insert_rows
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ from consumer import Intake, plan_batch_of
 from consumer.batch import openings, operation_ids, positions_for
 from ledger import PostgresLedger
 from machines import Event, Lineage
-from producers import TopicNames
 from producers.relay import LineageCache, lineage_from_ledger
+from schemas import TopicNames
 from tests.unit.consumer.support import CONTROLLER, GROUP, T0, TOPIC, encoded, pinned
 
 

@@ -17,7 +17,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ledger import PostgresLedger
-from producers import TopicNames
 from producers.relay import OutboxRelay, RelaySettings, RelayStats
 from schemas import (
     CAPABILITY_COMMAND,
@@ -27,6 +26,7 @@ from schemas import (
     TRACEPARENT,
     AvroSingleObjectCodec,
     CapabilityCommand,
+    TopicNames,
 )
 from tests.integration.relay.outbox import (
     Row,

@@ -10,9 +10,8 @@ from opentelemetry import propagate
 from opentelemetry.trace import NoOpTracerProvider, get_current_span
 
 from ledger import PostgresLedger
-from producers import TopicNames
 from producers.relay import OutboxRelay
-from schemas import TRACEPARENT, TRACESTATE
+from schemas import TRACEPARENT, TRACESTATE, TopicNames
 from tests.integration.relay.outbox import Row, command_row, insert_rows, read_all
 
 pytestmark = pytest.mark.integration

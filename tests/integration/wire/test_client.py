@@ -15,11 +15,12 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from machines.approvals import insecure_test_key, public_key_b64, signing_payload
 from machines.event import EvidencePayload, Lineage
-from producers import DeliveryFailed, EventPublisher, RecoveryClient, TopicNames, event_record_id
+from producers import DeliveryFailed, EventPublisher, RecoveryClient, event_record_id
 from schemas import (
     CONTENT_TYPE_AVRO,
     CONTENT_TYPE_JSON,
     EVENT_ENVELOPE,
+    TopicNames,
     WireDecoder,
     default_catalog,
     record_to_event,

@@ -10,7 +10,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from ops.cli import main
-from producers import TopicNames, provision
+from producers import provision
+from schemas import TopicNames
 
 pytestmark = pytest.mark.integration
 

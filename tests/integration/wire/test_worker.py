@@ -14,7 +14,6 @@ from producers import (
     CapabilityWorker,
     EventPublisher,
     RecoveryClient,
-    TopicNames,
     WorkerStats,
     demo_handlers,
     verify_outcome,
@@ -24,6 +23,7 @@ from schemas import (
     HEADER_COMMAND_ID,
     AvroSingleObjectCodec,
     CapabilityCommand,
+    TopicNames,
     WireDecoder,
     record_to_event,
 )

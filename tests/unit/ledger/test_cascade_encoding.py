@@ -12,8 +12,7 @@ from ledger import OutboxRecord
 from ledger.cascade import Change, Containment, LineageRow, plan_lineage
 from machines.event import Lineage
 from producers.encoding import RecordEncoder, UnpublishableRow
-from producers.topics import TopicNames
-from schemas import AvroSingleObjectCodec, record_to_event
+from schemas import AvroSingleObjectCodec, TopicNames, record_to_event
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 TOPICS = TopicNames(events="prod.events")

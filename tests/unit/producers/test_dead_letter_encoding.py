@@ -10,8 +10,7 @@ from datetime import UTC, datetime
 from ledger import OutboxRecord
 from machines.event import Lineage
 from producers.encoding import RecordEncoder
-from producers.topics import TopicNames
-from schemas import DEAD_LETTER, WireDecoder
+from schemas import DEAD_LETTER, TopicNames, WireDecoder
 
 _STAMP_MS = 1_796_010_035_905
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from ops.cli import main
-from producers import ProvisionError, TopicNames, provision
+from producers import ProvisionError, provision
+from schemas import TopicNames
 
 
 def test_topics_create_without_any_broker_exits_2_and_says_what_to_do(

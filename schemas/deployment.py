@@ -1,0 +1,56 @@
+"""Names every component of a deployment agrees on: the topics and the variables that
+name the services.
+
+One place, below every package that reads or writes Kafka or the ledger, so that the
+controller, the relay, the client library and `recoveryctl` cannot disagree. Topic names
+default to `recovery.events`, `recovery.commands`, `recovery.evidence`, `recovery.audit`
+and `recovery.dlq`; each can be overridden by an environment variable
+(`RECOVERY_TOPIC_EVENTS`, ...) so that several deployments, or tests, share a broker.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ENV_DATABASE_URL", "ENV_KAFKA_BOOTSTRAP", "ENV_TOPIC_PREFIX", "TopicNames"]
+
+# Where the runtime finds its services. When set, `recoveryctl stack up` and the test
+# fixtures use these instead of starting local ones.
+ENV_KAFKA_BOOTSTRAP: Final = "RECOVERY_KAFKA_BOOTSTRAP"
+ENV_DATABASE_URL: Final = "RECOVERY_DATABASE_URL"
+
+ENV_TOPIC_PREFIX: Final = "RECOVERY_TOPIC_"
+
+_NAME = r"^[A-Za-z0-9._-]{1,249}$"
+
+
+class TopicNames(BaseModel):
+    """Where each stream lives. Keys of every topic are operation ids."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    events: str = Field(default="recovery.events", pattern=_NAME)
+    commands: str = Field(default="recovery.commands", pattern=_NAME)
+    evidence: str = Field(default="recovery.evidence", pattern=_NAME)
+    audit: str = Field(default="recovery.audit", pattern=_NAME)
+    dlq: str = Field(default="recovery.dlq", pattern=_NAME)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TopicNames:
+        """Defaults overridden by `RECOVERY_TOPIC_EVENTS`, `..._COMMANDS`, `..._EVIDENCE`,
+        `..._AUDIT` and `..._DLQ` when set and not empty."""
+        env = os.environ if environ is None else environ
+        overrides = {
+            name: env[ENV_TOPIC_PREFIX + name.upper()]
+            for name in cls.model_fields
+            if env.get(ENV_TOPIC_PREFIX + name.upper())
+        }
+        return cls(**overrides)
+
+    def all(self) -> tuple[str, ...]:
+        """Every topic name, in a fixed order."""
+        return (self.events, self.commands, self.evidence, self.audit, self.dlq)
