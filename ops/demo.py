@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
-from confluent_kafka import Consumer, TopicPartition
-
 from ledger import Ledger, PostgresLedger, UnknownOperation, migrate_database
 from machines import DEFAULT_REGISTRY, load_policy, load_registry
 from machines.approvals import insecure_test_key, public_key_b64
@@ -42,8 +40,8 @@ from ops.demo_scenarios import (
     operation_id_for,
 )
 from ops.errors import OpsError
-from producers import CapabilityWorker, EventPublisher, RecoveryClient, provision
-from schemas import CAPABILITY_COMMAND, CapabilityCommand, TopicNames, WireDecoder, WireError
+from producers import CapabilityWorker, EventPublisher, RecoveryClient, provision, read_commands
+from schemas import TopicNames
 
 __all__ = ["DemoError", "DemoReport", "OperationReport", "run_demo"]
 
@@ -406,8 +404,11 @@ def _read_back(
     """Fill each operation's report from the ledger and the commands topic."""
     by_op = {o.operation_id: o for o in report.operations}
     expected = sum(len(o.expected_commands) for o in report.operations)
-    for op, capability in _commands(bootstrap, names.commands, set(by_op), expected):
-        by_op[op].commands.append(capability)
+    commands = read_commands(
+        bootstrap, names.commands, keep=lambda c: c.operation_id in by_op, expected=expected
+    )
+    for command in commands:
+        by_op[command.operation_id].commands.append(command.capability)
     for item in live:
         entry = by_op[item.operation_id]
         entry.state = _state(ledger, item.operation_id)
@@ -423,51 +424,6 @@ def _read_back(
         records, _head = ledger.audit_chain(item.operation_id)
         entry.audit_records = len(records)
         entry.audit_intact = not ledger.verify_audit(item.operation_id)
-
-
-def _commands(
-    bootstrap: str, topic: str, operations: set[str], expected: int, timeout: float = 15.0
-) -> list[tuple[str, str]]:
-    """(operation id, capability) of every command on `topic` for `operations`, each
-    command id once (the relay may publish a command twice; consumers dedupe by id)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"demo-reader-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-        }
-    )
-    decoder = WireDecoder()
-    seen: dict[str, tuple[str, str]] = {}
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-        end = time.monotonic() + timeout
-        quiet = 0
-        while time.monotonic() < end and (len(seen) < expected or quiet < 3):
-            messages = consumer.consume(500, 0.5)
-            quiet = 0 if messages else quiet + 1
-            for message in messages:
-                if message.error() is not None:
-                    continue
-                command = _decode(decoder, message.value(), message.headers())
-                if command is not None and command.operation_id in operations:
-                    seen[command.command_id] = (command.operation_id, command.capability)
-    finally:
-        consumer.close()
-    return list(seen.values())
-
-
-def _decode(decoder: WireDecoder, value: bytes | None, headers: Any) -> CapabilityCommand | None:
-    content_type = None
-    for key, raw in headers or []:
-        if key == "content-type" and raw is not None:
-            content_type = raw.decode() if isinstance(raw, bytes) else str(raw)
-    try:
-        name, record = decoder.decode(value or b"", content_type)
-        return CapabilityCommand.from_record(record) if name == CAPABILITY_COMMAND else None
-    except WireError:
-        return None
 
 
 def _redact(url: str) -> str:

@@ -21,13 +21,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
-from typing import Any, TextIO
+from typing import TextIO
 
 from ops.errors import StackError
 from ops.paths import cache_dir, ensure_dir
 from ops.ports import LOOPBACK, free_ports, is_port_free, retry_bind_clash
 from ops.process import file_lock, log_tail, pid_alive, pid_cmdline, terminate
 from ops.settings import KAFKA_VERSION, LOG4J_VERSION
+from producers import BrokerProbe
 
 __all__ = [
     "KafkaBroker",
@@ -280,18 +281,7 @@ def wait_for_kafka(
 ) -> None:
     """Return once a metadata request to `bootstrap` lists at least one live broker.
     When `broker` is given, give up early if its process exits, and quote its log."""
-    from confluent_kafka.admin import AdminClient
-
-    # librdkafka logs every refused connection to stderr while the broker starts; the
-    # outcome is reported by this function instead.
-    config: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
-        "log_level": 0,
-        "error_cb": _ignore,
-        "reconnect.backoff.ms": 50,
-        "reconnect.backoff.max.ms": 500,
-    }
-    client = AdminClient(config)
+    probe = BrokerProbe(bootstrap)
     deadline = time.monotonic() + timeout
     last_error = "no answer yet"
     while True:
@@ -300,19 +290,11 @@ def wait_for_kafka(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise _not_ready(bootstrap, broker, f"not ready after {timeout:.0f} s: {last_error}")
-        try:
-            metadata = client.list_topics(timeout=min(2.0, remaining))
-        except Exception as exc:  # confluent_kafka raises KafkaException on no answer
-            last_error = str(exc)
-            time.sleep(0.1)
-            continue
-        if metadata.brokers:
+        problem = probe.problem(min(2.0, remaining))
+        if problem is None:
             return
-        last_error = "metadata lists no live broker"
-
-
-def _ignore(_error: Any) -> None:
-    return None
+        last_error = problem
+        time.sleep(0.1)
 
 
 def _not_ready(bootstrap: str, broker: KafkaBroker | None, why: str) -> KafkaServiceError:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from producers.client import RESULT_EVENTS, EventPublisher, RecoveryClient, event_record_id
 from producers.errors import DeliveryFailed, ProducersError, ProvisionError
-from producers.topics import TopicResult, provision
+from producers.readback import read_commands
+from producers.topics import BrokerProbe, TopicResult, provision
 from producers.worker import (
     ActionResult,
     CapabilityWorker,
@@ -19,6 +20,7 @@ from producers.worker import (
 __all__ = [
     "RESULT_EVENTS",
     "ActionResult",
+    "BrokerProbe",
     "CapabilityWorker",
     "DeliveryFailed",
     "EventPublisher",
@@ -31,5 +33,6 @@ __all__ = [
     "demo_handlers",
     "event_record_id",
     "provision",
+    "read_commands",
     "verify_outcome",
 ]

@@ -12,7 +12,7 @@ from confluent_kafka.cimpl import NewTopic  # the typed stub lives here
 from producers.errors import ProvisionError
 from schemas import TopicNames
 
-__all__ = ["TopicResult", "provision"]
+__all__ = ["BrokerProbe", "TopicResult", "provision"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +84,33 @@ def _partition_counts(
                 f"{timeout:.0f} s after creation; check the broker's logs"
             )
         time.sleep(0.2)
+
+
+class BrokerProbe:
+    """Asks a bootstrap server whether a broker is live, quietly: librdkafka would log
+    every refused connection to stderr while a broker starts; the caller reports the
+    outcome instead."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self._admin = AdminClient(
+            {
+                "bootstrap.servers": bootstrap,
+                "log_level": 0,
+                "error_cb": _ignore,
+                "reconnect.backoff.ms": 50,
+                "reconnect.backoff.max.ms": 500,
+            }
+        )
+
+    def problem(self, timeout: float) -> str | None:
+        """None when a metadata request answered within `timeout` seconds and lists a
+        live broker; otherwise what went wrong, for the caller's message."""
+        try:
+            metadata = self._admin.list_topics(timeout=timeout)
+        except KafkaException as exc:
+            return str(exc)
+        return None if metadata.brokers else "metadata lists no live broker"
+
+
+def _ignore(_error: object) -> None:
+    return None
