@@ -17,8 +17,7 @@ from consumer.errors import ControllerError
 from consumer.heap import settle_heap
 from consumer.settings import ControllerSettings
 from consumer.telemetry import Telemetry, build_telemetry
-from ledger import LedgerError, PostgresLedger
-from ledger.schema_check import pending_migrations
+from ledger import LedgerError, PostgresLedger, require_current_schema
 from machines import (
     Machine,
     MachineError,
@@ -68,7 +67,10 @@ def run_controller(
     """Run one controller group member until `stop` is set (see the module docstring).
     `telemetry` overrides the configured exporter (tests pass in-memory providers)."""
     machines, rules = load_rules(settings)
-    _require_current_schema(settings.database_url)
+    try:
+        require_current_schema(settings.database_url)
+    except LedgerError as exc:
+        raise ControllerError(f"controller cannot start: {exc}") from exc
     owned_telemetry = telemetry is None
     telemetry = telemetry or build_telemetry(
         settings.exporter, instance=settings.instance_id, endpoint=settings.otlp_endpoint
@@ -87,18 +89,3 @@ def run_controller(
         ledger.close()
         if owned_telemetry:
             telemetry.shutdown()
-
-
-def _require_current_schema(database_url: str) -> None:
-    """Refuse to start on a ledger that lacks shipped migrations (`recoveryctl run` checks
-    the same before starting its roles): every batch would otherwise fail against the
-    old tables and be replayed forever, the group stuck behind it."""
-    try:
-        pending = pending_migrations(database_url)
-    except LedgerError as exc:
-        raise ControllerError(f"controller cannot check the ledger schema: {exc}") from exc
-    if pending:
-        raise ControllerError(
-            f"the ledger database lacks migrations {', '.join(pending)}; run "
-            "`recoveryctl db migrate` first (or start with `recoveryctl run --migrate`)"
-        )

@@ -33,6 +33,7 @@ from ledger.migrations import MigrationReport, available_migrations, migrate, mi
 from ledger.postgres import PostgresLedger
 from ledger.records import Batch, Entry, Position, Source, Topics, plan_batch
 from ledger.schema import describe_schema, expected_schema
+from ledger.schema_check import pending_migrations, require_current_schema
 
 __all__ = [
     "AuditRecord",
@@ -71,7 +72,9 @@ __all__ = [
     "intake_chain_id",
     "migrate",
     "migrate_database",
+    "pending_migrations",
     "plan_batch",
+    "require_current_schema",
     "verify_chain",
     "view_from_json",
     "view_to_json",

@@ -1,9 +1,9 @@
 """Checking, without changing anything, that a database has every ledger migration.
 
-`recoveryctl run` calls `pending_migrations` before starting the controller or the
-relay: running against a schema that is behind (or was migrated by a newer release)
-would fail later and less clearly. Applying migrations stays an explicit operator step
-(`recoveryctl db migrate`, or `recoveryctl run --migrate`).
+The controller and `recoveryctl run` call `require_current_schema` before they start:
+running against a schema that is behind (or was migrated by a newer release) would fail
+every batch later and less clearly, the group stuck behind it. Applying migrations stays
+an explicit operator step (`recoveryctl db migrate`, or `recoveryctl run --migrate`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ledger.errors import LedgerUnavailable, MigrationError
 from ledger.migrations import available_migrations
 from ledger.queries import QUERIES
 
-__all__ = ["pending_migrations"]
+__all__ = ["pending_migrations", "require_current_schema"]
 
 
 def pending_migrations(conninfo: str) -> tuple[str, ...]:
@@ -54,3 +54,14 @@ def pending_migrations(conninfo: str) -> tuple[str, ...]:
                 "migrations are append-only: restore the file"
             )
     return tuple(pending)
+
+
+def require_current_schema(conninfo: str) -> None:
+    """Raise `MigrationError` saying what to run when the database lacks shipped
+    migrations (and whatever `pending_migrations` raises); return when it is current."""
+    pending = pending_migrations(conninfo)
+    if pending:
+        raise MigrationError(
+            f"the ledger database lacks migrations {', '.join(pending)}; run "
+            "`recoveryctl db migrate` first (or start with `recoveryctl run --migrate`)"
+        )

@@ -30,8 +30,7 @@ from typing import Any, Final, TextIO
 from consumer.errors import ControllerError
 from consumer.heap import settle_heap
 from consumer.telemetry import Telemetry, build_telemetry
-from ledger import LedgerError, PostgresLedger, migrate_database
-from ledger.schema_check import pending_migrations
+from ledger import LedgerError, PostgresLedger, migrate_database, require_current_schema
 from ops.errors import StackError
 from ops.settings import RUNTIME_ROLES
 from ops.stack import read_state
@@ -232,23 +231,17 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 
 def check_schema(database_url: str, migrate: bool, err: TextIO) -> bool:
-    """Apply (with `migrate`) or check the ledger migrations; False (after saying why
-    on `err`) when the schema is not current or the database is unreachable."""
+    """Apply (with `migrate`) or check the ledger migrations, as the controller checks
+    them (`ledger.require_current_schema`); False (after saying why on `err`) when the
+    schema is not current or the database is unreachable."""
     try:
         if migrate:
             report = migrate_database(database_url)
             if report.applied:
                 print(f"recoveryctl run: applied {', '.join(report.applied)}", file=err)
-        pending = pending_migrations(database_url)
+        require_current_schema(database_url)
     except LedgerError as exc:
         print(f"recoveryctl run: {exc}", file=err)
-        return False
-    if pending:
-        print(
-            f"recoveryctl run: the ledger database lacks migrations {', '.join(pending)}; "
-            "run `recoveryctl db migrate` (or pass --migrate)",
-            file=err,
-        )
         return False
     return True
 
