@@ -150,15 +150,18 @@ class Problem:
 
 
 class MachineError(Exception):
-    """A recovery machine, registry, lock or signature was refused; see `problems`."""
+    """A recovery machine, registry, lock or signature was refused; fix each problem listed
+    (each names its file and location)."""
 
     def __init__(self, problems: tuple[Problem, ...] | list[Problem], message: str = "") -> None:
         self.problems: tuple[Problem, ...] = tuple(problems)
-        head = message or (self.__doc__ or "").strip()
+        # The class docstring is the default message, on one line and without its full
+        # stop, since the problems follow after a colon.
+        head = message or " ".join((self.__doc__ or "").split()).rstrip(".")
         detail = "; ".join(str(p) for p in self.problems[:5])
         more = len(self.problems) - 5
         if more > 0:
-            detail += f"; and {more} more"
+            detail += f"; and {more} more (`recoveryctl validate PATH` lists every one)"
         super().__init__(f"{head}: {detail}" if detail else head)
 
     @property
@@ -168,12 +171,15 @@ class MachineError(Exception):
 
 
 class MachineInvalid(MachineError):
-    """The recovery machine is invalid and was not loaded."""
+    """The recovery machine is invalid and was not loaded; fix each problem listed, then
+    check it with `recoveryctl validate PATH`."""
 
 
 class RegistryInvalid(MachineError):
-    """The administrator registry is invalid and was not loaded."""
+    """The administrator registry is invalid and was not loaded; fix each problem listed,
+    then check it with `recoveryctl validate --registry FILE PATH`."""
 
 
 class ProvenanceError(MachineError):
-    """The machine's pin or publisher signature could not be verified; it was not loaded."""
+    """The machine's pin or publisher signature could not be verified and it was not
+    loaded; `recoveryctl machines verify PATH` names the failing check."""
