@@ -11,7 +11,7 @@ functions serve the live controller, `recoveryctl test`/`simulate` and property 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
@@ -398,7 +398,9 @@ def _take(
             # A material action spends the approval: one approval, one resumption.
             approval = approval or valid_approval(ctx)
             consumed = True
-        work = _count(work, spec.kind)
+        counted = _counters(work, (spec.kind,))
+        if counted:
+            work = evolve(work, counted)
         invocations.append(
             _invocation(view, draft.sequence, len(invocations), action, spec, origin)
         )
@@ -408,23 +410,6 @@ def _take(
     draft.invocations = tuple(invocations)
     draft.approval_used = approval.event_id if approval is not None else None
     draft.approval_consumed = consumed and approval is not None
-
-
-def _count(view: OperationView, kind: CapabilityKind) -> OperationView:
-    if kind is CapabilityKind.RETRY:
-        return evolve(
-            view,
-            {
-                "retry_attempts": view.retry_attempts + 1,
-                "budget_spent": view.budget_spent + 1,
-                "epoch": view.epoch + 1,
-            },
-        )
-    if kind is CapabilityKind.COMPENSATE:
-        return evolve(view, {"epoch": view.epoch + 1})
-    if kind is CapabilityKind.RESUME:
-        return evolve(view, {"recovery_attempts": view.recovery_attempts + 1})
-    return view
 
 
 def _invocation(
@@ -480,12 +465,14 @@ def _open_commands(current: frozenset[str], decision: Decision) -> frozenset[str
     return (current - answered) | issued
 
 
-def _counted(view: OperationView, invocations: tuple[Invocation, ...]) -> dict[str, int]:
-    """The counters `invocations` advance, as `_count` over each would leave them."""
-    # `kind` is the capability kind's value; a StrEnum member equals its value, so the
-    # strings are counted as they are (looking each member up by value cost more than
-    # the rest of the fold).
-    kinds = [i.kind for i in invocations]
+def _counters(view: OperationView, kinds: Sequence[str]) -> dict[str, int]:
+    """The counters that invoking capabilities of `kinds` advances, as `evolve` changes:
+    a retry spends an attempt and a unit of budget and starts a new epoch, a compensation
+    starts a new epoch, a resumption counts a recovery attempt; other kinds count nothing.
+    `decide` counts one action at a time (a later action's checks see the earlier ones),
+    `apply` a decision's invocations at once; both through this one function."""
+    # A StrEnum member equals its value, so `CapabilityKind` members and the `kind`
+    # strings of recorded invocations are counted alike.
     retries = kinds.count(CapabilityKind.RETRY)
     compensations = kinds.count(CapabilityKind.COMPENSATE)
     resumes = kinds.count(CapabilityKind.RESUME)
@@ -513,7 +500,7 @@ def apply(view: OperationView, decision: Decision) -> OperationView:
     # folds every decision again at commit.
     changes = evidence_changes(view, decision.evidence)
     if decision.invocations:
-        changes.update(_counted(view, decision.invocations))
+        changes.update(_counters(view, [i.kind for i in decision.invocations]))
     approvals: tuple[Approval, ...] = changes.get("approvals", view.approvals)
     used = decision.approval_used
     if used is not None and decision.approval_consumed:

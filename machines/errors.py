@@ -21,74 +21,76 @@ class Severity(StrEnum):
 
 
 class Code(StrEnum):
-    """Stable problem codes. Operators and tests key on these, so never rename one."""
+    """Stable problem codes, kebab-case like every refusal, notice and dead-letter reason
+    code the controller stores or publishes. Operators and tests key on the values, so
+    never rename one."""
 
     # Reading the file (machines/yamlsafe.py)
-    FILE_NOT_FOUND = "FILE_NOT_FOUND"
-    FILE_TOO_LARGE = "FILE_TOO_LARGE"
-    FILE_NOT_UTF8 = "FILE_NOT_UTF8"
-    YAML_SYNTAX = "YAML_SYNTAX"
-    YAML_EMPTY = "YAML_EMPTY"
-    YAML_MULTIPLE_DOCUMENTS = "YAML_MULTIPLE_DOCUMENTS"
-    YAML_TAG = "YAML_TAG"
-    YAML_ANCHOR = "YAML_ANCHOR"
-    YAML_ALIAS = "YAML_ALIAS"
-    YAML_DUPLICATE_KEY = "YAML_DUPLICATE_KEY"
-    YAML_NON_STRING_KEY = "YAML_NON_STRING_KEY"
-    YAML_TOO_DEEP = "YAML_TOO_DEEP"
-    YAML_TOO_MANY_NODES = "YAML_TOO_MANY_NODES"
-    YAML_NOT_JSON = "YAML_NOT_JSON"
+    FILE_NOT_FOUND = "file-not-found"
+    FILE_TOO_LARGE = "file-too-large"
+    FILE_NOT_UTF8 = "file-not-utf8"
+    YAML_SYNTAX = "yaml-syntax"
+    YAML_EMPTY = "yaml-empty"
+    YAML_MULTIPLE_DOCUMENTS = "yaml-multiple-documents"
+    YAML_TAG = "yaml-tag"
+    YAML_ANCHOR = "yaml-anchor"
+    YAML_ALIAS = "yaml-alias"
+    YAML_DUPLICATE_KEY = "yaml-duplicate-key"
+    YAML_NON_STRING_KEY = "yaml-non-string-key"
+    YAML_TOO_DEEP = "yaml-too-deep"
+    YAML_TOO_MANY_NODES = "yaml-too-many-nodes"
+    YAML_NOT_JSON = "yaml-not-json"
     # Version (SPEC §13)
-    SPEC_VERSION_0_1 = "SPEC_VERSION_0_1"
-    SPEC_VERSION_UNSUPPORTED = "SPEC_VERSION_UNSUPPORTED"
+    SPEC_VERSION_0_1 = "spec-version-0-1"
+    SPEC_VERSION_UNSUPPORTED = "spec-version-unsupported"
     # JSON Schema (machines/recovery-machine.schema.json)
-    SCHEMA_REQUIRED = "SCHEMA_REQUIRED"
-    SCHEMA_UNKNOWN_FIELD = "SCHEMA_UNKNOWN_FIELD"
-    SCHEMA_TYPE = "SCHEMA_TYPE"
-    SCHEMA_PATTERN = "SCHEMA_PATTERN"
-    SCHEMA_ENUM = "SCHEMA_ENUM"
-    SCHEMA_VIOLATION = "SCHEMA_VIOLATION"
-    STATE_COMPOUND_RESERVED = "STATE_COMPOUND_RESERVED"
+    SCHEMA_REQUIRED = "schema-required"
+    SCHEMA_UNKNOWN_FIELD = "schema-unknown-field"
+    SCHEMA_TYPE = "schema-type"
+    SCHEMA_PATTERN = "schema-pattern"
+    SCHEMA_ENUM = "schema-enum"
+    SCHEMA_VIOLATION = "schema-violation"
+    STATE_COMPOUND_RESERVED = "state-compound-reserved"
     # Structure
-    INITIAL_NOT_A_STATE = "INITIAL_NOT_A_STATE"
-    TARGET_NOT_A_STATE = "TARGET_NOT_A_STATE"
-    FINAL_STATE_ACTS = "FINAL_STATE_ACTS"
-    NO_FINAL_STATE = "NO_FINAL_STATE"
-    UNGUARDED_NOT_LAST = "UNGUARDED_NOT_LAST"
-    MULTIPLE_UNGUARDED = "MULTIPLE_UNGUARDED"
-    UNREACHABLE_STATE = "UNREACHABLE_STATE"
-    DEAD_END_STATE = "DEAD_END_STATE"
-    PACKAGE_NAME_MISMATCH = "PACKAGE_NAME_MISMATCH"
+    INITIAL_NOT_A_STATE = "initial-not-a-state"
+    TARGET_NOT_A_STATE = "target-not-a-state"
+    FINAL_STATE_ACTS = "final-state-acts"
+    NO_FINAL_STATE = "no-final-state"
+    UNGUARDED_NOT_LAST = "unguarded-not-last"
+    MULTIPLE_UNGUARDED = "multiple-unguarded"
+    UNREACHABLE_STATE = "unreachable-state"
+    DEAD_END_STATE = "dead-end-state"
+    PACKAGE_NAME_MISMATCH = "package-name-mismatch"
     # Executable content (SPEC §6.3-6.4, CONFORMANCE L1.4)
-    EXEC_EXPRESSION = "EXEC_EXPRESSION"
-    EXEC_SHELL = "EXEC_SHELL"
-    EXEC_SCRIPT = "EXEC_SCRIPT"
-    EXEC_TEMPLATE = "EXEC_TEMPLATE"
-    EXEC_PROMPT = "EXEC_PROMPT"
-    EXEC_CREDENTIAL = "EXEC_CREDENTIAL"
-    DESTINATION_NOT_STATIC = "DESTINATION_NOT_STATIC"
+    EXEC_EXPRESSION = "exec-expression"
+    EXEC_SHELL = "exec-shell"
+    EXEC_SCRIPT = "exec-script"
+    EXEC_TEMPLATE = "exec-template"
+    EXEC_PROMPT = "exec-prompt"
+    EXEC_CREDENTIAL = "exec-credential"
+    DESTINATION_NOT_STATIC = "destination-not-static"
     # Registry resolution
-    GUARD_UNKNOWN = "GUARD_UNKNOWN"
-    ACTION_UNKNOWN = "ACTION_UNKNOWN"
-    ACTION_PARAMS_INVALID = "ACTION_PARAMS_INVALID"
+    GUARD_UNKNOWN = "guard-unknown"
+    ACTION_UNKNOWN = "action-unknown"
+    ACTION_PARAMS_INVALID = "action-params-invalid"
     # Safety (CONFORMANCE L1.5)
-    RETRY_WITHOUT_NOT_APPLIED_GUARD = "RETRY_WITHOUT_NOT_APPLIED_GUARD"
-    RETRY_IN_ENTRY = "RETRY_IN_ENTRY"
+    RETRY_WITHOUT_NOT_APPLIED_GUARD = "retry-without-not-applied-guard"
+    RETRY_IN_ENTRY = "retry-in-entry"
     # Registry file
-    REGISTRY_INVALID = "REGISTRY_INVALID"
+    REGISTRY_INVALID = "registry-invalid"
     # Selecting the machine of an operation (applies_to, SPEC §8 step 2)
-    NO_MACHINE_APPLIES = "NO_MACHINE_APPLIES"
-    APPLIES_TO_OVERLAP = "APPLIES_TO_OVERLAP"
+    NO_MACHINE_APPLIES = "no-machine-applies"
+    APPLIES_TO_OVERLAP = "applies-to-overlap"
     # Pinning and provenance (SPEC §8.1, §12)
-    LOCK_INVALID = "LOCK_INVALID"
-    PIN_MISSING = "PIN_MISSING"
-    PIN_DIGEST_MISMATCH = "PIN_DIGEST_MISMATCH"
-    SIGNATURE_MISSING = "SIGNATURE_MISSING"
-    SIGNATURE_INVALID = "SIGNATURE_INVALID"
-    SIGNATURE_MALFORMED = "SIGNATURE_MALFORMED"
-    PUBLISHER_MISMATCH = "PUBLISHER_MISMATCH"
-    PUBLISHER_UNTRUSTED = "PUBLISHER_UNTRUSTED"
-    TRUST_CONFIG_INVALID = "TRUST_CONFIG_INVALID"
+    LOCK_INVALID = "lock-invalid"
+    PIN_MISSING = "pin-missing"
+    PIN_DIGEST_MISMATCH = "pin-digest-mismatch"
+    SIGNATURE_MISSING = "signature-missing"
+    SIGNATURE_INVALID = "signature-invalid"
+    SIGNATURE_MALFORMED = "signature-malformed"
+    PUBLISHER_MISMATCH = "publisher-mismatch"
+    PUBLISHER_UNTRUSTED = "publisher-untrusted"
+    TRUST_CONFIG_INVALID = "trust-config-invalid"
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,15 +150,18 @@ class Problem:
 
 
 class MachineError(Exception):
-    """A recovery machine, registry, lock or signature was refused; see `problems`."""
+    """A recovery machine, registry, lock or signature was refused; fix each problem listed
+    (each names its file and location)."""
 
     def __init__(self, problems: tuple[Problem, ...] | list[Problem], message: str = "") -> None:
         self.problems: tuple[Problem, ...] = tuple(problems)
-        head = message or (self.__doc__ or "").strip()
+        # The class docstring is the default message, on one line and without its full
+        # stop, since the problems follow after a colon.
+        head = message or " ".join((self.__doc__ or "").split()).rstrip(".")
         detail = "; ".join(str(p) for p in self.problems[:5])
         more = len(self.problems) - 5
         if more > 0:
-            detail += f"; and {more} more"
+            detail += f"; and {more} more (`recoveryctl validate PATH` lists every one)"
         super().__init__(f"{head}: {detail}" if detail else head)
 
     @property
@@ -166,12 +171,15 @@ class MachineError(Exception):
 
 
 class MachineInvalid(MachineError):
-    """The recovery machine is invalid and was not loaded."""
+    """The recovery machine is invalid and was not loaded; fix each problem listed, then
+    check it with `recoveryctl validate PATH`."""
 
 
 class RegistryInvalid(MachineError):
-    """The administrator registry is invalid and was not loaded."""
+    """The administrator registry is invalid and was not loaded; fix each problem listed,
+    then check it with `recoveryctl validate --registry FILE PATH`."""
 
 
 class ProvenanceError(MachineError):
-    """The machine's pin or publisher signature could not be verified; it was not loaded."""
+    """The machine's pin or publisher signature could not be verified and it was not
+    loaded; `recoveryctl machines verify PATH` names the failing check."""

@@ -296,7 +296,7 @@ def _check_defaults(data: dict[str, Any], out: _Collector) -> None:
             if not isinstance(spec, list):
                 continue
             unguarded = [i for i, t in enumerate(spec) if "guard" not in t]
-            # Two defaults is one defect (MULTIPLE_UNGUARDED), even though the first of
+            # Two defaults is one defect (`multiple-unguarded`), even though the first of
             # them is then necessarily not last.
             for i in unguarded[1:]:
                 out.add(
@@ -392,7 +392,7 @@ def _check_registry(data: dict[str, Any], registry: Registry, out: _Collector) -
                 f"use a registered guard: {guards}",
             )
         kinds = _check_actions(spec.get("actions") or [], f"{path}.actions", registry, out)
-        # An unknown guard is already reported as GUARD_UNKNOWN; one defect, one code.
+        # An unknown guard is already reported as `guard-unknown`; one defect, one code.
         if CapabilityKind.RETRY in kinds and (guard is None or guard in registry.guards):
             guard_spec = registry.guards.get(guard) if guard is not None else None
             if guard_spec is None or not guard_spec.requires_not_applied:

@@ -101,7 +101,7 @@ def test_validate_warns_about_overlapping_machines(
     (twin / "RECOVERY.yaml").write_text(text.replace("name: email-send", "name: email-send-twin"))
     assert main(["validate", "--json", str(CATALOGUE / "email-send"), str(twin)]) == 0
     results = json.loads(capsys.readouterr().out)
-    assert [[w["code"] for w in r["warnings"]] for r in results] == [["APPLIES_TO_OVERLAP"]] * 2
+    assert [[w["code"] for w in r["warnings"]] for r in results] == [["applies-to-overlap"]] * 2
 
 
 def test_redact_replaces_listed_payload_fields_with_a_digest_reference() -> None:

@@ -34,7 +34,7 @@ def test_validate_invalid_machine_exits_one_and_lists_code_location_and_hint(
     assert main(["validate", str(CATALOGUE / "email-send"), str(path)]) == 1
     out = capsys.readouterr().out
     assert "INVALID (1 error)" in out
-    assert "GUARD_UNKNOWN" in out
+    assert "guard-unknown" in out
     assert "states.escalated.on.HUMAN_APPROVED[0].guard" in out
     assert "hint:" in out
 
@@ -53,7 +53,7 @@ def test_validate_json_prints_the_documented_shape(capsys: pytest.CaptureFixture
     assert bad["digest"] is None
     (error,) = bad["errors"]
     assert {"code", "message", "location"} <= set(error)
-    assert error["code"] == "GUARD_UNKNOWN"
+    assert error["code"] == "guard-unknown"
     assert error["location"]["state"] == "escalated"
     assert error["location"]["event"] == "HUMAN_APPROVED"
     assert error["location"]["transition"] == 0
@@ -102,7 +102,7 @@ def test_keygen_lock_sign_verify_round_trip_then_tampering_is_named(
     )
     assert main([*verify, "--json"]) == 1
     (result,) = json.loads(capsys.readouterr().out)
-    assert [e["code"] for e in result["errors"]] == ["PIN_DIGEST_MISMATCH"]
+    assert [e["code"] for e in result["errors"]] == ["pin-digest-mismatch"]
 
 
 def test_lock_refuses_invalid_machine_and_writes_nothing(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Each machine of the invalid corpus has one defect and is refused with the expected code
 at the expected location. The expectation is the file's comment header:
 
-    # expect-code: GUARD_UNKNOWN
+    # expect-code: guard-unknown
     # expect-path: states.escalated.on.HUMAN_APPROVED[0].guard
 """
 

@@ -15,6 +15,9 @@ import yaml
 from machines import (
     CATALOGUE,
     Code,
+    Location,
+    MachineInvalid,
+    Problem,
     Registry,
     RegistryInvalid,
     Severity,
@@ -179,3 +182,17 @@ def test_semantic_finding_on_a_path_with_a_schema_error_is_not_repeated(
     text = VALID.replace("guard: approval.granted", "guard: outcome == found")
     report = validate_text(text, registry)
     assert [p.code for p in report.errors] == [Code.EXEC_EXPRESSION]
+
+
+def test_a_refusal_message_is_one_line_naming_the_file_the_code_and_what_to_do() -> None:
+    problems = [
+        Problem(Code.GUARD_UNKNOWN, f"guard g{i} is unknown", Location(file="m.yaml"), "fix it")
+        for i in range(7)
+    ]
+    message = str(MachineInvalid(problems))
+    assert "\n" not in message
+    assert message.startswith(
+        "The recovery machine is invalid and was not loaded; fix each problem listed, then "
+        "check it with `recoveryctl validate PATH`: m.yaml: guard-unknown: guard g0 is unknown"
+    )
+    assert message.endswith("; and 2 more (`recoveryctl validate PATH` lists every one)")
