@@ -29,11 +29,13 @@ from machines.errors import (
 from machines.event import (
     CheckpointReport,
     ClassifierOutput,
+    DeclaredFacts,
     Event,
     EventError,
     EvidencePayload,
     HumanDecision,
     Lineage,
+    Scope,
     parse_event,
 )
 from machines.guards import STANDARD_GUARDS, GuardContext, GuardResult
@@ -93,6 +95,7 @@ __all__ = [
     "ClassifierOutput",
     "Code",
     "Decision",
+    "DeclaredFacts",
     "Event",
     "EventError",
     "EvidencePayload",
@@ -120,6 +123,7 @@ __all__ = [
     "ProvenanceError",
     "Registry",
     "RegistryInvalid",
+    "Scope",
     "Severity",
     "Simulation",
     "State",

@@ -1,0 +1,303 @@
+"""A capability worker survives a crash: the example of docs/capability-worker.md.
+
+A worker reads `recovery.commands` in its own consumer group, executes each command of
+the capabilities it serves once by command id, and reports the result as an event whose
+causation is the command id. This example shows what that buys when the worker dies:
+
+1. A procurement tool reports TOOL_TIMEOUT, declaring its idempotency key.
+2. Worker 1 answers the verify command "not applied"; the controller commands a retry.
+3. Worker 1 executes the retry (the request is created and the command id is stored
+   with its result), then crashes before reporting. Its consumer never commits the
+   offset of that command.
+4. Worker 2 starts in the same group and gets the command again. It finds the command
+   id in the store, does not create the request a second time, and reports the stored
+   result; the controller completes the operation.
+
+The procurement system and the worker's store are in-memory stand-ins (in a real worker
+the store is a table written in the same transaction as the effect, or the downstream
+system's own idempotency key); the crash is simulated by raising an exception that is
+not an `Exception` out of the handler, which leaves `CapabilityWorker.run` without
+committing, as a kill would. Everything else is the real system: Kafka, the controller
+and relay started by `recoveryctl run`, PostgreSQL.
+
+Run it against the local stack (docs/capability-worker.md, "Run the example"):
+
+    RECOVERY_CONTROLLER_POLICY_PATH=docs/examples/policy.yaml recoveryctl run \\
+        --migrate --create-topics &
+    python docs/examples/capability_worker.py
+
+Services come from `--bootstrap` / `--database-url`, else RECOVERY_KAFKA_BOOTSTRAP /
+RECOVERY_DATABASE_URL. Exit status 0 only if every step above happened; 1 otherwise,
+2 when no services are named. The database is read only to show and check what the
+controller decided; a worker never needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal
+
+from ledger import PostgresLedger, UnknownOperation
+from machines import DeclaredFacts, EvidencePayload, Lineage, Scope
+from producers import ActionResult, CapabilityWorker, EventPublisher, Handler, RecoveryClient
+from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, CapabilityCommand
+
+TOOL: Final = "coupa-integration"
+WORKER: Final = "coupa-worker"
+VERIFIER: Final = "coupa-status-api"  # the verifier identity the policy trusts
+GROUP: Final = "guide-capability-worker"  # the workers' own consumer group
+MACHINE_NAME: Final = "procurement-request"
+MACHINE_VERSION: Final = "1.0.0"
+VERIFY: Final = "procurement.verify-request"
+CREATE: Final = "procurement.create-request"
+EXPECTED_PATH: Final = ("failure-reported", "verifying", "retrying", "completed")
+
+
+def say(text: str) -> None:
+    """One step of the story on stdout (worker threads print too)."""
+    print(text, flush=True)
+
+
+class SimulatedCrash(BaseException):
+    """Raised by a handler to stand for the process dying: not an `Exception`, so the
+    worker neither reports a failure nor commits; `run` unwinds and closes its consumer."""
+
+
+class Procurement:
+    """The downstream system: requests by idempotency key, and a status lookup."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: dict[str, str] = {}
+        self.created = 0
+
+    def create(self, key: str) -> str:
+        """Create the request under `key`, or return the one already there."""
+        with self._lock:
+            if key not in self.requests:
+                self.created += 1
+                self.requests[key] = f"REQ-{self.created:05d}"
+            return self.requests[key]
+
+    def lookup(self, key: str) -> str | None:
+        """The request created under `key`, if any."""
+        with self._lock:
+            return self.requests.get(key)
+
+
+class Handlers:
+    """The worker's handlers and its store of executed commands, shared by worker 1 and
+    worker 2 as a database would be: it outlives the process that crashed."""
+
+    def __init__(self, system: Procurement, operation_id: str) -> None:
+        self.system = system
+        self.operation_id = operation_id
+        self.executed: dict[str, ActionResult] = {}  # command id -> result (durable)
+        self.deliveries: Counter[str] = Counter()
+        self.crash_after_effect = True
+        self.name = "worker-1"
+
+    def table(self) -> Mapping[str, Handler]:
+        """Capability -> handler, for `CapabilityWorker`."""
+        return {VERIFY: self.verify, CREATE: self.create}
+
+    def verify(self, command: CapabilityCommand) -> ActionResult | None:
+        """A read: safe to repeat, so it needs no store."""
+        if command.operation_id != self.operation_id:
+            return None  # the stand-in system knows only this run's request
+        key = command.idempotency_key or ""
+        outcome: Literal["applied", "not_applied"] = (
+            "applied" if self.system.lookup(key) else "not_applied"
+        )
+        say(f"{self.name}: verify {command.command_id}: {outcome}")
+        return ActionResult(
+            succeeded=True,
+            evidence=EvidencePayload(
+                outcome=outcome, verifier=VERIFIER, reference=f"coupa-status:{key}"
+            ),
+        )
+
+    def create(self, command: CapabilityCommand) -> ActionResult | None:
+        """An effect: executed once per command id, whatever the deliveries."""
+        if command.operation_id != self.operation_id:
+            return None
+        self.deliveries[command.command_id] += 1
+        stored = self.executed.get(command.command_id)
+        if stored is not None:
+            say(
+                f"{self.name}: {command.command_id} redelivered; already executed, "
+                "reporting the stored result"
+            )
+            return stored
+        if command.idempotency_key is None:
+            return ActionResult(succeeded=False, evidence_ref="coupa:no-idempotency-key")
+        request = self.system.create(command.idempotency_key)
+        result = ActionResult(succeeded=True, evidence_ref=f"coupa:request:{request}")
+        self.executed[command.command_id] = result  # with the effect, atomically
+        say(
+            f"{self.name}: executed {command.command_id}: created {request} "
+            f"with key {command.idempotency_key}"
+        )
+        if self.crash_after_effect:
+            self.crash_after_effect = False
+            say(f"{self.name}: crashing before reporting the result")
+            raise SimulatedCrash
+        return result
+
+
+def start_worker(bootstrap: str, handlers: Handlers, stop: threading.Event) -> threading.Thread:
+    """One worker process, as a thread: its own publisher, consumer and dedupe window."""
+
+    def run() -> None:
+        with EventPublisher(bootstrap) as publisher:
+            worker = CapabilityWorker(
+                bootstrap,
+                GROUP,
+                RecoveryClient(publisher, WORKER),
+                handlers.table(),
+                poll_timeout=0.2,
+            )
+            try:
+                stats = worker.run(stop)
+            except SimulatedCrash:
+                say(f"{handlers.name}: gone; the offset of its last command is not committed")
+                return
+            say(
+                f"{handlers.name}: stopped after {stats.executed} command(s), "
+                f"{stats.reported} result(s) reported"
+            )
+
+    thread = threading.Thread(target=run, name=handlers.name)
+    thread.start()
+    return thread
+
+
+def report_timeout(bootstrap: str, operation_id: str, key: str) -> None:
+    """The tool: the call with `key` timed out; report it, declaring the key."""
+    with EventPublisher(bootstrap) as publisher:
+        RecoveryClient(publisher, TOOL).publish_event(
+            "TOOL_TIMEOUT",
+            operation_id=operation_id,
+            correlation_id=f"corr-{operation_id}",
+            machine_name=MACHINE_NAME,
+            machine_version=MACHINE_VERSION,
+            lineage=Lineage(
+                agent="procurement-agent",
+                task=f"restock-{operation_id}",
+                initiating_principal="alice@example.com",
+            ),
+            evidence_ref=f"coupa:call:{key}",
+            facts=DeclaredFacts(idempotency_key=key, status_api=True),
+            scope=Scope(capability=CREATE, tool="coupa", environment="production"),
+        )
+    say(f"tool: reported TOOL_TIMEOUT for {operation_id} (idempotency key {key})")
+
+
+def state_of(ledger: PostgresLedger, operation_id: str) -> str | None:
+    """The operation's state in the ledger, None before the controller opened it."""
+    try:
+        return ledger.operation(operation_id).state
+    except UnknownOperation:
+        return None
+
+
+def wait_until(what: str, condition: Any, timeout: float) -> bool:
+    """Poll `condition()` until true or `timeout` seconds; say so when it never was."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    say(f"timed out after {timeout:.0f}s waiting for {what}")
+    return False
+
+
+def check(decisions: Sequence[Mapping[str, Any]], handlers: Handlers) -> list[str]:
+    """What went other than the guide says (empty when all is well); prints the ledger."""
+    path: list[str] = []
+    for d in decisions:
+        event = d["event"]
+        say(
+            f"ledger: {event['type']} (event {event['id']}, causation {event['causation']}): "
+            f"{d['state_before']} -> {d['state_after']}"
+        )
+        path.extend([str(d["state_before"])] if not path else [])
+        if d["state_after"] != path[-1]:
+            path.append(str(d["state_after"]))
+    problems = []
+    if tuple(path) != EXPECTED_PATH:
+        problems.append(f"path {' -> '.join(path) or '(none)'}, expected {EXPECTED_PATH}")
+    retries = [c for c, n in handlers.deliveries.items() if n == 2]
+    if len(handlers.deliveries) != 1 or len(retries) != 1:
+        problems.append(f"retry deliveries {dict(handlers.deliveries)}, expected one command twice")
+    results = [d["event"] for d in decisions if d["event"]["type"] == "RETRY_SUCCEEDED"]
+    if retries and [(e["id"], e["causation"]) for e in results] != [
+        (f"result:{retries[0]}", retries[0])
+    ]:
+        problems.append(f"retry results {results}, expected one caused by {retries[0]}")
+    if handlers.system.created != 1:
+        problems.append(f"{handlers.system.created} requests created, expected 1")
+    return problems
+
+
+def play(bootstrap: str, database_url: str, timeout: float) -> int:
+    """Run the scenario; 0 when it went as the guide says."""
+    operation_id = f"op-worker-{uuid.uuid4().hex[:8]}"
+    handlers = Handlers(Procurement(), operation_id)
+    stop = threading.Event()
+    ledger = PostgresLedger(database_url, min_size=1, max_size=1)
+    try:
+        first = start_worker(bootstrap, handlers, stop)
+        report_timeout(bootstrap, operation_id, key=f"req-{operation_id}")
+        crashed = wait_until("worker 1 to crash", lambda: not first.is_alive(), timeout)
+        if crashed:
+            handlers.name = "worker-2"
+            say("worker-2: starting in the same group")
+            second = start_worker(bootstrap, handlers, stop)
+            wait_until(
+                "the operation to complete",
+                lambda: state_of(ledger, operation_id) == EXPECTED_PATH[-1],
+                timeout,
+            )
+            stop.set()
+            second.join(timeout=30)
+        stop.set()
+        first.join(timeout=30)
+        problems = check(ledger.decisions(operation_id), handlers)
+    finally:
+        stop.set()
+        ledger.close()
+    for problem in problems:
+        say(f"FAILED: {problem}")
+    if problems:
+        return 1
+    say("OK: the retry ran once across the crash, its result was reported once, completed")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the flags, then play the scenario."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--bootstrap", default=os.environ.get(ENV_KAFKA_BOOTSTRAP))
+    parser.add_argument("--database-url", default=os.environ.get(ENV_DATABASE_URL))
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+    args = parser.parse_args(argv)
+    if not args.bootstrap or not args.database_url:
+        print(
+            f"pass --bootstrap and --database-url, or set {ENV_KAFKA_BOOTSTRAP} and "
+            f"{ENV_DATABASE_URL} (ops/dev up prints both)",
+            file=sys.stderr,
+        )
+        return 2
+    return play(args.bootstrap, args.database_url, args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

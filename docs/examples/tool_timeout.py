@@ -1,0 +1,261 @@
+"""A procurement tool reports a timeout, end to end: the example of docs/tool-integration.md.
+
+What a CONFORMANCE Level 2 tool integration does, step by step:
+
+1. It declares an idempotency key *before* it calls the procurement API and sends the
+   key with the call (a key minted after a timeout protects nothing).
+2. The call times out. The tool cannot know whether the request landed, so it reports
+   TOOL_TIMEOUT for the operation and declares its facts once, on that first event: the
+   key, a side effect possible but not confirmed, a status API, cancellation supported.
+3. The controller commands `procurement.verify-request`. The tool's verifier looks the
+   key up in the status API, finds nothing and answers "not applied" as the verifier
+   identity the policy trusts (`docs/examples/policy.yaml`).
+4. With authoritative not-applied evidence and a declared key, the controller commands
+   the retry `procurement.create-request`, carrying the same key; the worker resubmits
+   with it and reports success, and the controller completes the operation.
+
+The procurement API is an in-memory stand-in (`ProcurementApi`); everything else is the
+real system: Kafka, the controller and relay started by `recoveryctl run`, PostgreSQL.
+The tool and its worker are two components that would be two processes; here they are
+two threads of one, each with its own `EventPublisher` (a publisher is not thread-safe).
+
+Run it against the local stack (docs/tool-integration.md, "Run the example"):
+
+    RECOVERY_CONTROLLER_POLICY_PATH=docs/examples/policy.yaml recoveryctl run \\
+        --migrate --create-topics &
+    python docs/examples/tool_timeout.py
+
+Services come from `--bootstrap` / `--database-url`, else RECOVERY_KAFKA_BOOTSTRAP /
+RECOVERY_DATABASE_URL. Exit status 0 only if every step above happened; 1 otherwise,
+2 when no services are named. The database is read only to show and check what the
+controller decided; a tool never needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal
+
+from ledger import PostgresLedger, UnknownOperation
+from machines import DeclaredFacts, EvidencePayload, Lineage, Scope
+from producers import ActionResult, CapabilityWorker, EventPublisher, Handler, RecoveryClient
+from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, CapabilityCommand
+
+TOOL: Final = "coupa-integration"  # the tool integration's producer identity
+WORKER: Final = "coupa-worker"  # the capability worker's producer identity
+VERIFIER: Final = "coupa-status-api"  # the verifier identity the policy trusts
+WORKER_GROUP: Final = "guide-tool-timeout-worker"
+MACHINE_NAME: Final = "procurement-request"
+MACHINE_VERSION: Final = "1.0.0"
+CAPABILITY: Final = "procurement.create-request"
+EXPECTED_PATH: Final = ("failure-reported", "verifying", "retrying", "completed")
+
+
+def say(text: str) -> None:
+    """One step of the story on stdout (the worker thread prints too)."""
+    print(text, flush=True)
+
+
+class ProcurementApi:
+    """An in-memory procurement system: requests by idempotency key, a status lookup."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: dict[str, str] = {}  # idempotency key -> request id
+        self.landed = 0  # create calls that reached the system
+
+    def create(self, key: str, item: str, *, lose_it: bool = False) -> str:
+        """Create a request under `key`, or return the one already created under it.
+        With `lose_it` the call times out before it reaches the system."""
+        if lose_it:
+            raise TimeoutError(f"procurement API: no response for {key} within 30 s")
+        with self._lock:
+            self.landed += 1
+            return self.requests.setdefault(key, f"REQ-{len(self.requests) + 1:05d} ({item})")
+
+    def lookup(self, key: str) -> str | None:
+        """The status API: the request created under `key`, if any."""
+        with self._lock:
+            return self.requests.get(key)
+
+
+class Worker:
+    """The handlers of the two capabilities the procurement machine commands."""
+
+    def __init__(self, api: ProcurementApi, operation_id: str) -> None:
+        self.api = api
+        self.operation_id = operation_id
+        self.commands: list[CapabilityCommand] = []
+
+    def handlers(self) -> Mapping[str, Handler]:
+        """Capability -> handler, for `CapabilityWorker`."""
+        return {"procurement.verify-request": self.verify, CAPABILITY: self.retry}
+
+    def verify(self, command: CapabilityCommand) -> ActionResult | None:
+        """Ask the status API by the command's idempotency key; report what it says."""
+        if command.operation_id != self.operation_id:
+            return None  # this stand-in API knows only this run's request (see the guide)
+        self.commands.append(command)
+        key = command.idempotency_key
+        if key is None:  # nothing to look up by: the verification is unavailable
+            return ActionResult(succeeded=False, evidence_ref=f"coupa-status:{command.command_id}")
+        found = self.api.lookup(key)
+        outcome: Literal["applied", "not_applied"] = "applied" if found else "not_applied"
+        seen = f"found {found}" if found else f"no request under {key}"
+        say(f"worker: verify {command.command_id}: status API has {seen}: {outcome}")
+        return ActionResult(
+            succeeded=True,
+            evidence=EvidencePayload(
+                outcome=outcome, verifier=VERIFIER, reference=f"coupa-status:{key}"
+            ),
+        )
+
+    def retry(self, command: CapabilityCommand) -> ActionResult | None:
+        """Resubmit the request with the command's idempotency key (never a new one)."""
+        if command.operation_id != self.operation_id:
+            return None
+        self.commands.append(command)
+        key = command.idempotency_key
+        if key is None:
+            return ActionResult(succeeded=False, evidence_ref="coupa:no-idempotency-key")
+        request = self.api.create(key, "12 laptops")
+        say(f"worker: retry {command.command_id} with idempotency key {key}: created {request}")
+        return ActionResult(succeeded=True, evidence_ref=f"coupa:request:{request}")
+
+
+def report_timeout(tool: RecoveryClient, api: ProcurementApi, operation_id: str, key: str) -> None:
+    """The tool's side: call with a declared key; on a timeout, report TOOL_TIMEOUT."""
+    lineage = Lineage(
+        agent="procurement-agent",
+        task=f"restock-{operation_id}",
+        initiating_principal="alice@example.com",
+    )
+    say(f"tool: calling {CAPABILITY} with idempotency key {key}")
+    try:
+        api.create(key, "12 laptops", lose_it=True)
+    except TimeoutError as exc:
+        say(f"tool: {exc}; the effect is unknown")
+    event = tool.publish_event(
+        "TOOL_TIMEOUT",
+        operation_id=operation_id,
+        correlation_id=f"corr-{operation_id}",
+        machine_name=MACHINE_NAME,
+        machine_version=MACHINE_VERSION,
+        lineage=lineage,
+        evidence_ref=f"coupa:call:{key}",
+        facts=DeclaredFacts(
+            idempotency_key=key,
+            side_effect_possible=True,
+            side_effect_confirmed=False,
+            compensation_supported=True,
+            status_api=True,
+        ),
+        scope=Scope(capability=CAPABILITY, tool="coupa", environment="production"),
+    )
+    tool.flush()  # raises DeliveryFailed unless the broker acknowledged it
+    say(f"tool: reported TOOL_TIMEOUT {event.event_id} for operation {operation_id}")
+
+
+def wait_for_state(ledger: PostgresLedger, operation_id: str, final: str, timeout: float) -> None:
+    """Print the operation's state as it changes until it is `final` or time is up."""
+    deadline, last = time.monotonic() + timeout, None
+    while time.monotonic() < deadline and last != final:
+        try:
+            state: str | None = ledger.operation(operation_id).state
+        except UnknownOperation:
+            state = None
+        if state is not None and state != last:
+            say(f"controller: operation {operation_id} is {state}")
+            last = state
+        time.sleep(0.2)
+
+
+def recorded_path(decisions: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The states the ledger's decisions went through; prints each decision."""
+    path: list[str] = []
+    for d in decisions:
+        say(f"ledger: {d['event']['type']}: {d['state_before']} -> {d['state_after']}")
+        if not path:
+            path.append(str(d["state_before"]))
+        if d["state_after"] != path[-1]:
+            path.append(str(d["state_after"]))
+    return tuple(path)
+
+
+def check(path: tuple[str, ...], worker: Worker, api: ProcurementApi, key: str) -> list[str]:
+    """What went other than the guide says (empty when all is well)."""
+    problems = []
+    if path != EXPECTED_PATH:
+        problems.append(f"path {' -> '.join(path) or '(none)'}, expected {EXPECTED_PATH}")
+    kinds = [(c.capability, c.idempotency_key) for c in worker.commands]
+    if kinds != [("procurement.verify-request", key), (CAPABILITY, key)]:
+        problems.append(f"commands executed: {kinds}")
+    if api.requests != {key: api.requests.get(key)} or api.landed != 1:
+        problems.append(f"procurement requests {api.requests} after {api.landed} create(s)")
+    return problems
+
+
+def play(bootstrap: str, database_url: str, timeout: float) -> int:
+    """Run the scenario; 0 when it went as the guide says."""
+    operation_id = f"op-procurement-{uuid.uuid4().hex[:8]}"
+    key = f"req-{operation_id}"  # declared before the call, kept for every retry
+    api = ProcurementApi()
+    worker = Worker(api, operation_id)
+    stop = threading.Event()
+    ledger = PostgresLedger(database_url, min_size=1, max_size=1)
+    with (
+        EventPublisher(bootstrap) as tool_publisher,
+        EventPublisher(bootstrap) as worker_publisher,
+    ):
+        runner = CapabilityWorker(
+            bootstrap,
+            WORKER_GROUP,
+            RecoveryClient(worker_publisher, WORKER),
+            worker.handlers(),
+            poll_timeout=0.2,
+        )
+        thread = threading.Thread(target=runner.run, args=(stop,), name="worker")
+        thread.start()
+        try:
+            report_timeout(RecoveryClient(tool_publisher, TOOL), api, operation_id, key)
+            wait_for_state(ledger, operation_id, EXPECTED_PATH[-1], timeout)
+        finally:
+            stop.set()
+            thread.join(timeout=30)
+    try:
+        problems = check(recorded_path(ledger.decisions(operation_id)), worker, api, key)
+    finally:
+        ledger.close()
+    for problem in problems:
+        say(f"FAILED: {problem}")
+    if problems:
+        return 1
+    say(f"OK: verified not applied, retried once with {key}, completed")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the flags, then play the scenario."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--bootstrap", default=os.environ.get(ENV_KAFKA_BOOTSTRAP))
+    parser.add_argument("--database-url", default=os.environ.get(ENV_DATABASE_URL))
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+    args = parser.parse_args(argv)
+    if not args.bootstrap or not args.database_url:
+        print(
+            f"pass --bootstrap and --database-url, or set {ENV_KAFKA_BOOTSTRAP} and "
+            f"{ENV_DATABASE_URL} (ops/dev up prints both)",
+            file=sys.stderr,
+        )
+        return 2
+    return play(args.bootstrap, args.database_url, args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
