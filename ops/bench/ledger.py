@@ -1,4 +1,4 @@
-"""Benchmark of the Action Ledger against the real server: `python -m ops.bench_ledger`.
+"""Benchmark of the Action Ledger against the real server: `python -m ops.bench.ledger`.
 
 Builds realistic batches with the real decision core on a catalogue machine (per
 operation: a tool timeout that invokes a capability, a trusted verification, a rejected
@@ -48,7 +48,7 @@ from machines import CATALOGUE, Machine, Registry, load_catalogue, load_registry
 from machines.decision import apply, decide
 from machines.policy import Policy
 from machines.view import LineageStatus, OperationView, ToolFacts, new_view
-from ops.bench_core import T0, bench_event
+from ops.bench.core import T0, bench_event
 from ops.postgres import start_postgres
 from ops.settings import ENV_DATABASE_URL
 
@@ -250,7 +250,7 @@ def _report(
 
 def main() -> None:
     """Parse arguments, find or start a server, run the benchmark."""
-    parser = argparse.ArgumentParser(prog="python -m ops.bench_ledger", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ops.bench.ledger", description=__doc__)
     parser.add_argument("--database-url", default=os.environ.get(ENV_DATABASE_URL))
     parser.add_argument("--operations", type=int, default=10_000)
     parser.add_argument("--batch-size", type=int, default=500)

@@ -1,4 +1,4 @@
-"""Benchmark of the decision core alone: `python -m ops.bench_core`.
+"""Benchmark of the decision core alone: `python -m ops.bench.core`.
 
 Replays realistic recovery sequences of every catalogue machine (timeouts, trusted
 verifications, retries, duplicates, rejected events, escalations) once to capture each
@@ -44,7 +44,7 @@ def bench_event(
 ) -> Event:
     """Event `index` of operation `op`'s benchmark story: `kind` from the tool
     integration, or, with a verification `outcome`, from the trusted verifier-1. Shared
-    with `ops.bench_ledger`, so both benchmarks replay the same events."""
+    with `ops.bench.ledger`, so both benchmarks replay the same events."""
     evidence = (
         EvidencePayload(outcome=outcome, verifier="verifier-1", reference=f"ref://{op}/{index}")  # type: ignore[arg-type]
         if outcome is not None
@@ -117,7 +117,7 @@ def _rate(
 
 def main() -> None:
     """Run the benchmark and print the figures."""
-    parser = argparse.ArgumentParser(prog="python -m ops.bench_core", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ops.bench.core", description=__doc__)
     parser.add_argument("--seconds", type=float, default=3.0, help="time per measurement")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
