@@ -14,11 +14,23 @@ import os
 import time
 from datetime import UTC, datetime, timedelta
 
-from machines import CATALOGUE, Machine, Registry, load_catalogue, load_registry
-from machines.decision import apply, decide
-from machines.event import Event, EvidencePayload, Lineage
-from machines.policy import Policy
-from machines.view import LineageStatus, OperationView, ToolFacts, new_view
+from machines import (
+    CATALOGUE,
+    Event,
+    EvidencePayload,
+    Lineage,
+    LineageStatus,
+    Machine,
+    OperationView,
+    Policy,
+    Registry,
+    ToolFacts,
+    apply,
+    decide,
+    load_catalogue,
+    load_registry,
+    new_view,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

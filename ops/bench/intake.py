@@ -29,12 +29,9 @@ from datetime import UTC, datetime
 
 from opentelemetry import metrics, trace
 
-from consumer.batch import Rules, openings, operation_ids, plan_batch_of
-from consumer.intake import Intake, RawRecord
-from consumer.metrics import ControllerMetrics
-from consumer.tracing import BatchTracer
-from ledger import MemoryLedger
-from ledger.records import plan_batch
+from consumer import BatchTracer, ControllerMetrics, Intake, RawRecord, Rules, plan_batch_of
+from consumer.batch import openings, operation_ids
+from ledger import MemoryLedger, plan_batch
 from machines import load_policy
 from ops.bench.workload import BENCH_POLICY, WorkloadSpec, generate, pinned_machines
 from schemas import TRACEPARENT

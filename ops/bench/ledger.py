@@ -47,10 +47,20 @@ from ledger import (
     migrate_database,
     with_database,
 )
-from machines import CATALOGUE, Machine, Registry, load_catalogue, load_registry
-from machines.decision import apply, decide
-from machines.policy import Policy
-from machines.view import LineageStatus, OperationView, ToolFacts, new_view
+from machines import (
+    CATALOGUE,
+    LineageStatus,
+    Machine,
+    OperationView,
+    Policy,
+    Registry,
+    ToolFacts,
+    apply,
+    decide,
+    load_catalogue,
+    load_registry,
+    new_view,
+)
 from ops.bench.core import T0, bench_event
 from ops.postgres import start_postgres
 from ops.settings import ENV_DATABASE_URL

@@ -33,8 +33,7 @@ from pathlib import Path
 
 import psycopg
 
-from ledger import migrate_database
-from ledger.admin import create_database, drop_database, with_database
+from ledger import create_database, drop_database, migrate_database, with_database
 from ledger.outbox_watch import OutboxWatch
 from ops.postgres import start_postgres
 from ops.settings import ENV_DATABASE_URL

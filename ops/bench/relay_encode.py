@@ -50,12 +50,12 @@ from opentelemetry import metrics, trace
 from consumer import ControllerSettings, Intake, RawRecord, load_rules, plan_batch_of
 from consumer.batch import openings, operation_ids, positions_for
 from ledger import MemoryLedger, OutboxRecord
-from machines.event import Lineage
+from machines import Lineage
 from ops.bench.baseline_pipeline import delete_topics
 from ops.bench.workload import BENCH_POLICY, WorkloadSpec, generate
+from producers import TopicNames, provision
 from producers.encoding import EncodedRecord, RecordEncoder
 from producers.relay import LineageCache, OutboxRelay, lineage_from_ledger
-from producers.topics import TopicNames, provision
 
 _TOPIC = "recovery.events"
 _GROUP = "bench-relay-encode"
