@@ -48,10 +48,8 @@ class ControllerSettings(BaseModel):
     batch_max_wait_ms: int = Field(default=200, ge=1, le=60_000)
     # librdkafka's prefetch buffer (the consumer's one queue), in KiB: bounds memory held
     # by records fetched but not yet handed to a batch. 4 MiB is ten full batches of
-    # typical records; with 16 MiB the controller's peak RSS rose by 32 MB once a backlog
-    # was deep enough to fill it (recoveryctl bench memory phase: 89.5 MB at 10,000
-    # records, 122-125 MB from 50,000) for no throughput (2,831-3,031 vs 2,944-3,082
-    # records/s drained; 4 MiB: 89.3, 97.2, 97.7 MB at 10,000, 50,000, 200,000).
+    # typical records; a larger buffer only raised the controller's peak memory once a
+    # backlog was deep enough to fill it, and bought no throughput (docs/PERFORMANCE.md).
     max_queued_kbytes: int = Field(default=4_096, ge=64)
     # Larger records are dead-lettered as oversized before they are parsed.
     max_record_bytes: int = Field(default=1024 * 1024, ge=1024)

@@ -1,4 +1,4 @@
-"""Creating and dropping whole ledger databases (benchmarks, provisioning).
+"""Creating and dropping whole ledger databases (provisioning, scratch databases).
 
 Kept in `ledger/` because only this package talks to PostgreSQL; `conninfo` is an
 administrative connection that may create databases.

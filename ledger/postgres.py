@@ -401,12 +401,6 @@ class PostgresLedger(Ledger):
 
         return self._run(f"audit chain of {operation_id}", work)
 
-    def backend_pid(self) -> int:
-        """The server process id of a pooled connection (the only one when the pool has
-        `max_size=1`): `ops.bench_ledger` reads its CPU time when the server runs on the
-        same host."""
-        return self._run("backend pid", lambda conn: conn.info.backend_pid)
-
     def close(self) -> None:
         """Close every pooled connection."""
         self._pool.close()

@@ -19,9 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from ledger.bench_baseline import server_version
+from ops.bench.baseline_pipeline import kafka_versions
+from ops.bench.baseline_sink import server_version
 from ops.bench.runner import LATENCY_STAGES, BenchResult
-from producers.bench_baseline import kafka_versions
 
 __all__ = ["Progress", "machine_description", "render_table", "verdicts", "write_json"]
 

@@ -4,7 +4,7 @@
    (`bench-<run>.recovery.*`, `--partitions` each), so nothing else on the services is
    read or disturbed; both are dropped at the end.
 2. **Baseline**: a backlog of `events` records is loaded, then drained by the bare
-   pipeline (`producers.bench_baseline.run_baseline`) into the same database, three
+   pipeline (`ops.bench.baseline_pipeline.run_baseline`) into the same database, three
    times into emptied tables; the median drain is the baseline.
 3. **Saturation**: the same backlog is drained by one controller and one relay (child
    processes). Throughput = records / (last command readable on the commands topic, or
@@ -35,12 +35,12 @@ from ledger import (
     migrate_database,
     with_database,
 )
-from ledger.bench_baseline import BaselineSink
 from ledger.outbox_watch import OutboxWatch
+from ops.bench.baseline_pipeline import TopicTail, create_topic, delete_topics, run_baseline
+from ops.bench.baseline_sink import BaselineSink
 from ops.bench.roles import BenchError, RoleProcess
 from ops.bench.workload import BENCH_POLICY, BenchRecord, WorkloadSpec, WorkloadStats, generate
 from producers import EventPublisher, provision
-from producers.bench_baseline import TopicTail, create_topic, delete_topics, run_baseline
 from schemas import TopicNames
 
 __all__ = ["LATENCY_STAGES", "BenchConfig", "BenchResult", "run_bench"]

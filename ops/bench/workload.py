@@ -31,14 +31,24 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
-from machines import DEFAULT_REGISTRY, load_policy, load_registry
-from machines.approvals import insecure_test_key, sign_decision
-from machines.decision import Decision, Outcome
-from machines.event import Event, EvidencePayload, HumanDecision, Lineage
-from machines.model import Machine, Registry
-from machines.policy import Policy
+from machines import (
+    DEFAULT_REGISTRY,
+    Decision,
+    Event,
+    EvidencePayload,
+    HumanDecision,
+    Lineage,
+    Machine,
+    Outcome,
+    Policy,
+    Registry,
+    Simulation,
+    load_policy,
+    load_registry,
+    sign_decision,
+)
+from machines.approvals import insecure_test_key
 from machines.provenance import load_locked_machines, load_trusted_publishers
-from machines.simulation import Simulation
 from schemas import (
     CONTENT_TYPE,
     EVENT_ENVELOPE,

@@ -18,7 +18,7 @@ from consumer.batch import operation_ids, positions_for
 from ledger import Batch, MemoryLedger, plan_batch
 from machines import CATALOGUE, Event, load_catalogue, load_registry
 from machines.event import DeclaredFacts
-from ops.bench_ledger import build_batches
+from ops.bench.ledger import build_batches
 from tests.unit.consumer.support import CONTROLLER, FOUND, GROUP, TOPIC, encoded, event, pinned
 
 NOW = event("TOOL_TIMEOUT").event_time + timedelta(minutes=1)

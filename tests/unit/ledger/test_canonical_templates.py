@@ -41,7 +41,7 @@ from machines.view import (
     ToolFacts,
     Verification,
 )
-from ops.bench_ledger import build_batches
+from ops.bench.ledger import build_batches
 from tests.unit.ledger.ledger_support import opened_view
 
 T = datetime(2026, 1, 1, 12, tzinfo=UTC)

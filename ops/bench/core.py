@@ -1,4 +1,4 @@
-"""Benchmark of the decision core alone: `python -m ops.bench_core`.
+"""Benchmark of the decision core alone: `python -m ops.bench.core`.
 
 Replays realistic recovery sequences of every catalogue machine (timeouts, trusted
 verifications, retries, duplicates, rejected events, escalations) once to capture each
@@ -14,11 +14,23 @@ import os
 import time
 from datetime import UTC, datetime, timedelta
 
-from machines import CATALOGUE, Machine, Registry, load_catalogue, load_registry
-from machines.decision import apply, decide
-from machines.event import Event, EvidencePayload, Lineage
-from machines.policy import Policy
-from machines.view import LineageStatus, OperationView, ToolFacts, new_view
+from machines import (
+    CATALOGUE,
+    Event,
+    EvidencePayload,
+    Lineage,
+    LineageStatus,
+    Machine,
+    OperationView,
+    Policy,
+    Registry,
+    ToolFacts,
+    apply,
+    decide,
+    load_catalogue,
+    load_registry,
+    new_view,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -44,7 +56,7 @@ def bench_event(
 ) -> Event:
     """Event `index` of operation `op`'s benchmark story: `kind` from the tool
     integration, or, with a verification `outcome`, from the trusted verifier-1. Shared
-    with `ops.bench_ledger`, so both benchmarks replay the same events."""
+    with `ops.bench.ledger`, so both benchmarks replay the same events."""
     evidence = (
         EvidencePayload(outcome=outcome, verifier="verifier-1", reference=f"ref://{op}/{index}")  # type: ignore[arg-type]
         if outcome is not None
@@ -117,7 +129,7 @@ def _rate(
 
 def main() -> None:
     """Run the benchmark and print the figures."""
-    parser = argparse.ArgumentParser(prog="python -m ops.bench_core", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ops.bench.core", description=__doc__)
     parser.add_argument("--seconds", type=float, default=3.0, help="time per measurement")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):

@@ -1,4 +1,4 @@
-"""Benchmark of the Action Ledger against the real server: `python -m ops.bench_ledger`.
+"""Benchmark of the Action Ledger against the real server: `python -m ops.bench.ledger`.
 
 Builds realistic batches with the real decision core on a catalogue machine (per
 operation: a tool timeout that invokes a capability, a trusted verification, a rejected
@@ -31,6 +31,9 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
+import psycopg
+from psycopg.conninfo import make_conninfo
+
 from consumer.heap import settle_heap
 from ledger import (
     Batch,
@@ -44,11 +47,21 @@ from ledger import (
     migrate_database,
     with_database,
 )
-from machines import CATALOGUE, Machine, Registry, load_catalogue, load_registry
-from machines.decision import apply, decide
-from machines.policy import Policy
-from machines.view import LineageStatus, OperationView, ToolFacts, new_view
-from ops.bench_core import T0, bench_event
+from machines import (
+    CATALOGUE,
+    LineageStatus,
+    Machine,
+    OperationView,
+    Policy,
+    Registry,
+    ToolFacts,
+    apply,
+    decide,
+    load_catalogue,
+    load_registry,
+    new_view,
+)
+from ops.bench.core import T0, bench_event
 from ops.postgres import start_postgres
 from schemas import ENV_DATABASE_URL
 
@@ -132,6 +145,20 @@ class _Totals:
         self.outbox += result.outbox_rows
 
 
+def _backend_pid(url: str, application_name: str) -> int:
+    """The server process of the writer's one pooled connection, found by the
+    `application_name` the writer gave it (the ledger does not expose its connections)."""
+    with psycopg.connect(url, connect_timeout=10) as conn:
+        row = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND datname = "
+            "current_database()",
+            (application_name,),
+        ).fetchone()
+    if row is None:
+        raise RuntimeError(f"no server backend has application_name {application_name!r}")
+    return int(row[0])
+
+
 def _backend_cpu(pid: int) -> float | None:
     """CPU seconds the server process `pid` has run (Linux schedstat), or None when it
     is not a process of this host."""
@@ -160,11 +187,14 @@ def _writer(
     # collector, consumer/heap.py): without this, every full collection walks the
     # whole backlog, about 15% of the writer's CPU that no controller pays.
     settle_heap("bench writer")
-    ledger = PostgresLedger(url, min_size=1, max_size=1)
+    application_name = f"bench-ledger-writer-{partition}-{os.getpid()}"
+    ledger = PostgresLedger(
+        make_conninfo(url, application_name=application_name), min_size=1, max_size=1
+    )
     totals = _Totals()
     try:
         ledger.commit(batches[0])  # warm the connection and the caches
-        backend = ledger.backend_pid()
+        backend = _backend_pid(url, application_name)
         barrier.wait()
         start, cpu, server = time.perf_counter(), time.process_time(), _backend_cpu(backend)
         for batch in batches[1:]:
@@ -250,7 +280,7 @@ def _report(
 
 def main() -> None:
     """Parse arguments, find or start a server, run the benchmark."""
-    parser = argparse.ArgumentParser(prog="python -m ops.bench_ledger", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ops.bench.ledger", description=__doc__)
     parser.add_argument("--database-url", default=os.environ.get(ENV_DATABASE_URL))
     parser.add_argument("--operations", type=int, default=10_000)
     parser.add_argument("--batch-size", type=int, default=500)

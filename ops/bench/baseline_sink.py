@@ -1,4 +1,4 @@
-"""The PostgreSQL side of the benchmark's bare pipeline (`producers.bench_baseline`).
+"""The PostgreSQL side of the benchmark's bare pipeline (`ops.bench.baseline_pipeline`).
 
 `BaselineSink` writes one row per consumed record and the partitions' next offsets in
 one transaction per batch, with `synchronous_commit` on (the server default, never
@@ -8,7 +8,8 @@ controller's guarantees must do. Its two tables live in their own schema,
 not part of the ledger schema and no migration knows them.
 
 The SQL stays here rather than in `ledger/sql/`: those files are the ledger's named
-queries and migrations, and this is a benchmark fixture, not ledger state.
+queries and migrations, and this is a benchmark fixture, not ledger state. It drives
+psycopg directly on purpose, like the Kafka side.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Final, Protocol
 
 import psycopg
 
-from ledger.errors import LedgerError, LedgerUnavailable
+from ledger import LedgerError, LedgerUnavailable
 
 __all__ = ["BaselineSink", "SinkRecord", "server_version"]
 
@@ -51,7 +52,7 @@ _UPSERT_OFFSET: Final = (
 
 
 class SinkRecord(Protocol):
-    """What the sink stores of a consumed record (`producers.bench_baseline.SinkRow`)."""
+    """What the sink stores of a consumed record (`ops.bench.baseline_pipeline.SinkRow`)."""
 
     @property
     def topic(self) -> str: ...

@@ -11,7 +11,7 @@ off:
    it either by NOTIFY (`ledger.outbox_watch.OutboxWatch`) or by polling every
    `--poll-ms`; we report the commit-to-notice latency and the idle queries per second.
 
-Usage: python -m ops.bench_relay [--writers 8] [--seconds 5]. The numbers of one run are
+Usage: python -m ops.bench.relay [--writers 8] [--seconds 5]. The numbers of one run are
 in docs/relay.md. This harness writes raw outbox rows with psycopg, which only the
 ledger package does in the product: it measures the database, not our code.
 """
@@ -33,8 +33,7 @@ from pathlib import Path
 
 import psycopg
 
-from ledger import migrate_database
-from ledger.admin import create_database, drop_database, with_database
+from ledger import create_database, drop_database, migrate_database, with_database
 from ledger.outbox_watch import OutboxWatch
 from ops.postgres import start_postgres
 from schemas import ENV_DATABASE_URL

@@ -1,11 +1,11 @@
-"""The Kafka side of `recoveryctl bench` (`ops.bench`): the bare pipeline the controller
-is compared with, and a tail that timestamps records as they become readable.
+"""The Kafka side of the bare pipeline the controller is compared with, and a tail that
+timestamps records as they become readable.
 
 `run_baseline` is the least work any controller with the controller's durability must
 do per record: read it with a consumer (offsets not committed to Kafka), write one row
 per record and the partitions' next offsets in one PostgreSQL transaction per batch
-(the caller's `BatchSink`, `ledger.bench_baseline.BaselineSink`), and produce one record
-per input record with an idempotent producer and `acks=all`. No decoding, no decision,
+(the caller's `BatchSink`, `ops.bench.baseline_sink.BaselineSink`), and produce one
+record per input record with an idempotent producer and `acks=all`. No decoding, no decision,
 no audit chain, no outbox: its throughput is the ceiling the controller is measured
 against, on the same broker and database, in the same run.
 
@@ -14,8 +14,8 @@ record, when it was first readable: by command id (`recovery-command-id`, which 
 relay sets) on the commands topic, and by count elsewhere. It is how the benchmark
 knows when a command caused by an event became visible.
 
-Only this package and `consumer/` may import `confluent_kafka`; the benchmark's runner
-lives in `ops.bench` and reaches Kafka only through this module and `EventPublisher`.
+It drives confluent_kafka directly on purpose: the baseline is the driver without the
+controller's code (`ops.bench` says why the harness may).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # the typed stub lives here
 
-from producers.errors import ProducersError
+from producers import ProducersError
 from schemas import HEADER_COMMAND_ID, HEADER_RECORD_ID
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""Benchmark of the relay's encode path: `python -m ops.bench_relay_encode`.
+"""Benchmark of the relay's encode path: `python -m ops.bench.relay_encode`.
 
 Builds a realistic outbox the way production does: the `recoveryctl bench` workload
 (`ops.bench.workload`: five catalogue machines, results of every command, signed and
@@ -50,12 +50,12 @@ from opentelemetry import metrics, trace
 from consumer import ControllerSettings, Intake, RawRecord, load_rules, plan_batch_of
 from consumer.batch import openings, operation_ids, positions_for
 from ledger import MemoryLedger, OutboxRecord
-from machines.event import Lineage
+from machines import Lineage
+from ops.bench.baseline_pipeline import delete_topics
 from ops.bench.workload import BENCH_POLICY, WorkloadSpec, generate
-from producers.bench_baseline import delete_topics
+from producers import provision
 from producers.encoding import EncodedRecord, RecordEncoder
 from producers.relay import LineageCache, OutboxRelay, lineage_from_ledger
-from producers.topics import provision
 from schemas import TopicNames
 
 _TOPIC = "recovery.events"

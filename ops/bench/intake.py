@@ -1,4 +1,4 @@
-"""Benchmark of the controller's per-record Python work: `python -m ops.bench_intake`.
+"""Benchmark of the controller's per-record Python work: `python -m ops.bench.intake`.
 
 Generates the `recoveryctl bench` workload (`ops.bench.workload`: Avro records of every
 pinned machine, signed approvals, duplicates, forged approvals, bad records), wraps
@@ -29,12 +29,9 @@ from datetime import UTC, datetime
 
 from opentelemetry import metrics, trace
 
-from consumer.batch import Rules, openings, operation_ids, plan_batch_of
-from consumer.intake import Intake, RawRecord
-from consumer.metrics import ControllerMetrics
-from consumer.tracing import BatchTracer
-from ledger import MemoryLedger
-from ledger.records import plan_batch
+from consumer import BatchTracer, ControllerMetrics, Intake, RawRecord, Rules, plan_batch_of
+from consumer.batch import openings, operation_ids
+from ledger import MemoryLedger, plan_batch
 from machines import load_policy
 from ops.bench.workload import BENCH_POLICY, WorkloadSpec, generate, pinned_machines
 from schemas import TRACEPARENT
@@ -114,7 +111,7 @@ def run_once(records: Sequence[RawRecord], batch: int) -> dict[str, float]:
 
 def main() -> None:
     """Run the benchmark and print the figures."""
-    parser = argparse.ArgumentParser(prog="python -m ops.bench_intake", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ops.bench.intake", description=__doc__)
     parser.add_argument("--events", type=int, default=6000, help="records in the workload")
     parser.add_argument("--batch", type=int, default=500, help="records per batch")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs")
