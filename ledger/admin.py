@@ -12,7 +12,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from ledger.errors import LedgerError, LedgerUnavailable
+from ledger.driver import driver_errors
 
 __all__ = ["create_database", "drop_database", "with_database"]
 
@@ -29,13 +29,12 @@ def drop_database(conninfo: str, name: str) -> None:
 
 
 def _admin(conninfo: str, statement: sql.Composed, name: str) -> None:
-    try:
-        with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
-            conn.execute(statement)
-    except psycopg.OperationalError as exc:
-        raise LedgerUnavailable(f"database {name}: cannot reach the server: {exc}") from exc
-    except psycopg.Error as exc:
-        raise LedgerError(f"database {name}: the server refused: {exc}") from exc
+    lost = "cannot reach the server: check that PostgreSQL is running and the URL is right"
+    with (
+        driver_errors(f"database {name}", lost=lost),
+        psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn,
+    ):
+        conn.execute(statement)
 
 
 def with_database(conninfo: str, database: str) -> str:
