@@ -44,6 +44,7 @@ from ledger.interface import (
     OutboxRecord,
     PartitionClaim,
 )
+from ledger.postgres_arrays import ADAPTERS
 from ledger.postgres_commit import write_batch
 from ledger.postgres_lineage import lineage_row
 from ledger.queries import QUERIES
@@ -133,7 +134,11 @@ class PostgresLedger(Ledger):
             min_size=min_size,
             max_size=max_size,
             timeout=connect_timeout,
-            kwargs={"connect_timeout": max(1, int(connect_timeout)), "options": SESSION_OPTIONS},
+            kwargs={
+                "connect_timeout": max(1, int(connect_timeout)),
+                "options": SESSION_OPTIONS,
+                "context": ADAPTERS,  # the array dumpers the commit's statements take
+            },
             check=self._check,
             open=False,
             name="ledger",
