@@ -4,15 +4,15 @@ One transaction per consumed batch (`commit`; its statements are in
 `ledger.postgres_commit`): check the partition epochs, lock the touched operations in id
 order and check their versions, refuse event ids or nonces stored for something else
 (one pipelined round trip), chain the audit records onto the locked heads, write the
-operations with set-based statements (a second pipelined round trip) and every
-append-only row with COPY. A batch of hundreds of events costs about ten round trips.
+operations and every append-only row with set-based statements over column arrays (a
+second pipelined round trip, which carries COMMIT too when nothing is left to check).
 `synchronous_commit` stays on: a committed batch survives a crash of the server.
 
-Driver errors become ledger errors in one place, `ledger.driver`. A lost connection is retried
-with exponential backoff; as the transaction is all-or-nothing, a retry replays the whole
-batch, and a batch that did commit before the connection dropped is refused on replay by
-the version check (`VersionConflict`), so the caller reloads and resumes from the stored
-offsets. Nothing is ever half-applied.
+Driver errors become ledger errors in one place, `ledger.driver`. A lost connection is
+retried with exponential backoff; as the transaction is all-or-nothing, a retry replays
+the whole batch, and a batch that did commit before the connection dropped is refused on
+replay by the version check (`VersionConflict`), so the caller reloads and resumes from
+the stored offsets. Nothing is ever half-applied.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ def _ledger_adapters() -> AdaptersMap:
 # and so every other connection in the process, stay as psycopg made them.
 ADAPTERS: Final = _ledger_adapters()
 
-# The array class of each column type (the names of `postgres_commit`'s `_COPY_TYPES`;
+# The array class of each column type (the names of `postgres_commit`'s `_TABLE_TYPES`;
 # int4 columns go as bigint).
 _ARRAYS: Final[Mapping[str, type[list[Any]]]] = {
     "text": TextArray,

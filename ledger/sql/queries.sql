@@ -122,43 +122,14 @@ SELECT event_id, operation_id FROM events WHERE event_id = ANY(%(ids)s);
 -- name: existing_nonces
 SELECT nonce, event_id FROM approvals WHERE nonce = ANY(%(nonces)s);
 
--- The append-only rows of a batch, in COPY's binary format: no escaping on either side.
--- The field types are listed with the COPY in ledger/postgres_commit.py (_COPY_TYPES)
--- and must be the columns' own; a json column takes its text as it is.
-
--- name: copy_events
-COPY events (event_id, payload_digest, operation_id, event_type, envelope, source_topic,
-             source_partition, source_offset)
-FROM STDIN (FORMAT binary);
-
--- name: copy_decisions
-COPY decisions (operation_id, sequence, event_id, outcome, state_before, state_after,
-                decided_at, decision)
-FROM STDIN (FORMAT binary);
-
--- name: copy_evidence
-COPY evidence (operation_id, event_id, kind, source, trusted, reference, record)
-FROM STDIN (FORMAT binary);
-
--- name: copy_approvals
-COPY approvals (event_id, operation_id, approver, verdict, state, transition,
-                machine_digest, expires_at, nonce, record)
-FROM STDIN (FORMAT binary);
-
--- name: copy_audit_records
-COPY audit_records (operation_id, sequence, kind, prev_hash, hash, record)
-FROM STDIN (FORMAT binary);
-
--- name: copy_outbox
-COPY outbox (record_id, topic, key, headers, payload, audit_sequence)
-FROM STDIN (FORMAT binary);
-
--- The same rows as plain INSERTs, for a small batch (`ledger.postgres_commit`): they
--- ride in the pipeline of the operations' writes, where six COPYs cost two round trips
--- each and a statement the server parses and sets up every time (a prepared INSERT is
--- parsed and planned once). One binary array per column, as in insert_operations; a
--- json column's text is cast, which checks it as COPY's json input does and stores the
--- text as sent. `unnest` yields the rows in array order, so the outbox ids follow it.
+-- The append-only rows of a batch (`ledger.postgres_commit`), one INSERT per table at
+-- every batch size, in the pipeline of the operations' writes (a prepared INSERT is
+-- parsed and planned once; a COPY costs two round trips and a statement set up every
+-- time, and saved too little per row on large batches to keep as a second path). One
+-- binary array per column, as in insert_operations, whose element types are listed in
+-- ledger/postgres_commit.py (_TABLE_TYPES); a json column's text is cast, which checks
+-- it and stores the text as sent. `unnest` yields the rows in array order, so the outbox
+-- ids follow it.
 
 -- name: insert_events
 INSERT INTO events (event_id, payload_digest, operation_id, event_type, envelope,
