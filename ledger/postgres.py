@@ -126,9 +126,6 @@ class PostgresLedger(Ledger):
         self._retries = retries
         self._backoff = backoff
         self._check = _IdleCheck(PING_AFTER_IDLE_SECONDS)
-        # Which heads statement the next outbox lease runs (`lease_outbox`): a relay
-        # starting on a large backlog begins with the grouped scan.
-        self._few_keys = False
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             conninfo,
             min_size=min_size,
@@ -321,16 +318,15 @@ class PostgresLedger(Ledger):
         lost = "lost the database; the rows stay unpublished and will be leased again"
         with driver_errors("outbox lease", lost=lost), self._pool.connection() as conn:
             with conn.transaction():
+                # No bitmap scans in a lease (see `lease_settings` in queries.sql): with
+                # a few keys waiting, a bitmap heap scan of the unpublished rows pays on
+                # every lease for each row published since the last vacuum.
+                conn.execute(QUERIES["lease_settings"])
                 # Never a server-side prepared statement: after five runs PostgreSQL may
                 # keep a generic plan made while the outbox was empty, which turns
                 # quadratic as the backlog grows (minutes per lease at 90,000 rows).
-                query = "lease_outbox_heads_walk" if self._few_keys else "lease_outbox_heads"
-                heads = conn.execute(QUERIES[query], {"limit": limit}, prepare=False)
+                heads = conn.execute(QUERIES["lease_outbox_heads"], {"limit": limit}, prepare=False)
                 keys = [str(r[0]) for r in heads]
-                # Walk the keys while a lease finds fewer than it may take (few keys
-                # waiting); group the whole backlog once one fills up (many keys). A
-                # wrong guess costs one lease; relays sharing this ledger share the hint.
-                self._few_keys = len(keys) < limit
                 rows = (
                     conn.execute(QUERIES["lease_outbox_rows"], {"keys": keys}).fetchall()
                     if keys

@@ -335,6 +335,17 @@ GROUP BY operation_id ORDER BY level, operation_id;
 -- name: decisions_of
 SELECT decision FROM decisions WHERE operation_id = %(id)s ORDER BY sequence;
 
+-- name: lease_settings
+-- Planner settings of an outbox lease's transaction, sent before lease_outbox_heads.
+-- With a backlog of a few keys the statistics may put the unpublished rows at a few
+-- dozen, and the heads were then read by a bitmap heap scan, which rechecks on the heap
+-- every index entry of a row published since the last vacuum and never marks one dead:
+-- each lease of a relay that keeps up paid for every row published since then. An index
+-- scan marks dead entries as it meets them and skips them afterwards. With a large
+-- backlog the plan is a sequential scan either way. The lease's other statements look
+-- rows up by a bounded list of keys, which index scans serve as well.
+SET LOCAL enable_bitmapscan = off;
+
 -- name: lease_outbox_heads
 -- The oldest unpublished row of up to %(limit)s keys, locked; rows already leased by
 -- another relay are skipped. Holding a key's oldest row blocks every other relay from
@@ -354,48 +365,6 @@ WHERE o.id = ANY (ARRAY(
           WHERE u.published_at IS NULL
           GROUP BY u.key
       ) AS h
-      WHERE NOT EXISTS (
-          SELECT 1 FROM outbox AS x
-          WHERE x.id = h.id AND x.held_at IS NOT NULL AND x.published_at IS NULL
-      )
-      ORDER BY h.id
-      LIMIT %(limit)s
-  ))
-  AND o.published_at IS NULL
-  AND o.held_at IS NULL
-ORDER BY o.id
-FOR UPDATE SKIP LOCKED;
-
--- name: lease_outbox_heads_walk
--- The same heads as lease_outbox_heads (same selection, order, held-key rule and locks),
--- found by walking the partial index of unpublished rows key by key: each step is one
--- descent for the next key's oldest row (ORDER BY key, id LIMIT 1, which only an index
--- scan serves cheaply). For the relay's small passes: with a backlog of a few keys the
--- grouped scan was planned as a bitmap heap scan, which rechecks every index entry of a
--- row published since the last vacuum on the heap and never marks one dead, so each lease
--- paid for every row published since then (server CPU per lease growing from ~0.5 to
--- ~1 ms within 600 small passes, 274 heap pages per lease); an index scan marks dead
--- entries as it meets them and skips them afterwards. Its cost grows with the number of
--- keys (one descent each: 25 ms at 5,000 keys, 3x the grouped scan), so the ledger uses
--- it only while leases find fewer keys than they may take (ledger.postgres).
-WITH RECURSIVE heads AS (
-    (SELECT u.key, u.id FROM outbox AS u
-     WHERE u.published_at IS NULL
-     ORDER BY u.key, u.id
-     LIMIT 1)
-    UNION ALL
-    SELECT n.key, n.id
-    FROM heads AS p, LATERAL (
-        SELECT u.key, u.id FROM outbox AS u
-        WHERE u.published_at IS NULL AND u.key > p.key
-        ORDER BY u.key, u.id
-        LIMIT 1
-    ) AS n
-)
-SELECT o.key
-FROM outbox AS o
-WHERE o.id = ANY (ARRAY(
-      SELECT h.id FROM heads AS h
       WHERE NOT EXISTS (
           SELECT 1 FROM outbox AS x
           WHERE x.id = h.id AND x.held_at IS NOT NULL AND x.published_at IS NULL
