@@ -4,7 +4,13 @@ stored consumer offsets and partition epochs. Only this package imports psycopg.
 
 from __future__ import annotations
 
-from ledger.admin import create_database, drop_database, with_database
+from ledger.admin import (
+    create_database,
+    drop_database,
+    ensure_database,
+    ping_database,
+    with_database,
+)
 from ledger.audit import AuditRecord, ChainBreak, ChainHead, verify_chain
 from ledger.codec import view_from_json, view_to_json
 from ledger.deadletters import DeadLetter, intake_chain_id
@@ -68,11 +74,13 @@ __all__ = [
     "create_database",
     "describe_schema",
     "drop_database",
+    "ensure_database",
     "expected_schema",
     "intake_chain_id",
     "migrate",
     "migrate_database",
     "pending_migrations",
+    "ping_database",
     "plan_batch",
     "require_current_schema",
     "verify_chain",

@@ -1,4 +1,5 @@
-"""Creating and dropping whole ledger databases (provisioning, scratch databases).
+"""Administering the ledger's server: whether it answers, and creating and dropping
+whole ledger databases (provisioning the local stack, test and scratch databases).
 
 Kept in `ledger/` because only this package talks to PostgreSQL; `conninfo` is an
 administrative connection that may create databases.
@@ -12,9 +13,9 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from ledger.errors import LedgerError, LedgerUnavailable
+from ledger.driver import driver_errors
 
-__all__ = ["create_database", "drop_database", "with_database"]
+__all__ = ["create_database", "drop_database", "ensure_database", "ping_database", "with_database"]
 
 
 def create_database(conninfo: str, name: str) -> None:
@@ -28,14 +29,36 @@ def drop_database(conninfo: str, name: str) -> None:
     _admin(conninfo, statement, name)
 
 
+def ensure_database(conninfo: str, name: str) -> None:
+    """Create the empty database `name` unless it exists; raises `LedgerError` if it
+    cannot."""
+    lost = "cannot reach the server: check that PostgreSQL is running and the URL is right"
+    with (
+        driver_errors(f"database {name}", lost=lost),
+        psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn,
+    ):
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if exists is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def ping_database(conninfo: str, *, connect_timeout: int = 2) -> None:
+    """Return once a client connected to `conninfo` and ran `SELECT 1`; raises
+    `LedgerUnavailable` when the server does not answer (not yet started, or gone)."""
+    with (
+        driver_errors("ping", lost="the server does not answer"),
+        psycopg.connect(conninfo, connect_timeout=connect_timeout, autocommit=True) as conn,
+    ):
+        conn.execute("SELECT 1")
+
+
 def _admin(conninfo: str, statement: sql.Composed, name: str) -> None:
-    try:
-        with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
-            conn.execute(statement)
-    except psycopg.OperationalError as exc:
-        raise LedgerUnavailable(f"database {name}: cannot reach the server: {exc}") from exc
-    except psycopg.Error as exc:
-        raise LedgerError(f"database {name}: the server refused: {exc}") from exc
+    lost = "cannot reach the server: check that PostgreSQL is running and the URL is right"
+    with (
+        driver_errors(f"database {name}", lost=lost),
+        psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn,
+    ):
+        conn.execute(statement)
 
 
 def with_database(conninfo: str, database: str) -> str:

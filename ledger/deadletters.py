@@ -15,7 +15,7 @@ two durable traces, written in the same transaction as the stored offset that sk
 
 `plan_dead_letters` is pure and shared by both ledgers; on PostgreSQL, `intake_reads` and
 `intake_writes` lock and move the intake chains inside the batch transaction
-(`ledger.postgres_commit`), whose COPY writes the records and the outbox rows.
+(`ledger.postgres_commit`), whose INSERTs write the records and the outbox rows.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def intake_writes(
     conn: psycopg.Connection[TupleRow], chained: Mapping[str, Sequence[AuditRecord]]
 ) -> None:
     """Queue the move of the intake chain heads to the records `plan_dead_letters`
-    chained; the records and the outbox rows go with the batch's own (COPY)."""
+    chained; the records and the outbox rows go with the batch's own."""
     if not chained:
         return
     conn.execute(

@@ -1,6 +1,6 @@
 """The ledger's exceptions: one base, the docstring is the default message.
 
-Driver errors never leave `ledger/` untranslated: `ledger.postgres` turns them into these
+Driver errors never leave `ledger/` untranslated: `ledger.driver` turns them into these
 in one place (`raise ... from exc`), so callers handle ledger outcomes, not psycopg's.
 """
 

@@ -17,7 +17,8 @@ from importlib import resources
 import psycopg
 from psycopg.rows import TupleRow
 
-from ledger.errors import LedgerUnavailable, MigrationError
+from ledger.driver import driver_errors
+from ledger.errors import MigrationError
 from ledger.queries import QUERIES
 
 __all__ = ["Migration", "MigrationReport", "available_migrations", "migrate", "migrate_database"]
@@ -84,7 +85,9 @@ def migrate(conn: psycopg.Connection[TupleRow]) -> MigrationReport:
     already: list[str] = []
     for migration in available_migrations():
         label = f"{migration.version:04d}_{migration.name}"
-        try:
+        with driver_errors(
+            f"migration {label} failed", lost="nothing of it was applied", every=MigrationError
+        ):
             with conn.transaction():
                 conn.execute(QUERIES["create_migrations_table"])
                 conn.execute(QUERIES["lock_migrations"])
@@ -109,22 +112,16 @@ def migrate(conn: psycopg.Connection[TupleRow]) -> MigrationReport:
                     },
                 )
                 applied.append(label)
-        except psycopg.Error as exc:
-            raise MigrationError(
-                f"migration {label} failed: {exc}; nothing of it was applied"
-            ) from exc
     return MigrationReport(tuple(applied), tuple(already))
 
 
 def migrate_database(conninfo: str) -> MigrationReport:
     """Connect to `conninfo` and apply every pending migration (`recoveryctl db migrate`).
     Raises `LedgerUnavailable` when the server cannot be reached."""
-    try:
+    with driver_errors(
+        "cannot connect to the ledger database to migrate it",
+        lost="check that PostgreSQL is running and the URL is right",
+    ):
         conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
-    except psycopg.OperationalError as exc:
-        raise LedgerUnavailable(
-            f"cannot connect to the ledger database to migrate it: {exc}; check that "
-            "PostgreSQL is running and the URL is right"
-        ) from exc
     with conn:
         return migrate(conn)

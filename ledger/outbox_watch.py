@@ -18,6 +18,7 @@ from typing import Final
 import psycopg
 from psycopg import sql
 
+from ledger.driver import driver_errors
 from ledger.errors import LedgerUnavailable
 
 __all__ = ["OUTBOX_CHANNEL", "OutboxWatch"]
@@ -31,22 +32,22 @@ class OutboxWatch:
     """A LISTEN connection on the outbox channel; not thread-safe (one per relay)."""
 
     def __init__(self, conninfo: str, *, connect_timeout: float = 10.0) -> None:
-        try:
+        with driver_errors(
+            f"outbox watch: cannot LISTEN on {OUTBOX_CHANNEL}",
+            lost="the relay falls back to polling until the database answers",
+            every=LedgerUnavailable,
+        ):
             self._conn = psycopg.connect(
                 conninfo, autocommit=True, connect_timeout=max(1, int(connect_timeout))
             )
             self._conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(OUTBOX_CHANNEL)))
-        except psycopg.Error as exc:
-            raise LedgerUnavailable(
-                f"outbox watch: cannot LISTEN on {OUTBOX_CHANNEL}: {exc}; the relay falls "
-                "back to polling until the database answers"
-            ) from exc
 
     def wait(self, timeout: float) -> bool:
         """Block until at least one notification arrives or `timeout` seconds pass;
         drain every pending notification; return whether any arrived. Raises
         `LedgerUnavailable` when the connection is lost (open a new listener)."""
-        try:
+        lost = "open a new listener"
+        with driver_errors("outbox watch: lost the database", lost=lost, every=LedgerUnavailable):
             woke = False
             for _ in self._conn.notifies(timeout=timeout, stop_after=1):
                 woke = True
@@ -55,18 +56,13 @@ class OutboxWatch:
                 for _ in self._conn.notifies(timeout=0.0):
                     pass
             return woke
-        except psycopg.Error as exc:
-            raise LedgerUnavailable(
-                f"outbox watch: lost the database connection ({exc}); reconnect"
-            ) from exc
 
     def backlog(self) -> int:
         """How many outbox rows are not yet published (all relays together). Raises
         `LedgerUnavailable` when the connection is lost."""
-        try:
+        lost = "open a new listener"
+        with driver_errors("outbox backlog: lost the database", lost=lost, every=LedgerUnavailable):
             row = self._conn.execute(_BACKLOG).fetchone()
-        except psycopg.Error as exc:
-            raise LedgerUnavailable(f"outbox backlog: lost the database ({exc})") from exc
         return 0 if row is None else int(row[0])
 
     def close(self) -> None:

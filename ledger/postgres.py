@@ -4,15 +4,15 @@ One transaction per consumed batch (`commit`; its statements are in
 `ledger.postgres_commit`): check the partition epochs, lock the touched operations in id
 order and check their versions, refuse event ids or nonces stored for something else
 (one pipelined round trip), chain the audit records onto the locked heads, write the
-operations with set-based statements (a second pipelined round trip) and every
-append-only row with COPY. A batch of hundreds of events costs about ten round trips.
+operations and every append-only row with set-based statements over column arrays (a
+second pipelined round trip, which carries COMMIT too when nothing is left to check).
 `synchronous_commit` stays on: a committed batch survives a crash of the server.
 
-Driver errors are translated in one place, `_translate`. A lost connection is retried
-with exponential backoff; as the transaction is all-or-nothing, a retry replays the whole
-batch, and a batch that did commit before the connection dropped is refused on replay by
-the version check (`VersionConflict`), so the caller reloads and resumes from the stored
-offsets. Nothing is ever half-applied.
+Driver errors become ledger errors in one place, `ledger.driver`. A lost connection is
+retried with exponential backoff; as the transaction is all-or-nothing, a retry replays
+the whole batch, and a batch that did commit before the connection dropped is refused on
+replay by the version check (`VersionConflict`), so the caller reloads and resumes from
+the stored offsets. Nothing is ever half-applied.
 """
 
 from __future__ import annotations
@@ -27,21 +27,14 @@ from dataclasses import replace
 from typing import Any, Final, TypeVar
 
 import psycopg
-from psycopg import errors as pg_errors
 from psycopg.rows import TupleRow
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import ConnectionPool
 
 from ledger.audit import AuditRecord, ChainHead
 from ledger.cascade import Arrival, LineageRow, arrival_of, with_lineage
 from ledger.codec import view_from_json
-from ledger.errors import (
-    EventIdReused,
-    LedgerError,
-    LedgerUnavailable,
-    NonceReused,
-    RetryableConflict,
-    UnknownOperation,
-)
+from ledger.driver import DRIVER_ERRORS, driver_errors, translate
+from ledger.errors import LedgerError, LedgerUnavailable, UnknownOperation
 from ledger.interface import (
     CommitResult,
     HeldOutboxRow,
@@ -51,6 +44,7 @@ from ledger.interface import (
     OutboxRecord,
     PartitionClaim,
 )
+from ledger.postgres_arrays import ADAPTERS
 from ledger.postgres_commit import write_batch
 from ledger.postgres_lineage import lineage_row
 from ledger.queries import QUERIES
@@ -132,33 +126,35 @@ class PostgresLedger(Ledger):
         self._retries = retries
         self._backoff = backoff
         self._check = _IdleCheck(PING_AFTER_IDLE_SECONDS)
-        # Which heads statement the next outbox lease runs (`lease_outbox`): a relay
-        # starting on a large backlog begins with the grouped scan.
-        self._few_keys = False
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             conninfo,
             min_size=min_size,
             max_size=max_size,
             timeout=connect_timeout,
-            kwargs={"connect_timeout": max(1, int(connect_timeout)), "options": SESSION_OPTIONS},
+            kwargs={
+                "connect_timeout": max(1, int(connect_timeout)),
+                "options": SESSION_OPTIONS,
+                "context": ADAPTERS,  # the array dumpers the commit's statements take
+            },
             check=self._check,
             open=False,
             name="ledger",
         )
         try:
-            self._pool.open(wait=True, timeout=connect_timeout)
-        except PoolTimeout as exc:
+            with driver_errors(
+                f"cannot connect to the ledger database within {connect_timeout:.0f}s",
+                lost="check that PostgreSQL is running and the URL is right",
+            ):
+                self._pool.open(wait=True, timeout=connect_timeout)
+        except LedgerError:
             self._pool.close()
-            raise LedgerUnavailable(
-                f"cannot connect to the ledger database within {connect_timeout:.0f}s; check "
-                "that PostgreSQL is running and the URL is right"
-            ) from exc
+            raise
 
-    # -- the one place driver errors become ledger errors ---------------------------
+    # -- where driver errors become ledger errors (`ledger.driver`) --------------------
 
     def _run(self, what: str, fn: Callable[[Conn], T]) -> T:
         """Run `fn` on a pooled connection; retry a lost connection with backoff and
-        translate every other driver error."""
+        raise every other driver error as `ledger.driver.translate` names it."""
         delay = self._backoff
         for attempt in range(self._retries + 1):
             try:
@@ -166,24 +162,18 @@ class PostgresLedger(Ledger):
                     result = fn(conn)
                     self._check.used(conn)
                     return result
-            except LedgerError:
-                raise
-            except (pg_errors.SerializationFailure, pg_errors.DeadlockDetected) as exc:
-                raise RetryableConflict(
-                    f"{what}: concurrent writer on the same operations ({exc.sqlstate}); "
-                    "reload the views and decide the batch again"
-                ) from exc
-            except (psycopg.OperationalError, PoolTimeout) as exc:
-                if attempt == self._retries:
-                    raise LedgerUnavailable(
-                        f"{what}: the database stayed unreachable after {attempt + 1} attempts "
-                        f"({exc}); nothing was written; check PostgreSQL and replay from the "
-                        "stored offsets"
-                    ) from exc
+            except DRIVER_ERRORS as exc:
+                error = translate(
+                    what,
+                    exc,
+                    lost=f"the database stayed unreachable after {attempt + 1} attempts; "
+                    "nothing was written; check PostgreSQL and replay from the stored offsets",
+                )
+                # Only a lost connection is worth another attempt, on a fresh connection.
+                if not isinstance(error, LedgerUnavailable) or attempt == self._retries:
+                    raise error from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
-            except psycopg.Error as exc:
-                raise _translate(what, exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
     # -- fencing and offsets ----------------------------------------------------------
@@ -325,18 +315,18 @@ class PostgresLedger(Ledger):
         """See `Ledger.lease_outbox`. The lease is one transaction: the keys' oldest rows
         stay locked while the relay publishes, and the published marks commit at the end
         (an exception rolls them back, so the rows are published again: at-least-once)."""
-        try:
-            with self._pool.connection() as conn, conn.transaction():
+        lost = "lost the database; the rows stay unpublished and will be leased again"
+        with driver_errors("outbox lease", lost=lost), self._pool.connection() as conn:
+            with conn.transaction():
+                # No bitmap scans in a lease (see `lease_settings` in queries.sql): with
+                # a few keys waiting, a bitmap heap scan of the unpublished rows pays on
+                # every lease for each row published since the last vacuum.
+                conn.execute(QUERIES["lease_settings"])
                 # Never a server-side prepared statement: after five runs PostgreSQL may
                 # keep a generic plan made while the outbox was empty, which turns
                 # quadratic as the backlog grows (minutes per lease at 90,000 rows).
-                query = "lease_outbox_heads_walk" if self._few_keys else "lease_outbox_heads"
-                heads = conn.execute(QUERIES[query], {"limit": limit}, prepare=False)
+                heads = conn.execute(QUERIES["lease_outbox_heads"], {"limit": limit}, prepare=False)
                 keys = [str(r[0]) for r in heads]
-                # Walk the keys while a lease finds fewer than it may take (few keys
-                # waiting); group the whole backlog once one fills up (many keys). A
-                # wrong guess costs one lease; relays sharing this ledger share the hint.
-                self._few_keys = len(keys) < limit
                 rows = (
                     conn.execute(QUERIES["lease_outbox_rows"], {"keys": keys}).fetchall()
                     if keys
@@ -350,15 +340,6 @@ class PostgresLedger(Ledger):
                     params = {"id": record_id, "reason": reason, "keys": keys}
                     conn.execute(QUERIES["hold_outbox_row"], params)
                 self._check.used(conn)
-        except LedgerError:
-            raise
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise LedgerUnavailable(
-                f"outbox lease: lost the database ({exc}); the rows stay unpublished and "
-                "will be leased again"
-            ) from exc
-        except psycopg.Error as exc:
-            raise _translate("outbox lease", exc) from exc
 
     def held_outbox(self) -> tuple[HeldOutboxRow, ...]:
         """See `Ledger.held_outbox`."""
@@ -410,18 +391,3 @@ def _outbox_record(row: TupleRow) -> OutboxRecord:
     position, record_id, topic, key, headers, payload, audit_record = row
     body = audit_record if payload is None else json.loads(bytes(payload))
     return OutboxRecord(position, record_id, topic, key, headers, body)
-
-
-def _translate(what: str, exc: psycopg.Error) -> LedgerError:
-    """The ledger error for a driver error that is not a lost connection."""
-    if isinstance(exc, pg_errors.UniqueViolation):
-        constraint = exc.diag.constraint_name or ""
-        if "nonce" in constraint:
-            return NonceReused(
-                f"{what}: an approval nonce is already stored ({exc.diag.message_detail})"
-            )
-        if constraint.startswith("events"):
-            return EventIdReused(
-                f"{what}: an event id is already stored ({exc.diag.message_detail})"
-            )
-    return LedgerError(f"{what}: the database refused it: {exc}")

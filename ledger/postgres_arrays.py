@@ -4,10 +4,11 @@ The commit sends a column's values as one binary array of a fixed element type, 
 by `unnest` on the server (`ledger/postgres_commit.py`). psycopg's generic list dumper
 finds each list's element type on every call (a scan of the list, a dumper lookup, an
 upgraded dumper): with some 50 arrays per small batch that was about a fifth of the
-controller's CPU per commit. A list of one of the classes here is dumped by a dumper
-registered once with its array and element types (psycopg's own way for
-`register_array`), which only packs the values. Registering these classes on psycopg's
-global adapters changes nothing for any other list.
+controller's CPU per commit. A list of one of the classes here is dumped by a dumper that
+knows its array and element types (as psycopg's `register_array` makes them), which only
+packs the values. The dumpers are registered on `ADAPTERS`, the ledger's own adapters
+map, which the ledger's connections are opened with (`PostgresLedger`): nothing is
+registered on psycopg's global adapters, so no other connection in the process changes.
 """
 
 from __future__ import annotations
@@ -19,10 +20,18 @@ from typing import Any, Final
 import psycopg
 from psycopg import postgres
 from psycopg.abc import AdaptContext, Buffer
-from psycopg.adapt import PyFormat
+from psycopg.adapt import AdaptersMap, PyFormat
 from psycopg.types.array import ListBinaryDumper
 
-__all__ = ["BoolArray", "BytesArray", "Int8Array", "TextArray", "TimeArray", "column_arrays"]
+__all__ = [
+    "ADAPTERS",
+    "BoolArray",
+    "BytesArray",
+    "Int8Array",
+    "TextArray",
+    "TimeArray",
+    "column_arrays",
+]
 
 
 class TextArray(list[Any]):
@@ -74,6 +83,26 @@ _LENGTH: Final = struct.Struct("!i")
 _NULL: Final = _LENGTH.pack(-1)
 
 
+class _TextArrayDumper(_ArrayDumper):
+    oid = postgres.types["text"].array_oid
+    element_oid = postgres.types["text"].oid
+
+
+class _Int8ArrayDumper(_ArrayDumper):
+    oid = postgres.types["int8"].array_oid
+    element_oid = postgres.types["int8"].oid
+
+
+class _BoolArrayDumper(_ArrayDumper):
+    oid = postgres.types["bool"].array_oid
+    element_oid = postgres.types["bool"].oid
+
+
+class _TimeArrayDumper(_ArrayDumper):
+    oid = postgres.types["timestamptz"].array_oid
+    element_oid = postgres.types["timestamptz"].oid
+
+
 class _BytesArrayDumper(_ArrayDumper):
     # bytea's dumper by oid is the DB-API `Binary` wrapper's: take the one for bytes.
     oid = postgres.types["bytea"].array_oid
@@ -83,22 +112,22 @@ class _BytesArrayDumper(_ArrayDumper):
         self.sub_dumper = self._tx.adapters.get_dumper(bytes, PyFormat.BINARY)(bytes, self._tx)
 
 
-def _register_arrays() -> None:
-    for cls, element in (
-        (TextArray, "text"),
-        (Int8Array, "int8"),
-        (BoolArray, "bool"),
-        (TimeArray, "timestamptz"),
-    ):
-        info = postgres.types[element]
-        attrs = {"oid": info.array_oid, "element_oid": info.oid}
-        psycopg.adapters.register_dumper(cls, type(f"{cls.__name__}Dumper", (_ArrayDumper,), attrs))
-    psycopg.adapters.register_dumper(BytesArray, _BytesArrayDumper)
+def _ledger_adapters() -> AdaptersMap:
+    adapters = AdaptersMap(psycopg.adapters)
+    adapters.register_dumper(TextArray, _TextArrayDumper)
+    adapters.register_dumper(Int8Array, _Int8ArrayDumper)
+    adapters.register_dumper(BoolArray, _BoolArrayDumper)
+    adapters.register_dumper(TimeArray, _TimeArrayDumper)
+    adapters.register_dumper(BytesArray, _BytesArrayDumper)
+    return adapters
 
 
-_register_arrays()
+# The ledger's own adapters: psycopg's defaults plus the array dumpers above. The
+# ledger's connections copy them (`connect(context=ADAPTERS)`); psycopg's global adapters,
+# and so every other connection in the process, stay as psycopg made them.
+ADAPTERS: Final = _ledger_adapters()
 
-# The array class of each column type (the names of `postgres_commit`'s `_COPY_TYPES`;
+# The array class of each column type (the names of `postgres_commit`'s `_TABLE_TYPES`;
 # int4 columns go as bigint).
 _ARRAYS: Final[Mapping[str, type[list[Any]]]] = {
     "text": TextArray,

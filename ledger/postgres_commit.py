@@ -14,11 +14,11 @@ never deadlock):
 3. One pipelined round trip of set-based writes: the operations the batch opens (with
    their lineage columns), the folded views of those it continues, the lineage columns
    of other rows the step changed, the intake chain heads, the offsets.
-4. The append-only rows (events, decisions, evidence, approvals, audit records, outbox
-   rows): a small batch's as INSERTs in step 3's pipeline, a large one's with COPY
-   (`SMALL_TABLE_ROWS`); then the cascade events the step planned (kept when stored).
-   A small batch that opens no operation sends COMMIT in step 3's round trip too: two
-   round trips in all.
+4. In the same pipeline, the append-only rows (events, decisions, evidence, approvals,
+   audit records, outbox rows): one INSERT over `unnest`ed column arrays per table, at
+   every batch size. Then the cascade events the step planned (kept when stored), and
+   the dead letters that follow them. A batch that opens no operation and cascades
+   nothing sends COMMIT in step 3's round trip too: two round trips in all.
 """
 
 from __future__ import annotations
@@ -112,10 +112,9 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchPlan) -> CommitResult:
         late = bool(plan.cascade) and bool(letters)
         records = [r for rs in (*chained.values(), *intake.values()) for r in rs]
         tables = _append_rows(plan, records, outbox, () if late else letters)
-        small = not plan.cascade and all(len(rows) <= SMALL_TABLE_ROWS for _, rows in tables)
-        # With nothing left to check after the writes (no operation opened, whose insert
-        # another writer may have won; no COPY), COMMIT rides in their round trip.
-        commit_now = small and not any(r.opens for r in plan.operations)
+        # With nothing left to check or write after them (no operation opened, whose
+        # insert another writer may have won; no cascade), COMMIT rides in their round trip.
+        commit_now = not plan.cascade and not any(r.opens for r in plan.operations)
         opened = None
         try:
             with conn.pipeline():
@@ -124,8 +123,7 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchPlan) -> CommitResult:
                 write_lineage(conn, plan, lineage)
                 intake_writes(conn, intake)
                 _store_offsets(conn, batch)
-                if small:
-                    _insert_tables(conn, tables)
+                _insert_tables(conn, tables)
                 if commit_now:
                     transaction.close()
         except psycopg.Error:
@@ -137,12 +135,9 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchPlan) -> CommitResult:
             _opened_first(plan, opened)
             raise
         _check_opened(plan, opened)
-        if not small:
-            for table, rows in tables:
-                _copy(conn, f"copy_{table}", rows)
         cascaded = insert_cascade(conn, plan)
         if late:
-            _copy(conn, "copy_outbox", [_letter_tuple(o) for o in letters])
+            _insert_tables(conn, [("outbox", [_letter_tuple(o) for o in letters])])
     return CommitResult(
         events=len(plan.events),
         decisions=len(plan.decisions),
@@ -165,7 +160,7 @@ def _read(conn: Conn, batch: Batch, plan: BatchPlan, transaction: ExitStack) -> 
     with conn.pipeline():
         # Its BEGIN rides in the reads' round trip. A `Transaction` rather than
         # `conn.transaction()`, which in a pipeline holds the pipeline open until the
-        # transaction ends: a large batch's COPYs cannot run in one.
+        # transaction ends: the commit's round trips stay the ones it asks for.
         transaction.enter_context(psycopg.Transaction(conn))
         epochs = _queue(
             conn,
@@ -425,42 +420,27 @@ def _store_offsets(conn: Conn, batch: Batch) -> None:
         )
 
 
-# A batch whose every table has at most this many append-only rows (the controller's
-# batches of 1-10 events) writes them with INSERTs in the pipeline of the operations'
-# writes; a larger one (`ops.bench_ledger`'s 500 events) with COPY, whose per-row cost
-# is lower once its fixed cost (a statement parsed and set up, two round trips) is paid.
-SMALL_TABLE_ROWS: Final = 64
-
-# The field types of each binary COPY (queries.sql), in column order. Binary COPY saves
-# the text format's escaping and parsing: about 1.7 us of client and 1 us of server CPU
-# per row, some 2,000 rows per 500-event batch. A json column is sent as its text (the
-# server's json receive function checks it); a wrong type here is refused by the server,
-# and the ledger tests write every table.
-_COPY_TYPES: Final[Mapping[str, Sequence[str]]] = {
-    "copy_events": ("text", "text", "text", "text", "text", "text", "int4", "int8"),
-    "copy_decisions": ("text", "int8", "text", "text", "text", "text", "timestamptz", "text"),
-    "copy_evidence": ("text", "text", "text", "text", "bool", "text", "text"),
-    "copy_approvals": (
+# The element types of each `insert_<table>` statement's column arrays (queries.sql), in
+# column order (`column_arrays`). A json column is sent as its text, which the statement
+# casts (the server checks it); a wrong type here is refused by the server, and the
+# ledger tests write every table.
+_TABLE_TYPES: Final[Mapping[str, Sequence[str]]] = {
+    "events": ("text", "text", "text", "text", "text", "text", "int4", "int8"),
+    "decisions": ("text", "int8", "text", "text", "text", "text", "timestamptz", "text"),
+    "evidence": ("text", "text", "text", "text", "bool", "text", "text"),
+    "approvals": (
         *("text", "text", "text", "text", "text", "text", "text"),
         *("timestamptz", "text", "text"),
     ),
-    "copy_audit_records": ("text", "int8", "text", "text", "text", "text"),
-    "copy_outbox": ("text", "text", "text", "text", "bytea", "int8"),
+    "audit_records": ("text", "int8", "text", "text", "text", "text"),
+    "outbox": ("text", "text", "text", "text", "bytea", "int8"),
 }
 
 
-def _copy(conn: Conn, query: str, rows: Sequence[tuple[Any, ...]]) -> None:
-    if rows:
-        with conn.cursor() as cur, cur.copy(QUERIES[query]) as copy:
-            copy.set_types(_COPY_TYPES[query])
-            for row in rows:
-                copy.write_row(row)
-
-
 def _aware(moment: datetime) -> datetime:
-    """`moment` with a time zone: binary COPY cannot send a naive time, which the text
-    format left to the session's zone (UTC on the ledger's servers). Times the core
-    produces carry one; this keeps a naive one from failing the whole batch."""
+    """`moment` with a time zone: a timestamptz array element is sent in binary, which
+    cannot carry a naive time (the text format left it to the session's zone, UTC on the
+    ledger's servers). Times the core produces carry one; this stores a naive one as UTC."""
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
@@ -471,7 +451,7 @@ def _append_rows(
     letters: Sequence[DeadLetterRow],
 ) -> list[tuple[str, list[tuple[Any, ...]]]]:
     """Every append-only row of the batch, per table in write order (events before the
-    rows that reference them) and in the columns of `_COPY_TYPES`; empty tables left out."""
+    rows that reference them) and in the columns of `_TABLE_TYPES`; empty tables left out."""
     tables: list[tuple[str, list[tuple[Any, ...]]]] = [
         ("events", [_event_tuple(e) for e in plan.events]),
         (
@@ -524,10 +504,10 @@ def _append_rows(
 
 
 def _insert_tables(conn: Conn, tables: Sequence[tuple[str, Sequence[tuple[Any, ...]]]]) -> None:
-    """Queue a small batch's append-only rows as one INSERT per table (`insert_<table>`,
-    one array per column named c0, c1, ...) in the open pipeline."""
+    """Write append-only rows as one INSERT per table (`insert_<table>`, one array per
+    column named c0, c1, ...); queued when a pipeline is open."""
     for table, rows in tables:
-        types = _COPY_TYPES[f"copy_{table}"]
+        types = _TABLE_TYPES[table]
         names = [f"c{i}" for i in range(len(types))]
         conn.execute(QUERIES[f"insert_{table}"], column_arrays(names, types, rows))
 

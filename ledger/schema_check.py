@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import psycopg
 
-from ledger.errors import LedgerUnavailable, MigrationError
+from ledger.driver import driver_errors
+from ledger.errors import MigrationError
 from ledger.migrations import available_migrations
 from ledger.queries import QUERIES
 
@@ -22,19 +23,17 @@ def pending_migrations(conninfo: str) -> tuple[str, ...]:
     empty when it is current. Raises `MigrationError` when an applied migration's
     checksum differs from the shipped file or the database has migrations this release
     does not know, and `LedgerUnavailable` when the server cannot be reached."""
-    try:
-        with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
-            exists = conn.execute("SELECT to_regclass('ledger_migrations')").fetchone()
-            rows = (
-                conn.execute(QUERIES["applied_migrations"]).fetchall()
-                if exists is not None and exists[0] is not None
-                else []
-            )
-    except psycopg.OperationalError as exc:
-        raise LedgerUnavailable(
-            f"cannot reach the ledger database to check its migrations: {exc}; check that "
-            "PostgreSQL is running and the URL is right"
-        ) from exc
+    lost = "cannot reach the server: check that PostgreSQL is running and the URL is right"
+    with (
+        driver_errors("checking the ledger database's migrations", lost=lost),
+        psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn,
+    ):
+        exists = conn.execute("SELECT to_regclass('ledger_migrations')").fetchone()
+        rows = (
+            conn.execute(QUERIES["applied_migrations"]).fetchall()
+            if exists is not None and exists[0] is not None
+            else []
+        )
     applied = {int(r[0]): str(r[2]) for r in rows}
     shipped = {m.version: m for m in available_migrations()}
     unknown = sorted(set(applied) - set(shipped))

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import ledger
+from ledger import LedgerError, LedgerUnavailable, ping_database
 from ops.errors import StackError
 from ops.paths import ensure_dir
 from ops.ports import LOOPBACK, free_ports, is_port_free, retry_bind_clash
@@ -207,19 +209,16 @@ def wait_for_postgres(
 ) -> None:
     """Return once a client connects to `url` and runs `SELECT 1`; when `server` is given,
     give up early if it stops running, and quote its log."""
-    import psycopg
-
     deadline = time.monotonic() + timeout
     last_error = "no answer yet"
     while time.monotonic() < deadline:
         if server is not None and not server.is_running():
             raise _failed(server, "the server process exited")
         try:
-            with psycopg.connect(url, connect_timeout=2, autocommit=True) as conn:
-                conn.execute("SELECT 1")
+            ping_database(url, connect_timeout=2)
             return
-        except psycopg.OperationalError as exc:
-            last_error = str(exc).strip()
+        except LedgerUnavailable as exc:
+            last_error = str(exc.__cause__ or exc).strip()
             time.sleep(0.1)
     if server is not None:
         raise _failed(server, f"no connection after {timeout:.0f} s: {last_error}")
@@ -231,13 +230,10 @@ def wait_for_postgres(
 
 def ensure_database(url: str, name: str) -> None:
     """Create database `name` on the server of `url` (an admin connection) if missing."""
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
-        if exists is None:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        ledger.ensure_database(url, name)
+    except LedgerError as exc:
+        raise PostgresServiceError(f"cannot provision the local stack's database: {exc}") from exc
 
 
 def _choose_port(root: Path, port: int | None) -> int:

@@ -122,43 +122,14 @@ SELECT event_id, operation_id FROM events WHERE event_id = ANY(%(ids)s);
 -- name: existing_nonces
 SELECT nonce, event_id FROM approvals WHERE nonce = ANY(%(nonces)s);
 
--- The append-only rows of a batch, in COPY's binary format: no escaping on either side.
--- The field types are listed with the COPY in ledger/postgres_commit.py (_COPY_TYPES)
--- and must be the columns' own; a json column takes its text as it is.
-
--- name: copy_events
-COPY events (event_id, payload_digest, operation_id, event_type, envelope, source_topic,
-             source_partition, source_offset)
-FROM STDIN (FORMAT binary);
-
--- name: copy_decisions
-COPY decisions (operation_id, sequence, event_id, outcome, state_before, state_after,
-                decided_at, decision)
-FROM STDIN (FORMAT binary);
-
--- name: copy_evidence
-COPY evidence (operation_id, event_id, kind, source, trusted, reference, record)
-FROM STDIN (FORMAT binary);
-
--- name: copy_approvals
-COPY approvals (event_id, operation_id, approver, verdict, state, transition,
-                machine_digest, expires_at, nonce, record)
-FROM STDIN (FORMAT binary);
-
--- name: copy_audit_records
-COPY audit_records (operation_id, sequence, kind, prev_hash, hash, record)
-FROM STDIN (FORMAT binary);
-
--- name: copy_outbox
-COPY outbox (record_id, topic, key, headers, payload, audit_sequence)
-FROM STDIN (FORMAT binary);
-
--- The same rows as plain INSERTs, for a small batch (`ledger.postgres_commit`): they
--- ride in the pipeline of the operations' writes, where six COPYs cost two round trips
--- each and a statement the server parses and sets up every time (a prepared INSERT is
--- parsed and planned once). One binary array per column, as in insert_operations; a
--- json column's text is cast, which checks it as COPY's json input does and stores the
--- text as sent. `unnest` yields the rows in array order, so the outbox ids follow it.
+-- The append-only rows of a batch (`ledger.postgres_commit`), one INSERT per table at
+-- every batch size, in the pipeline of the operations' writes (a prepared INSERT is
+-- parsed and planned once; a COPY costs two round trips and a statement set up every
+-- time, and saved too little per row on large batches to keep as a second path). One
+-- binary array per column, as in insert_operations, whose element types are listed in
+-- ledger/postgres_commit.py (_TABLE_TYPES); a json column's text is cast, which checks
+-- it and stores the text as sent. `unnest` yields the rows in array order, so the outbox
+-- ids follow it.
 
 -- name: insert_events
 INSERT INTO events (event_id, payload_digest, operation_id, event_type, envelope,
@@ -364,6 +335,17 @@ GROUP BY operation_id ORDER BY level, operation_id;
 -- name: decisions_of
 SELECT decision FROM decisions WHERE operation_id = %(id)s ORDER BY sequence;
 
+-- name: lease_settings
+-- Planner settings of an outbox lease's transaction, sent before lease_outbox_heads.
+-- With a backlog of a few keys the statistics may put the unpublished rows at a few
+-- dozen, and the heads were then read by a bitmap heap scan, which rechecks on the heap
+-- every index entry of a row published since the last vacuum and never marks one dead:
+-- each lease of a relay that keeps up paid for every row published since then. An index
+-- scan marks dead entries as it meets them and skips them afterwards. With a large
+-- backlog the plan is a sequential scan either way. The lease's other statements look
+-- rows up by a bounded list of keys, which index scans serve as well.
+SET LOCAL enable_bitmapscan = off;
+
 -- name: lease_outbox_heads
 -- The oldest unpublished row of up to %(limit)s keys, locked; rows already leased by
 -- another relay are skipped. Holding a key's oldest row blocks every other relay from
@@ -383,48 +365,6 @@ WHERE o.id = ANY (ARRAY(
           WHERE u.published_at IS NULL
           GROUP BY u.key
       ) AS h
-      WHERE NOT EXISTS (
-          SELECT 1 FROM outbox AS x
-          WHERE x.id = h.id AND x.held_at IS NOT NULL AND x.published_at IS NULL
-      )
-      ORDER BY h.id
-      LIMIT %(limit)s
-  ))
-  AND o.published_at IS NULL
-  AND o.held_at IS NULL
-ORDER BY o.id
-FOR UPDATE SKIP LOCKED;
-
--- name: lease_outbox_heads_walk
--- The same heads as lease_outbox_heads (same selection, order, held-key rule and locks),
--- found by walking the partial index of unpublished rows key by key: each step is one
--- descent for the next key's oldest row (ORDER BY key, id LIMIT 1, which only an index
--- scan serves cheaply). For the relay's small passes: with a backlog of a few keys the
--- grouped scan was planned as a bitmap heap scan, which rechecks every index entry of a
--- row published since the last vacuum on the heap and never marks one dead, so each lease
--- paid for every row published since then (server CPU per lease growing from ~0.5 to
--- ~1 ms within 600 small passes, 274 heap pages per lease); an index scan marks dead
--- entries as it meets them and skips them afterwards. Its cost grows with the number of
--- keys (one descent each: 25 ms at 5,000 keys, 3x the grouped scan), so the ledger uses
--- it only while leases find fewer keys than they may take (ledger.postgres).
-WITH RECURSIVE heads AS (
-    (SELECT u.key, u.id FROM outbox AS u
-     WHERE u.published_at IS NULL
-     ORDER BY u.key, u.id
-     LIMIT 1)
-    UNION ALL
-    SELECT n.key, n.id
-    FROM heads AS p, LATERAL (
-        SELECT u.key, u.id FROM outbox AS u
-        WHERE u.published_at IS NULL AND u.key > p.key
-        ORDER BY u.key, u.id
-        LIMIT 1
-    ) AS n
-)
-SELECT o.key
-FROM outbox AS o
-WHERE o.id = ANY (ARRAY(
-      SELECT h.id FROM heads AS h
       WHERE NOT EXISTS (
           SELECT 1 FROM outbox AS x
           WHERE x.id = h.id AND x.held_at IS NOT NULL AND x.published_at IS NULL

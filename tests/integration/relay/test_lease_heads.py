@@ -1,7 +1,7 @@
-"""The two statements that pick a lease's heads select the same keys: the grouped scan
-(`lease_outbox_heads`, for large backlogs) and the key-by-key walk
-(`lease_outbox_heads_walk`, for the small passes of a relay that keeps up), with published
-rows, held heads, rows of a key after its head and keys another relay has leased."""
+"""The statement that picks a lease's heads (`lease_outbox_heads`, run with the lease's
+planner settings) selects each key's oldest unpublished row in id order, with published
+rows, held heads, rows of a key after its head and keys another relay has leased; and
+leases, full or not, take every row once and in order."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from tests.integration.relay.outbox import Row, command_row, insert_rows
 
 pytestmark = pytest.mark.integration
 
-_STATEMENTS = ("lease_outbox_heads", "lease_outbox_heads_walk")
 
-
-def _heads(conn: psycopg.Connection[tuple[object, ...]], statement: str, limit: int) -> list[str]:
-    """The keys `statement` leases, in lease order, in a transaction rolled back after."""
+def _heads(conn: psycopg.Connection[tuple[object, ...]], limit: int) -> list[str]:
+    """The keys a lease of `limit` takes, in lease order, in a transaction rolled back
+    after (the settings and statement `PostgresLedger.lease_outbox` runs)."""
     with conn.transaction(force_rollback=True):
-        rows = conn.execute(QUERIES[statement], {"limit": limit}, prepare=False).fetchall()
-    return [str(r[0]) for r in rows]
+        conn.execute(QUERIES["lease_settings"])
+        rows = conn.execute(QUERIES["lease_outbox_heads"], {"limit": limit}, prepare=False)
+        return [str(r[0]) for r in rows.fetchall()]
 
 
 def _layout(topics: TopicNames) -> list[Row]:
@@ -32,7 +32,7 @@ def _layout(topics: TopicNames) -> list[Row]:
     return [command_row(topics, key, sequence) for sequence in (1, 2, 3) for key in keys]
 
 
-def test_both_heads_statements_lease_the_same_keys_in_the_same_order(
+def test_heads_are_the_oldest_rows_of_unheld_unleased_keys_in_id_order(
     database_url: str, relay_topics: TopicNames
 ) -> None:
     insert_rows(database_url, _layout(relay_topics))
@@ -52,30 +52,28 @@ def test_both_heads_statements_lease_the_same_keys_in_the_same_order(
     try:
         expected_all = ["op-00", "op-05", "op-09", "op-01", "op-10", "op-02", "op-08"]
         expected_all += ["op-04", "op-06", "op-07"]
-        for statement in _STATEMENTS:
-            assert _heads(reader, statement, 100) == expected_all, statement
-            assert _heads(reader, statement, 3) == expected_all[:3], statement
-        # Another relay leases the two oldest heads: both statements skip those keys.
+        assert _heads(reader, 100) == expected_all
+        assert _heads(reader, 3) == expected_all[:3]
+        # Another relay leases the two oldest heads: the statement skips those keys.
         with other.transaction():
-            assert _heads(other, "lease_outbox_heads", 100) == expected_all
+            assert _heads(other, 100) == expected_all
             other.execute(QUERIES["lease_outbox_heads"], {"limit": 2}, prepare=False)
-            for statement in _STATEMENTS:
-                assert _heads(reader, statement, 100) == expected_all[2:], statement
-                # The limit picks the heads before the locked ones are skipped.
-                assert _heads(reader, statement, 3) == expected_all[2:3], statement
+            assert _heads(reader, 100) == expected_all[2:]
+            # The limit picks the heads before the locked ones are skipped.
+            assert _heads(reader, 3) == expected_all[2:3]
     finally:
         other.close()
         reader.close()
 
 
-def test_leases_take_every_row_once_in_order_across_both_heads_statements(
+def test_leases_full_and_partial_take_every_row_once_in_order(
     ledger: PostgresLedger, database_url: str, relay_topics: TopicNames
 ) -> None:
     rows = _layout(relay_topics)
     insert_rows(database_url, rows[:24])
     leased: list[str] = []
-    # A full lease (5 of 12 keys: the grouped scan stays), one that finds fewer keys than
-    # it may take (the walk next), then more rows and leases by the walk.
+    # A full lease (5 of 12 keys), one that finds fewer keys than it may take, then more
+    # rows and further leases.
     for limit, more in ((5, []), (100, rows[24:30]), (100, rows[30:]), (100, []), (100, [])):
         with ledger.lease_outbox(limit) as lease:
             leased.extend(r.record_id for r in lease.records)
