@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -92,15 +93,14 @@ class BrokerProbe:
     outcome instead."""
 
     def __init__(self, bootstrap: str) -> None:
-        self._admin = AdminClient(
-            {
-                "bootstrap.servers": bootstrap,
-                "log_level": 0,
-                "error_cb": _ignore,
-                "reconnect.backoff.ms": 50,
-                "reconnect.backoff.max.ms": 500,
-            }
-        )
+        config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "log_level": 0,
+            "error_cb": _ignore,
+            "reconnect.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 500,
+        }
+        self._admin = AdminClient(config)
 
     def problem(self, timeout: float) -> str | None:
         """None when a metadata request answered within `timeout` seconds and lists a
