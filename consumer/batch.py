@@ -35,10 +35,12 @@ from typing import Final
 from consumer.deadletter import dead_letter
 from consumer.intake import Accepted, Outcome, RawRecord, Refusal, RefusalCode, Rejected
 from ledger import Batch, DeadLetter, Entry, Position, Source, Topics
-from ledger.cascade import Arrival, Change, LineageRow, arrival_of, containment_of
 from machines import (
     STANDARD_GUARDS,
+    Arrival,
+    Change,
     Decision,
+    LineageRow,
     Machine,
     OperationSetup,
     OperationView,
@@ -46,6 +48,8 @@ from machines import (
     Registry,
     Simulation,
     apply,
+    arrival_of,
+    containment_of,
     decide,
 )
 from machines import Outcome as DecisionOutcome

@@ -15,10 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from ledger.cascade import LineagePlan, LineageRow, arrival_of, lineage_message
+from ledger.cascade import LineagePlan, lineage_message
 from ledger.errors import VersionConflict
 from ledger.jsonutil import dumps
 from ledger.records import AuditItem, BatchPlan, OperationRow, OutboxRow, Topics
+from machines import LineageRow, arrival_of
 
 __all__ = [
     "batch_time",
@@ -46,7 +47,7 @@ def check_arrivals(plan: BatchPlan, stored: Mapping[str, LineageRow]) -> None:
     view it was decided with did not have: its lineage, from `stored` (the rows the
     lineage step read under its locks), moved after `Ledger.arrival_lineage` was read.
     `lineage_moved` is the same rule continued operations are held to, and
-    `ledger.cascade.arrival_of` the same derivation the consumer's read used, so the
+    `machines.arrival_of` the same derivation the consumer's read used, so the
     replan, which reads the moved lineage, commits."""
     for row in plan.operations:
         if not row.opens:

@@ -17,14 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_head
-from ledger.cascade import (
-    Arrival,
-    LineageRow,
-    arrival_of,
-    lineage_message,
-    plan_lineage,
-    with_lineage,
-)
+from ledger.cascade import lineage_message, plan_lineage
 from ledger.deadletters import plan_dead_letters
 from ledger.errors import (
     EventIdReused,
@@ -55,6 +48,7 @@ from ledger.lineage_step import (
     with_lineage_plan,
 )
 from ledger.records import Batch, BatchPlan, OutboxRow, audit_bodies, finish_outbox, plan_batch
+from machines import Arrival, LineageRow, arrival_of, with_lineage
 from machines.view import OperationView
 
 __all__ = ["MemoryLedger"]

@@ -32,7 +32,6 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from ledger.audit import AuditRecord, ChainHead
-from ledger.cascade import Arrival, LineageRow, arrival_of, with_lineage
 from ledger.codec import view_from_json
 from ledger.errors import (
     EventIdReused,
@@ -58,6 +57,7 @@ from ledger.records import (
     Batch,
     plan_batch,
 )
+from machines import Arrival, LineageRow, arrival_of, with_lineage
 from machines.view import OperationView
 
 __all__ = ["PostgresLedger"]

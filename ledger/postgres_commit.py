@@ -34,7 +34,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_hash, genesis_head
-from ledger.cascade import LineagePlan, LineageRow, lineage_message
+from ledger.cascade import LineagePlan, lineage_message
 from ledger.codec import facts_to_json, view_json
 from ledger.deadletters import (
     DeadLetterRow,
@@ -66,6 +66,7 @@ from ledger.records import (
     audit_bodies,
     finish_outbox,
 )
+from machines import LineageRow
 
 __all__ = ["write_batch"]
 

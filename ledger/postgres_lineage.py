@@ -20,7 +20,7 @@ from typing import Final
 import psycopg
 from psycopg.rows import TupleRow
 
-from ledger.cascade import LineagePlan, LineageRow, plan_lineage
+from ledger.cascade import LineagePlan, plan_lineage
 from ledger.jsonutil import column_json
 from ledger.lineage_step import (
     batch_time,
@@ -31,6 +31,7 @@ from ledger.lineage_step import (
 )
 from ledger.queries import QUERIES
 from ledger.records import Batch, BatchPlan
+from machines import LineageRow
 
 __all__ = ["insert_cascade", "lineage_reads", "lineage_row", "lineage_step", "write_lineage"]
 

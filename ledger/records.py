@@ -17,10 +17,10 @@ from datetime import datetime
 from typing import Any
 
 from ledger.audit import AuditRecord
-from ledger.cascade import Containment, containment_of
 from ledger.codec import command_json, decision_json, envelope_json, facts_to_json, opened_json
 from ledger.deadletters import DeadLetter
 from ledger.jsonutil import dumps
+from machines import Containment, containment_of
 from machines.decision import Decision, Outcome, apply
 from machines.event import Event
 from machines.view import OperationView, ToolFacts

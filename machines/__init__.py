@@ -14,6 +14,17 @@ from machines.applicability import (
 )
 from machines.approvals import ApprovalRejection, check_decision, sign_decision
 from machines.compiled import GuardEvaluation
+from machines.containment import (
+    MAX_LINEAGE_DEPTH,
+    Arrival,
+    Change,
+    Containment,
+    LineageRow,
+    arrival_of,
+    containment_of,
+    lineage_below,
+    with_lineage,
+)
 from machines.decision import Decision, Invocation, Outcome, apply, decide
 from machines.digest import canonical_json, digest_of
 from machines.errors import (
@@ -81,17 +92,21 @@ from machines.view import (
 __all__ = [
     "CATALOGUE",
     "DEFAULT_REGISTRY",
+    "MAX_LINEAGE_DEPTH",
     "SPEC_VERSION",
     "STANDARD_GUARDS",
     "ActionRef",
     "AppliesTo",
     "ApprovalRejection",
+    "Arrival",
     "AuditSpec",
     "CapabilityKind",
     "CapabilitySpec",
+    "Change",
     "CheckpointReport",
     "ClassifierOutput",
     "Code",
+    "Containment",
     "Decision",
     "Event",
     "EventError",
@@ -103,6 +118,7 @@ __all__ = [
     "HumanDecision",
     "Invocation",
     "Lineage",
+    "LineageRow",
     "LineageStatus",
     "Location",
     "Machine",
@@ -128,12 +144,15 @@ __all__ = [
     "ValidationReport",
     "applies",
     "apply",
+    "arrival_of",
     "canonical_json",
     "catalogue_packages",
     "check_decision",
     "check_policy_against_registry",
+    "containment_of",
     "decide",
     "digest_of",
+    "lineage_below",
     "load_catalogue",
     "load_machine",
     "load_policy",
@@ -151,4 +170,5 @@ __all__ = [
     "validate_text",
     "view_from_json",
     "view_to_json",
+    "with_lineage",
 ]
