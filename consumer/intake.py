@@ -32,7 +32,7 @@ from schemas import record_to_event as _record_to_event
 __all__ = [
     "Accepted",
     "Intake",
-    "Outcome",
+    "IntakeResult",
     "RawRecord",
     "Refusal",
     "RefusalCode",
@@ -108,7 +108,8 @@ class Rejected:
     refusal: Refusal
 
 
-Outcome = Accepted | Rejected
+# What intake makes of one record.
+IntakeResult = Accepted | Rejected
 
 
 class Intake:
@@ -127,7 +128,7 @@ class Intake:
         self._max = max_record_bytes
         self._decoder = decoder or WireDecoder(max_bytes=max_record_bytes)
 
-    def examine(self, record: RawRecord) -> Outcome:
+    def examine(self, record: RawRecord) -> IntakeResult:
         """The intake verdict on one record; never raises for bad input."""
         if record.size > self._max:
             return Rejected(

@@ -98,7 +98,7 @@ class Batch:
 
     `folded`, when the caller has it, holds each operation's view after the batch: the
     views `entries` folded onto `views` with `machines.decision.apply`, in order, which
-    is what the caller that decided the batch did anyway (`consumer.batch.plan_batch_of`,
+    is what the caller that decided the batch did anyway (`consumer.batch.decide_batch`,
     `ops.bench_ledger`). `plan_batch` then uses it instead of folding every decision
     again (about 7 us of CPU per event); without it, `plan_batch` folds. It must be
     exactly that fold (tests/unit/consumer/test_folded_views.py holds both ways equal)."""

@@ -13,6 +13,7 @@ from machines.applicability import (
     select_machine,
 )
 from machines.approvals import ApprovalRejection, check_decision, sign_decision
+from machines.batch import BatchFold, OperationSetup, Rules, open_view
 from machines.compiled import GuardEvaluation
 from machines.containment import (
     MAX_LINEAGE_DEPTH,
@@ -79,7 +80,7 @@ from machines.policy import (
     parse_policy,
 )
 from machines.registry import DEFAULT_REGISTRY, load_registry, parse_registry
-from machines.simulation import OperationSetup, Simulation
+from machines.simulation import Simulation, SimulationError
 from machines.view import (
     LineageStatus,
     OperationView,
@@ -100,6 +101,7 @@ __all__ = [
     "ApprovalRejection",
     "Arrival",
     "AuditSpec",
+    "BatchFold",
     "CapabilityKind",
     "CapabilitySpec",
     "Change",
@@ -136,8 +138,10 @@ __all__ = [
     "ProvenanceError",
     "Registry",
     "RegistryInvalid",
+    "Rules",
     "Severity",
     "Simulation",
+    "SimulationError",
     "State",
     "ToolFacts",
     "Transition",
@@ -158,6 +162,7 @@ __all__ = [
     "load_policy",
     "load_registry",
     "new_view",
+    "open_view",
     "overlap_warning",
     "overlapping_pairs",
     "parse_event",

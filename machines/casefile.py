@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from machines.approvals import insecure_test_key, public_key_b64, sign_decision
+from machines.batch import OperationSetup
 from machines.decision import Decision
 from machines.event import (
     CheckpointReport,
@@ -37,7 +38,7 @@ from machines.facts import declare
 from machines.guards import STANDARD_GUARDS, GuardContext, GuardFn, GuardResult
 from machines.model import GuardSpec, Machine, Registry
 from machines.policy import Policy, PolicyError, check_policy_against_registry, parse_policy
-from machines.simulation import OperationSetup, Simulation
+from machines.simulation import Simulation
 from machines.view import ToolFacts
 
 SCENARIOS: tuple[str, ...] = (

@@ -19,10 +19,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from machines import DEFAULT_REGISTRY, MachineError, load_machine, load_registry
+from machines import (
+    DEFAULT_REGISTRY,
+    MachineError,
+    OperationSetup,
+    Simulation,
+    SimulationError,
+    load_machine,
+    load_registry,
+)
 from machines.event import EventError, parse_event
 from machines.policy import Policy, PolicyError, check_policy_against_registry, load_policy
-from machines.simulation import OperationSetup, Simulation, SimulationError
 from machines.view import ToolFacts
 
 __all__ = ["register"]

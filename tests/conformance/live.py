@@ -25,10 +25,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from consumer import Controller, ControllerSettings, Rules
+from consumer import Controller, ControllerSettings
 from ledger import Ledger
 from ledger.outbox_watch import OutboxWatch
-from machines import Machine, Registry
+from machines import Machine, Registry, Rules
 from machines.casefile import EPOCH, CaseSpec, ExpectSpec, StepSpec, _Runner, faulted
 from machines.event import Event, Lineage
 from producers import EventPublisher, TopicNames

@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from consumer import Intake, plan_batch_of
-from consumer.batch import Planned, openings, operation_ids, positions_for
+from consumer import Intake, decide_batch
+from consumer.batch import DecidedBatch, openings, operation_ids, positions_for
 from ledger import MemoryLedger, VersionConflict
 from machines import Event, EvidencePayload, Lineage
 from tests.unit.consumer.support import CONTROLLER, GROUP, TOPIC, encoded, event, pinned
@@ -32,7 +32,7 @@ def _commit(ledger: MemoryLedger, events: list[Event], first: int, *, arrivals: 
     raws = [encoded(e, first + i) for i, e in enumerate(events)]
     outcomes = [Intake(machines, max_record_bytes=65536).examine(r) for r in raws]
     views = ledger.load_views(operation_ids(outcomes))
-    planned = plan_batch_of(
+    planned = decide_batch(
         outcomes,
         views,
         rules,
@@ -80,13 +80,13 @@ def test_a_batch_planned_without_the_arrival_lineage_is_refused_at_commit() -> N
     assert ledger.decisions("op-child") == ()
 
 
-def _plan_one_batch(ledger: MemoryLedger, events: list[Event]) -> Planned:
+def _plan_one_batch(ledger: MemoryLedger, events: list[Event]) -> DecidedBatch:
     machines, rules = pinned()
     epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], "me")[0].epoch}
     raws = [encoded(e, i) for i, e in enumerate(events)]
     outcomes = [Intake(machines, max_record_bytes=65536).examine(r) for r in raws]
     views = ledger.load_views(operation_ids(outcomes))
-    return plan_batch_of(
+    return decide_batch(
         outcomes,
         views,
         rules,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consumer import Intake, Planned, plan_batch_of
+from consumer import DecidedBatch, Intake, decide_batch
 from consumer.batch import operation_ids, positions_for
 from ledger import Batch, MemoryLedger, plan_batch
 from machines import CATALOGUE, Event, load_catalogue, load_registry
@@ -46,12 +46,12 @@ def _assert_same_plan(batch: Batch) -> None:
     ]
 
 
-def _plan(intake: Intake, ledger: MemoryLedger, events: list[Event], first: int) -> Planned:
+def _plan(intake: Intake, ledger: MemoryLedger, events: list[Event], first: int) -> DecidedBatch:
     _machines, rules = pinned()
     raws = [encoded(e, first + n) for n, e in enumerate(events)]
     outcomes = [intake.examine(r) for r in raws]
     epochs = {(c.topic, c.partition): c.epoch for c in ledger.claim(GROUP, TOPIC, [0], "me")}
-    return plan_batch_of(
+    return decide_batch(
         outcomes,
         ledger.load_views(operation_ids(outcomes)),
         rules,
