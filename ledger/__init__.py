@@ -31,7 +31,7 @@ from ledger.interface import (
 from ledger.memory import MemoryLedger
 from ledger.migrations import MigrationReport, available_migrations, migrate, migrate_database
 from ledger.postgres import PostgresLedger
-from ledger.records import Batch, Entry, Position, Source, Topics, plan_batch
+from ledger.records import Batch, Entry, Position, Source, Topics, batch_rows
 from ledger.schema import describe_schema, expected_schema
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "UnknownOperation",
     "VersionConflict",
     "available_migrations",
+    "batch_rows",
     "create_database",
     "describe_schema",
     "drop_database",
@@ -71,7 +72,6 @@ __all__ = [
     "intake_chain_id",
     "migrate",
     "migrate_database",
-    "plan_batch",
     "verify_chain",
     "view_from_json",
     "view_to_json",

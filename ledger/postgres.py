@@ -55,7 +55,7 @@ from ledger.postgres_lineage import lineage_row
 from ledger.queries import QUERIES
 from ledger.records import (
     Batch,
-    plan_batch,
+    batch_rows,
 )
 from machines import Arrival, LineageRow, arrival_of, with_lineage
 from machines.view import OperationView
@@ -260,7 +260,7 @@ class PostgresLedger(Ledger):
 
     def commit(self, batch: Batch) -> CommitResult:
         """See `Ledger.commit`."""
-        plan = plan_batch(batch)
+        plan = batch_rows(batch)
         return self._run(
             f"commit batch of {len(batch.entries)} events for group {batch.group}",
             lambda conn: write_batch(conn, batch, plan),

@@ -9,7 +9,7 @@ pushes it through what the controller runs per batch, without Kafka or PostgreSQ
 - `intake`: `Intake.examine` (size check, Avro decode, envelope validation, `Event`);
 - `plan`: `consumer.batch.decide_batch` with the controller's tracer and metrics on
   the no-op providers of the default `none` exporter (decide, apply, spans);
-- `ledger rows`: `ledger.records.plan_batch`, the pure part of a ledger commit (rows,
+- `ledger rows`: `ledger.records.batch_rows`, the pure part of a ledger commit (rows,
   envelope JSON, audit bodies), which reads the events the intake built.
 
 Views carry over between batches through a `ledger.MemoryLedger` (its commit is not
@@ -34,7 +34,7 @@ from consumer.intake import Intake, RawRecord
 from consumer.metrics import ControllerMetrics
 from consumer.tracing import BatchTracer
 from ledger import MemoryLedger
-from ledger.records import plan_batch
+from ledger.records import batch_rows
 from machines import Rules, load_policy
 from ops.bench.workload import BENCH_POLICY, WorkloadSpec, generate, pinned_machines
 from schemas import TRACEPARENT
@@ -103,7 +103,7 @@ def run_once(records: Sequence[RawRecord], batch: int) -> dict[str, float]:
                 arrivals=arrivals,
             )
         t3 = time.process_time()
-        plan_batch(planned.batch)
+        batch_rows(planned.batch)
         t4 = time.process_time()
         ledger.commit(planned.batch)
         spent["intake"] += t1 - t0
