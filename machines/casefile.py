@@ -28,11 +28,11 @@ from machines.event import (
     CheckpointReport,
     ClassifierOutput,
     DeclaredFacts,
+    EffectOutcome,
     Event,
     EvidencePayload,
     HumanDecision,
     Lineage,
-    Outcome,
 )
 from machines.facts import declare
 from machines.guards import STANDARD_GUARDS, GuardContext, GuardFn, GuardResult
@@ -104,7 +104,7 @@ class ApproverSpec(BaseModel):
 class VerificationSpec(BaseModel):
     model_config = _STRICT
     verifier: str = DEFAULT_VERIFIER
-    outcome: Outcome | None = None
+    outcome: EffectOutcome | None = None
     reference: str | None = None
 
 
