@@ -5,7 +5,7 @@ deterministic test keys), optional guard fault injection, and a sequence of step
 step builds one event (verification evidence, a signed human decision, a checkpoint, a
 classifier proposal, or an exact replay of an earlier step) and states what must hold
 after it: outcome, state, capabilities invoked, guard results, refusal and error codes.
-`run_case` feeds the steps through `Simulation`, the same core the controller uses, and
+`run_case` feeds the steps through `Simulation`, the fold the controller runs too, and
 returns every expected-vs-actual mismatch. docs/decision-core.md documents the format.
 """
 

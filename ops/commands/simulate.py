@@ -3,9 +3,9 @@
 Each line of FILE is one event envelope (the fields of `machines.event.Event`), or an
 operation declaration `{"operation": {...}}` giving an operation's affected agent,
 lineage and declared tool facts before its first event. Events are decided in file order
-by the same core the controller uses, at their own `event_time`, and one decision record
-is printed per line as JSON. A line that is not a valid event is reported on stderr as a
-dead-letter and skipped; the exit code is then 1.
+by `machines.Simulation`, the fold the controller runs over each batch, at their own
+`event_time`, and one decision record is printed per line as JSON. A line that is not a
+valid event is reported on stderr as a dead-letter and skipped; the exit code is then 1.
 """
 
 from __future__ import annotations
