@@ -17,6 +17,10 @@ Checks, in order (each failure is a `Refusal` whose code is the dead-letter reas
    `scope` (schema v1/v2 producers) is checked on the agent only. The machine named by
    an operation's first event governs it for good; a later event naming another
    machine is refused by `consumer.batch`.
+
+`IntakeResult` is what intake makes of one record: `Accepted` or `Rejected`. The dead
+letters of a partition, intake's refusals and the batch's, are audited on the ledger's
+intake chain of that partition (`ledger.intake_chain_id`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""The machine format and its meaning: model, loader, validation, pinning, decisions. No I/O
-beyond reading the files it is asked to load."""
+"""The machine format and its meaning: model, loader, validation, pinning, decisions, the
+fold of a sequence of decisions per operation (`BatchFold`) and containment semantics. No
+I/O beyond reading the files it is asked to load; imports nothing from `ledger`, `consumer`,
+`producers` or `ops`."""
 
 from __future__ import annotations
 
