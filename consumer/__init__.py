@@ -1,15 +1,23 @@
 """The controller runtime (SPEC §8): a Kafka consumer group around the pure decision
-core. Records become plain values at intake, batches are planned without I/O, and each
+core. Records become plain values at intake, batches are decided without I/O, and each
 batch commits in one ledger transaction with its offsets; bad input is dead-lettered,
 never fatal. Only this package and `producers` import confluent_kafka."""
 
 from __future__ import annotations
 
-from consumer.batch import FORGED_REFUSALS, Planned, Rules, open_view, plan_batch_of
+from consumer.batch import FORGED_REFUSALS, DecidedBatch, decide_batch
 from consumer.controller import Controller, consumer_config
 from consumer.deadletter import dead_letter, dead_letter_id
 from consumer.errors import ControllerError, SettingsError, TelemetryError
-from consumer.intake import Accepted, Intake, RawRecord, Refusal, RefusalCode, Rejected
+from consumer.intake import (
+    Accepted,
+    Intake,
+    IntakeResult,
+    RawRecord,
+    Refusal,
+    RefusalCode,
+    Rejected,
+)
 from consumer.metrics import ControllerMetrics
 from consumer.service import load_rules, run_controller
 from consumer.settings import ControllerSettings
@@ -24,13 +32,13 @@ __all__ = [
     "ControllerError",
     "ControllerMetrics",
     "ControllerSettings",
+    "DecidedBatch",
     "Intake",
-    "Planned",
+    "IntakeResult",
     "RawRecord",
     "Refusal",
     "RefusalCode",
     "Rejected",
-    "Rules",
     "SettingsError",
     "Telemetry",
     "TelemetryError",
@@ -38,10 +46,9 @@ __all__ = [
     "consumer_config",
     "dead_letter",
     "dead_letter_id",
+    "decide_batch",
     "extract_context",
     "load_rules",
-    "open_view",
-    "plan_batch_of",
     "run_controller",
     "trace_headers",
 ]

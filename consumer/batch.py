@@ -1,9 +1,9 @@
-"""One consumed batch, planned: intake outcomes and stored views in, a ledger `Batch` out.
+"""One consumed batch, decided: intake results and stored views in, a ledger `Batch` out.
 
 Pure: no clock (the caller passes `now`), no broker, no database. The controller loads
-the views once, calls `plan_batch_of` and commits the result in one transaction; after a
-`VersionConflict` it reloads the views and plans again, and after a conflicting id the
-ledger names (`EventIdReused`, `NonceReused`) it plans again with that record in
+the views once, calls `decide_batch` and commits the result in one transaction; after a
+`VersionConflict` it reloads the views and decides again, and after a conflicting id the
+ledger names (`EventIdReused`, `NonceReused`) it decides again with that record in
 `excluded`, so the batch is always decided from scratch, never patched.
 
 Per record, in consumption order:
@@ -13,55 +13,41 @@ Per record, in consumption order:
   (`event-id-conflict`); the ledger catches reuse across batches;
 - an operation already governed by another machine: a dead letter
   (`machine-not-applicable`);
-- otherwise the core decides it on the operation's view folded so far (a new operation
-  gets a view from `machines.Simulation.open`, the same defaults `recoveryctl simulate`
-  and the replay checks use, with the lineage the ledger gives it on arrival:
-  `Ledger.arrival_lineage`, read once per batch for every operation it opens, see
-  `openings`; a new operation whose parent the batch opened earlier is opened below
-  that parent as folded so far, `_Fold.arrival_in_batch`), and the decision becomes an
+- otherwise the core decides it in the batch's `machines.BatchFold`, the fold
+  `machines.Simulation` runs too: on the operation's view folded so far, a new
+  operation opened with the lineage the ledger gives it on arrival
+  (`Ledger.arrival_lineage`, read once per batch for every operation it opens, see
+  `openings`) or below a parent the batch opened earlier; the decision becomes an
   `Entry`. Duplicates and conflicts are entries too: the ledger records a conflict's
   audit record and dead letter with the operation. A forged or replayed human decision
   is recorded as the refused decision it is *and* dead-lettered (`forged-signature`).
+
+What turns intake results and decisions into ledger rows, dead letters and positions
+is here; the fold itself is in `machines.batch`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
 from consumer.deadletter import dead_letter
-from consumer.intake import Accepted, Outcome, RawRecord, Refusal, RefusalCode, Rejected
+from consumer.intake import Accepted, IntakeResult, RawRecord, Refusal, RefusalCode, Rejected
 from ledger import Batch, DeadLetter, Entry, Position, Source, Topics
-from ledger.cascade import Arrival, Change, LineageRow, arrival_of, containment_of
-from machines import (
-    STANDARD_GUARDS,
-    Decision,
-    Machine,
-    OperationSetup,
-    OperationView,
-    Policy,
-    Registry,
-    Simulation,
-    apply,
-    decide,
-)
-from machines import Outcome as DecisionOutcome
-from machines.guards import GuardFn
+from machines import Arrival, BatchFold, Decision, OperationView, Outcome, Rules
 
 log = logging.getLogger("consumer")
 
 __all__ = [
     "FORGED_REFUSALS",
+    "DecidedBatch",
     "Observer",
-    "Planned",
-    "Rules",
-    "open_view",
+    "decide_batch",
     "openings",
     "operation_ids",
-    "plan_batch_of",
     "positions_for",
     "run_unobserved",
 ]
@@ -85,17 +71,8 @@ def run_unobserved(
 
 
 @dataclass(frozen=True, slots=True)
-class Rules:
-    """What every decision of this controller is made under."""
-
-    policy: Policy
-    registry: Registry
-    guard_table: Mapping[str, GuardFn] = field(default_factory=lambda: dict(STANDARD_GUARDS))
-
-
-@dataclass(frozen=True, slots=True)
-class Planned:
-    """A planned batch: the ledger `Batch` and what it holds, for metrics and logs."""
+class DecidedBatch:
+    """A decided batch: the ledger `Batch` and what it holds, for metrics and logs."""
 
     batch: Batch
     decisions: tuple[Decision, ...]
@@ -104,40 +81,29 @@ class Planned:
     @property
     def duplicates(self) -> int:
         """Events already decided (redelivered with the same payload)."""
-        return sum(d.outcome is DecisionOutcome.DUPLICATE for d in self.decisions)
+        return sum(d.outcome is Outcome.DUPLICATE for d in self.decisions)
 
     @property
     def conflicts(self) -> int:
         """Events whose id was reused with another payload (dead-lettered by the ledger)."""
-        return sum(d.outcome is DecisionOutcome.CONFLICT for d in self.decisions)
+        return sum(d.outcome is Outcome.CONFLICT for d in self.decisions)
 
 
-def open_view(machine: Machine, rules: Rules, accepted: Accepted) -> OperationView:
-    """The view of an operation its first event opens: the event's lineage agent is the
-    affected agent, the policy's budget and deadline from the event time. Tool facts the
-    first event declares are admitted by the core when it decides that event
-    (`machines.facts.admit_facts`, folded by `apply`), exactly as in
-    `machines.Simulation.feed`, so live and replayed runs agree."""
-    event = accepted.event
-    setup = OperationSetup(operation_id=event.operation_id, agent=event.lineage.agent)
-    return Simulation(machine, rules.registry, rules.policy).open(setup, event.event_time)
-
-
-def operation_ids(outcomes: Iterable[Outcome]) -> list[str]:
+def operation_ids(results: Iterable[IntakeResult]) -> list[str]:
     """The operations a batch's accepted events touch, sorted (the views to load)."""
-    return sorted({o.event.operation_id for o in outcomes if isinstance(o, Accepted)})
+    return sorted({r.event.operation_id for r in results if isinstance(r, Accepted)})
 
 
 def openings(
-    outcomes: Iterable[Outcome], stored: Mapping[str, OperationView]
+    results: Iterable[IntakeResult], stored: Mapping[str, OperationView]
 ) -> dict[str, str | None]:
     """The operations the batch's accepted events would open (not in `stored`), each with
     the parent operation its first event names: what `Ledger.arrival_lineage` answers
     in one read, so a new operation is decided below its stored parent's lineage."""
     found: dict[str, str | None] = {}
-    for o in outcomes:
-        if isinstance(o, Accepted) and o.event.operation_id not in stored:
-            found.setdefault(o.event.operation_id, o.event.lineage.parent_operation)
+    for r in results:
+        if isinstance(r, Accepted) and r.event.operation_id not in stored:
+            found.setdefault(r.event.operation_id, r.event.lineage.parent_operation)
     return found
 
 
@@ -157,106 +123,15 @@ def positions_for(
     )
 
 
-class _Fold:
-    """The mutable state of planning one batch (kept inside `plan_batch_of`)."""
+class _Decided:
+    """What deciding one batch collects besides the fold (kept inside `decide_batch`)."""
 
-    def __init__(
-        self,
-        stored: Mapping[str, OperationView],
-        rules: Rules,
-        arrivals: Mapping[str, Arrival],
-    ) -> None:
-        self.rules = rules
-        self.stored = stored
-        self.arrivals = arrivals
-        # The operations this batch opens, with the lineage each was opened with and
-        # whether it is containing as folded so far: a child opened below one of them
-        # later in the batch is decided below it (the ledger cannot know it yet).
-        self.opened: dict[str, tuple[Accepted, Arrival]] = {}
-        self.containing: dict[str, bool] = {}
-        self.base: dict[str, OperationView] = {}
-        self.current: dict[str, OperationView] = {}
+    def __init__(self, fold: BatchFold) -> None:
+        self.fold = fold
         self.event_owner: dict[str, str] = {}
         self.entries: list[Entry] = []
         self.decisions: list[Decision] = []
         self.refused: list[tuple[RawRecord, Refusal]] = []
-
-    def view_of(self, item: Accepted) -> OperationView:
-        op = item.event.operation_id
-        if op not in self.current:
-            view = self.stored.get(op)
-            if view is None:
-                # The lineage it is linked into on commit: a new child of a contained
-                # parent is decided as contained from its first event (L5.5).
-                arrival = self.arrival_in_batch(item)
-                self.opened[op] = (item, arrival)
-                view = arrival.applied_to(open_view(item.machine, self.rules, item))
-            self.base[op] = view
-            self.current[op] = view
-        return self.current[op]
-
-    def arrival_in_batch(self, item: Accepted) -> Arrival:
-        """The lineage a new operation is opened with: the ledger's (`arrivals`), extended
-        by what the ledger cannot know yet because this batch opens it too, with the same
-        `arrival_of` derivation the commit's linking makes: when its parent was opened
-        earlier in the batch, the parent's own arrival, its agent, and the parent itself
-        as a contained ancestor if it is containing as folded so far; and the agents of
-        children opened earlier in the batch that name it as parent, with theirs."""
-        op = item.event.operation_id
-        stored = self.arrivals.get(op) or Arrival(op)
-        parent_id = item.event.lineage.parent_operation
-        parent = (
-            self.row_of(parent_id) if parent_id is not None and parent_id in self.opened else None
-        )
-        children = [
-            self.row_of(c)
-            for c, (first, _) in self.opened.items()
-            if first.event.lineage.parent_operation == op
-        ]
-        if parent is None and not children:
-            return stored
-        below = arrival_of(op, parent, children)
-        descendants = stored.descendant_agents + tuple(
-            a for a in below.descendant_agents if a not in stored.descendant_agents
-        )
-        if parent is None:
-            return replace(stored, descendant_agents=descendants)
-        return Arrival(
-            op, below.ancestors, below.lineage_agents, below.contained_ancestors, descendants
-        )
-
-    def row_of(self, op: str) -> LineageRow:
-        """The lineage row an operation opened earlier in this batch will be linked with
-        (its first event's lineage, the arrival it was opened with, containing as folded
-        so far): what `arrival_of` needs, since the ledger does not store it yet."""
-        first, arrival = self.opened[op]
-        ev, lineage = first.event, first.event.lineage
-        return LineageRow(
-            operation_id=op,
-            correlation_id=ev.correlation_id,
-            machine_name=ev.machine_name,
-            machine_version=ev.machine_version,
-            state=self.current[op].state,
-            agent=lineage.agent,
-            task=lineage.task,
-            initiating_principal=lineage.initiating_principal,
-            origin_operation=lineage.origin_operation,
-            parent_operation=lineage.parent_operation,
-            delegated_credentials=lineage.delegated_credentials,
-            ancestors=arrival.ancestors,
-            lineage_agents=arrival.lineage_agents,
-            contained_ancestors=arrival.contained_ancestors,
-            containing=self.containing.get(op, False),
-            descendant_agents=arrival.descendant_agents,
-        )
-
-    def note_containment(self, item: Accepted, decision: Decision) -> None:
-        """Fold whether an operation this batch opens is containing after `decision`."""
-        op = item.event.operation_id
-        if op in self.opened:
-            change = containment_of(item.event, decision)
-            if change is not None:
-                self.containing[op] = change.change is Change.CONTAIN
 
     def precheck(self, item: Accepted) -> Refusal | None:
         event, machine = item.event, item.machine
@@ -269,7 +144,7 @@ class _Fold:
                 event.event_id,
                 event.operation_id,
             )
-        stored = self.current.get(event.operation_id) or self.stored.get(event.operation_id)
+        stored = self.fold.known(event.operation_id)
         if stored is not None and (stored.machine_name, stored.machine_digest) != (
             machine.name,
             machine.digest,
@@ -285,8 +160,8 @@ class _Fold:
         return None
 
 
-def plan_batch_of(
-    outcomes: Sequence[Outcome],
+def decide_batch(
+    results: Sequence[IntakeResult],
     stored: Mapping[str, OperationView],
     rules: Rules,
     *,
@@ -299,7 +174,7 @@ def plan_batch_of(
     runtime: str | None = None,
     topics: Topics | None = None,
     arrivals: Mapping[str, Arrival] | None = None,
-) -> Planned:
+) -> DecidedBatch:
     """Decide a batch (see the module docstring). `stored` are the views the ledger
     holds for the batch's operations; `arrivals` the lineage it gives the operations
     the batch opens (`Ledger.arrival_lineage` of `openings`; without it a new view has
@@ -307,51 +182,38 @@ def plan_batch_of(
     coordinates to a refusal the ledger reported for them on an earlier attempt;
     `topics` names the output topics the outbox rows go to (default: the standard
     names)."""
-    fold = _Fold(stored, rules, arrivals or {})
+    decided = _Decided(BatchFold(stored, rules, arrivals))
     letters: list[DeadLetter] = []
     excluded = excluded or {}
-    for outcome in outcomes:
-        record = outcome.record
+    for result in results:
+        record = result.record
         # Formatting the coordinates costs more than the lookup; `excluded` is empty on
         # every first attempt.
         refusal = excluded.get(record.coordinates) if excluded else None
-        if refusal is None and isinstance(outcome, Rejected):
-            refusal = outcome.refusal
-        if refusal is None and isinstance(outcome, Accepted):
-            refusal = fold.precheck(outcome) or _decide(fold, outcome, now, observe)
+        if refusal is None and isinstance(result, Rejected):
+            refusal = result.refusal
+        if refusal is None and isinstance(result, Accepted):
+            refusal = decided.precheck(result) or _decide(decided, result, now, observe)
         if refusal is not None:
-            fold.refused.append((record, refusal))
+            decided.refused.append((record, refusal))
             letters.append(dead_letter(group, controller, record, refusal, now))
     batch = Batch(
         group=group,
         positions=positions,
-        views=dict(fold.base),
-        entries=tuple(fold.entries),
+        views=dict(decided.fold.base),
+        entries=tuple(decided.entries),
         runtime=runtime,
         dead_letters=tuple(letters),
         topics=topics or Topics(),
-        folded=dict(fold.current),
+        folded=dict(decided.fold.current),
     )
-    return Planned(batch, tuple(fold.decisions), tuple(fold.refused))
+    return DecidedBatch(batch, tuple(decided.decisions), tuple(decided.refused))
 
 
-def _decide(fold: _Fold, item: Accepted, now: datetime, observe: Observer) -> Refusal | None:
+def _decide(decided: _Decided, item: Accepted, now: datetime, observe: Observer) -> Refusal | None:
     """Decide one accepted event; returns a refusal when it must also be dead-lettered."""
-    view = fold.view_of(item)
-    rules = fold.rules
     event = item.event
-
-    def run() -> Decision:
-        return decide(
-            item.machine,
-            view,
-            event,
-            rules.policy,
-            rules.registry,
-            now,
-            guard_table=rules.guard_table,
-        )
-
+    run = decided.fold.decider(event, item.machine, now)
     record = item.record
     try:
         decision, trace = observe(item, run)
@@ -368,11 +230,9 @@ def _decide(fold: _Fold, item: Accepted, now: datetime, observe: Observer) -> Re
             event.operation_id,
         )
     source = Source(record.topic, record.partition, record.offset)
-    fold.entries.append(Entry(event, decision, source, dict(trace)))
-    fold.decisions.append(decision)
-    if decision.outcome not in (DecisionOutcome.DUPLICATE, DecisionOutcome.CONFLICT):
-        fold.current[event.operation_id] = apply(view, decision)
-        fold.note_containment(item, decision)
+    decided.entries.append(Entry(event, decision, source, dict(trace)))
+    decided.decisions.append(decision)
+    decided.fold.fold(event, decision)
     forged = [n for n in decision.refusals if n.code in FORGED_REFUSALS]
     if not forged:
         return None

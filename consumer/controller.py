@@ -44,16 +44,14 @@ from confluent_kafka import (
 from confluent_kafka import TopicPartition as KafkaPartition
 
 from consumer.batch import (
-    Planned,
-    Rules,
+    DecidedBatch,
+    decide_batch,
     openings,
     operation_ids,
-    plan_batch_of,
     positions_for,
 )
 from consumer.errors import ControllerError
-from consumer.intake import Intake, RawRecord, Refusal, RefusalCode
-from consumer.intake import Outcome as IntakeOutcome
+from consumer.intake import Intake, IntakeResult, RawRecord, Refusal, RefusalCode
 from consumer.metrics import ControllerMetrics
 from consumer.settings import ControllerSettings
 from consumer.telemetry import Telemetry
@@ -68,7 +66,7 @@ from ledger import (
     RetryableConflict,
     Topics,
 )
-from machines import Machine, Outcome
+from machines import Machine, Outcome, Rules
 
 __all__ = ["Controller", "consumer_config"]
 
@@ -290,20 +288,20 @@ class Controller:
 
     def _attempt(
         self,
-        outcomes: list[IntakeOutcome],
+        outcomes: list[IntakeResult],
         positions: tuple[Position, ...],
         excluded: dict[str, Refusal],
-    ) -> tuple[str, Planned | None]:
+    ) -> tuple[str, DecidedBatch | None]:
         """Plan and commit once. Returns the result (committed, conflict, fenced,
         unavailable) and the plan; a conflicting id the ledger names is added to
         `excluded` for the next attempt."""
         partitions = [(p.topic, p.partition) for p in positions]
-        planned: Planned | None = None
+        planned: DecidedBatch | None = None
         with self._tracer.batch(len(outcomes), partitions) as span:
             try:
                 views = self.ledger.load_views(operation_ids(outcomes))
                 arrivals = self.ledger.arrival_lineage(openings(outcomes, views))
-                planned = plan_batch_of(
+                planned = decide_batch(
                     outcomes,
                     views,
                     self.rules,
@@ -334,7 +332,9 @@ class Controller:
                 return "unavailable", planned
         return "committed", planned
 
-    def _committed(self, planned: Planned, positions: Sequence[Position], seconds: float) -> None:
+    def _committed(
+        self, planned: DecidedBatch, positions: Sequence[Position], seconds: float
+    ) -> None:
         for p in positions:
             self._next[(p.topic, p.partition)] = p.next_offset
         self.metrics.committed(planned, seconds)
@@ -469,7 +469,9 @@ class Controller:
         return dict(self._epochs)
 
 
-def _named_record(exc: EventIdReused | NonceReused, planned: Planned) -> tuple[str, Refusal] | None:
+def _named_record(
+    exc: EventIdReused | NonceReused, planned: DecidedBatch
+) -> tuple[str, Refusal] | None:
     """The record a reuse error names, with the refusal to dead-letter it with; None
     when the error does not name one (plan again and the ledger will)."""
     for entry in reversed(planned.batch.entries):

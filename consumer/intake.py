@@ -17,6 +17,10 @@ Checks, in order (each failure is a `Refusal` whose code is the dead-letter reas
    `scope` (schema v1/v2 producers) is checked on the agent only. The machine named by
    an operation's first event governs it for good; a later event naming another
    machine is refused by `consumer.batch`.
+
+`IntakeResult` is what intake makes of one record: `Accepted` or `Rejected`. The dead
+letters of a partition, intake's refusals and the batch's, are audited on the ledger's
+intake chain of that partition (`ledger.intake_chain_id`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from schemas import record_to_event as _record_to_event
 __all__ = [
     "Accepted",
     "Intake",
-    "Outcome",
+    "IntakeResult",
     "RawRecord",
     "Refusal",
     "RefusalCode",
@@ -108,7 +112,8 @@ class Rejected:
     refusal: Refusal
 
 
-Outcome = Accepted | Rejected
+# What intake makes of one record.
+IntakeResult = Accepted | Rejected
 
 
 class Intake:
@@ -127,7 +132,7 @@ class Intake:
         self._max = max_record_bytes
         self._decoder = decoder or WireDecoder(max_bytes=max_record_bytes)
 
-    def examine(self, record: RawRecord) -> Outcome:
+    def examine(self, record: RawRecord) -> IntakeResult:
         """The intake verdict on one record; never raises for bad input."""
         if record.size > self._max:
             return Rejected(

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from consumer.batch import Planned
+from consumer.batch import DecidedBatch
 from machines import Outcome
 
 __all__ = ["ControllerMetrics"]
@@ -78,7 +78,7 @@ class ControllerMetrics:
         """One batch attempt ended with `result` (committed, fenced, conflict, ...)."""
         self._batches.add(1, {**self._group, "result": result})
 
-    def committed(self, planned: Planned, seconds: float) -> None:
+    def committed(self, planned: DecidedBatch, seconds: float) -> None:
         """Count what a committed batch held."""
         decisions = planned.decisions
         self._processed.add(len(decisions), self._group)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import threading
 
-from consumer.batch import Rules
 from consumer.controller import Controller
 from consumer.errors import ControllerError
 from consumer.heap import settle_heap
@@ -23,6 +22,7 @@ from machines import (
     MachineError,
     Policy,
     PolicyError,
+    Rules,
     check_policy_against_registry,
     load_policy,
     load_registry,

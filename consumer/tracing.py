@@ -117,7 +117,7 @@ class BatchTracer:
             yield span
 
     def observer(self, batch_span: Span, latency: Callable[[float], None]) -> Observer:
-        """An `Observer` for `consumer.batch.plan_batch_of`: one span per decision,
+        """An `Observer` for `consumer.batch.decide_batch`: one span per decision,
         parented by the producer's context and linked to `batch_span`; `latency` gets
         each decision's duration in seconds. Without an exporter (the no-op provider)
         no span is made: the commands carry the producer's context, as they would

@@ -37,7 +37,7 @@ from ledger.interface import (
 from ledger.memory import MemoryLedger
 from ledger.migrations import MigrationReport, available_migrations, migrate, migrate_database
 from ledger.postgres import PostgresLedger
-from ledger.records import Batch, Entry, Position, Source, Topics, plan_batch
+from ledger.records import Batch, Entry, Position, Source, Topics, batch_rows
 from ledger.schema import describe_schema, expected_schema
 from ledger.schema_check import pending_migrations, require_current_schema
 
@@ -71,6 +71,7 @@ __all__ = [
     "UnknownOperation",
     "VersionConflict",
     "available_migrations",
+    "batch_rows",
     "create_database",
     "describe_schema",
     "drop_database",
@@ -81,7 +82,6 @@ __all__ = [
     "migrate_database",
     "pending_migrations",
     "ping_database",
-    "plan_batch",
     "require_current_schema",
     "verify_chain",
     "view_from_json",

@@ -29,8 +29,8 @@ from datetime import datetime
 from typing import Any
 
 from ledger.audit import AuditRecord, ChainBreak, ChainHead, verify_chain
-from ledger.cascade import Arrival, LineageRow
 from ledger.records import Batch
+from machines import Arrival, LineageRow
 from machines.view import OperationView
 
 __all__ = [

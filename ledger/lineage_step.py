@@ -1,12 +1,12 @@
-"""What the lineage step of a commit needs from a batch plan, shared by both ledgers.
+"""What the lineage step of a commit needs from a batch's rows, shared by both ledgers.
 
-`ledger.records.plan_batch` plans a batch's rows without reading any other operation.
+`ledger.records.batch_rows` derives a batch's rows without reading any other operation.
 Before the commit writes them, the lineage step (`ledger.cascade.plan_lineage`, run by
 `MemoryLedger` and `ledger.postgres_lineage`) reads the lineage the batch touches under
 its locks: `lineage_inputs` says which rows to read, `check_arrivals` and
 `lineage_moved` refuse a batch decided on a lineage that moved since, `opened_lineage`
 and `batch_time` feed the cascade, and `with_lineage_plan` folds its audit records and
-cascade events back into the plan.
+cascade events back into the rows.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from ledger.cascade import LineagePlan, LineageRow, arrival_of, lineage_message
+from ledger.cascade import LineagePlan, lineage_message
 from ledger.errors import VersionConflict
 from ledger.jsonutil import dumps
-from ledger.records import AuditItem, BatchPlan, OperationRow, OutboxRow, Topics
+from ledger.records import AuditItem, BatchRows, OperationRow, OutboxRow, Topics
+from machines import LineageRow, arrival_of
 
 __all__ = [
     "batch_time",
@@ -40,13 +41,13 @@ def lineage_moved(row: OperationRow, contained: Sequence[str], agents: Sequence[
     )
 
 
-def check_arrivals(plan: BatchPlan, stored: Mapping[str, LineageRow]) -> None:
+def check_arrivals(plan: BatchRows, stored: Mapping[str, LineageRow]) -> None:
     """Refuse the batch (`VersionConflict`) when an operation it opens would be linked
     below a contained ancestor, or next to an ancestor's or descendant's agent, that the
     view it was decided with did not have: its lineage, from `stored` (the rows the
     lineage step read under its locks), moved after `Ledger.arrival_lineage` was read.
     `lineage_moved` is the same rule continued operations are held to, and
-    `ledger.cascade.arrival_of` the same derivation the consumer's read used, so the
+    `machines.arrival_of` the same derivation the consumer's read used, so the
     replan, which reads the moved lineage, commits."""
     for row in plan.operations:
         if not row.opens:
@@ -59,7 +60,7 @@ def check_arrivals(plan: BatchPlan, stored: Mapping[str, LineageRow]) -> None:
             raise VersionConflict(lineage_message(row.operation_id))
 
 
-def opened_lineage(plan: BatchPlan) -> tuple[LineageRow, ...]:
+def opened_lineage(plan: BatchRows) -> tuple[LineageRow, ...]:
     """The lineage rows of the operations `plan` opens, lineage columns still empty."""
     return tuple(
         LineageRow(
@@ -80,7 +81,7 @@ def opened_lineage(plan: BatchPlan) -> tuple[LineageRow, ...]:
     )
 
 
-def batch_time(plan: BatchPlan) -> datetime:
+def batch_time(plan: BatchRows) -> datetime:
     """The latest decision time of the batch: the time arrival events carry."""
     return max((d.decided_at for d in plan.decisions), default=_EPOCH)
 
@@ -88,7 +89,7 @@ def batch_time(plan: BatchPlan) -> datetime:
 _EPOCH = datetime.fromtimestamp(0, UTC)
 
 
-def lineage_inputs(plan: BatchPlan) -> tuple[set[str], set[str]]:
+def lineage_inputs(plan: BatchRows) -> tuple[set[str], set[str]]:
     """What the lineage step must read for `plan`: the ids whose own rows it needs (the
     opened operations' parents and the operations changing containment) and the roots
     whose subtrees it needs (the opened operations, whose children may have been
@@ -99,7 +100,7 @@ def lineage_inputs(plan: BatchPlan) -> tuple[set[str], set[str]]:
     return (parents | changing) - opened, opened | changing
 
 
-def with_lineage_plan(plan: BatchPlan, lineage: LineagePlan, topics: Topics) -> BatchPlan:
+def with_lineage_plan(plan: BatchRows, lineage: LineagePlan, topics: Topics) -> BatchRows:
     """`plan` with the lineage step's audit records (chained with the batch's own, on
     the containing or opened operation's chain) and its cascade events as outbox rows
     for the events topic. Audit bodies are only planned for operations `plan` touches,

@@ -1,6 +1,6 @@
 """The in-memory Action Ledger: the same plan, checks and chains as PostgreSQL, in dicts.
 
-It executes `ledger.records.plan_batch` exactly as `PostgresLedger` does and raises the
+It executes `ledger.records.batch_rows` exactly as `PostgresLedger` does and raises the
 same errors in the same situations (the abstract suite in `tests/unit/ledger` holds both
 to it), so tests of the core and of the consumer that run on it mean something. One lock
 serialises writers, which is the strongest form of the row locks PostgreSQL takes.
@@ -17,14 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_head
-from ledger.cascade import (
-    Arrival,
-    LineageRow,
-    arrival_of,
-    lineage_message,
-    plan_lineage,
-    with_lineage,
-)
+from ledger.cascade import lineage_message, plan_lineage
 from ledger.deadletters import plan_dead_letters
 from ledger.errors import (
     EventIdReused,
@@ -54,7 +47,8 @@ from ledger.lineage_step import (
     opened_lineage,
     with_lineage_plan,
 )
-from ledger.records import Batch, BatchPlan, OutboxRow, audit_bodies, finish_outbox, plan_batch
+from ledger.records import Batch, BatchRows, OutboxRow, audit_bodies, batch_rows, finish_outbox
+from machines import Arrival, LineageRow, arrival_of, with_lineage
 from machines.view import OperationView
 
 __all__ = ["MemoryLedger"]
@@ -157,7 +151,7 @@ class MemoryLedger(Ledger):
 
     def commit(self, batch: Batch) -> CommitResult:
         """See `Ledger.commit`."""
-        plan = plan_batch(batch)
+        plan = batch_rows(batch)
         with self._lock:
             self._check_fences(batch)
             self._check_versions(plan)
@@ -168,8 +162,8 @@ class MemoryLedger(Ledger):
             return result
 
     def _lineage_step(
-        self, plan: BatchPlan, batch: Batch
-    ) -> tuple[BatchPlan, dict[str, LineageRow]]:
+        self, plan: BatchRows, batch: Batch
+    ) -> tuple[BatchRows, dict[str, LineageRow]]:
         """Link opened operations and walk the lineage of containment changes, as
         `PostgresLedger` does inside its transaction (the lock makes it atomic here)."""
         if not plan.needs_lineage:
@@ -214,7 +208,7 @@ class MemoryLedger(Ledger):
                     )
                 )
 
-    def _check_versions(self, plan: BatchPlan) -> None:
+    def _check_versions(self, plan: BatchRows) -> None:
         for row in plan.operations:
             stored = self._s.operations.get(row.operation_id)
             version = 0 if stored is None else stored.info.version
@@ -228,7 +222,7 @@ class MemoryLedger(Ledger):
             ):
                 raise VersionConflict(lineage_message(row.operation_id))
 
-    def _check_ids(self, plan: BatchPlan) -> None:
+    def _check_ids(self, plan: BatchRows) -> None:
         for event in plan.events:
             stored = self._s.events.get(event.event_id)
             if stored is not None:
@@ -245,7 +239,7 @@ class MemoryLedger(Ledger):
                     nonce=approval.nonce,
                 )
 
-    def _write(self, batch: Batch, plan: BatchPlan) -> CommitResult:
+    def _write(self, batch: Batch, plan: BatchRows) -> CommitResult:
         s = self._s
         chained: dict[str, list[AuditRecord]] = {}
         for op, bodies in audit_bodies(plan).items():

@@ -31,7 +31,6 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from ledger.audit import AuditRecord, ChainHead
-from ledger.cascade import Arrival, LineageRow, arrival_of, with_lineage
 from ledger.codec import view_from_json
 from ledger.driver import DRIVER_ERRORS, driver_errors, translate
 from ledger.errors import LedgerError, LedgerUnavailable, UnknownOperation
@@ -50,8 +49,9 @@ from ledger.postgres_lineage import lineage_row
 from ledger.queries import QUERIES
 from ledger.records import (
     Batch,
-    plan_batch,
+    batch_rows,
 )
+from machines import Arrival, LineageRow, arrival_of, with_lineage
 from machines.view import OperationView
 
 __all__ = ["PostgresLedger"]
@@ -250,7 +250,7 @@ class PostgresLedger(Ledger):
 
     def commit(self, batch: Batch) -> CommitResult:
         """See `Ledger.commit`."""
-        plan = plan_batch(batch)
+        plan = batch_rows(batch)
         return self._run(
             f"commit batch of {len(batch.entries)} events for group {batch.group}",
             lambda conn: write_batch(conn, batch, plan),

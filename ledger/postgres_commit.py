@@ -34,7 +34,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow
 
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_hash, genesis_head
-from ledger.cascade import LineagePlan, LineageRow, lineage_message
+from ledger.cascade import LineagePlan, lineage_message
 from ledger.codec import facts_to_json, view_json
 from ledger.deadletters import (
     DeadLetterRow,
@@ -59,13 +59,14 @@ from ledger.postgres_lineage import insert_cascade, lineage_reads, lineage_step,
 from ledger.queries import QUERIES
 from ledger.records import (
     Batch,
-    BatchPlan,
+    BatchRows,
     EventRow,
     OperationRow,
     OutboxRow,
     audit_bodies,
     finish_outbox,
 )
+from machines import LineageRow
 
 __all__ = ["write_batch"]
 
@@ -85,7 +86,7 @@ class _Reads:
     intake_heads: dict[str, ChainHead]
 
 
-def write_batch(conn: Conn, batch: Batch, plan: BatchPlan) -> CommitResult:
+def write_batch(conn: Conn, batch: Batch, plan: BatchRows) -> CommitResult:
     """Write `plan` (planned from `batch`) in one transaction on `conn` and store the
     batch's offsets: the body of `PostgresLedger.commit`, whose caller translates driver
     errors and retries a lost connection. Raises `FencedError`, `VersionConflict`,
@@ -149,7 +150,7 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchPlan) -> CommitResult:
     )
 
 
-def _read(conn: Conn, batch: Batch, plan: BatchPlan, transaction: ExitStack) -> _Reads:
+def _read(conn: Conn, batch: Batch, plan: BatchRows, transaction: ExitStack) -> _Reads:
     """Open the batch's transaction on `transaction` (closing it commits) and send every
     read and lock of the commit in the same pipeline, in lock order: partition epochs,
     continued operations, reused ids, lineage, intake chains."""
@@ -214,7 +215,7 @@ def _check_fences(batch: Batch, rows: Rows) -> None:
             )
 
 
-def _check_versions(plan: BatchPlan, rows: Rows) -> dict[str, ChainHead]:
+def _check_versions(plan: BatchRows, rows: Rows) -> dict[str, ChainHead]:
     """Check the versions and lineage of the operations the batch continues (locked by
     `_read`) and return every touched operation's audit chain head (the genesis head
     for those the batch opens; `_insert_opened` writes them)."""
@@ -233,7 +234,7 @@ def _check_versions(plan: BatchPlan, rows: Rows) -> dict[str, ChainHead]:
     return heads
 
 
-def _check_ids(plan: BatchPlan, events: Rows, nonce_rows: Rows) -> None:
+def _check_ids(plan: BatchRows, events: Rows, nonce_rows: Rows) -> None:
     if events:
         event_id, stored_op = str(events[0][0]), str(events[0][1])
         mine = next(e.operation_id for e in plan.events if e.event_id == event_id)
@@ -328,7 +329,7 @@ def _lineage_columns(row: LineageRow | None) -> tuple[Any, ...]:
 
 def _insert_opened(
     conn: Conn,
-    plan: BatchPlan,
+    plan: BatchRows,
     chained: Mapping[str, list[AuditRecord]],
     lineage: LineagePlan | None,
 ) -> psycopg.Cursor[TupleRow] | None:
@@ -348,7 +349,7 @@ def _insert_opened(
     )
 
 
-def _opened_first(plan: BatchPlan, inserted: psycopg.Cursor[TupleRow] | None) -> None:
+def _opened_first(plan: BatchRows, inserted: psycopg.Cursor[TupleRow] | None) -> None:
     """`_check_opened` after the write pipeline failed: raise its `VersionConflict` if the
     insert of the opened operations has its rows back and one is missing; else return
     (the caller raises the pipeline's own error)."""
@@ -358,7 +359,7 @@ def _opened_first(plan: BatchPlan, inserted: psycopg.Cursor[TupleRow] | None) ->
         return  # the insert itself failed or never ran: nothing to tell
 
 
-def _check_opened(plan: BatchPlan, inserted: psycopg.Cursor[TupleRow] | None) -> None:
+def _check_opened(plan: BatchRows, inserted: psycopg.Cursor[TupleRow] | None) -> None:
     if inserted is None:
         return
     found = {str(row[0]) for row in inserted.fetchall()}
@@ -372,7 +373,7 @@ def _check_opened(plan: BatchPlan, inserted: psycopg.Cursor[TupleRow] | None) ->
 
 def _update_operations(
     conn: Conn,
-    plan: BatchPlan,
+    plan: BatchRows,
     heads: Mapping[str, ChainHead],
     chained: Mapping[str, list[AuditRecord]],
 ) -> None:
@@ -445,7 +446,7 @@ def _aware(moment: datetime) -> datetime:
 
 
 def _append_rows(
-    plan: BatchPlan,
+    plan: BatchRows,
     records: Sequence[AuditRecord],
     outbox: Sequence[OutboxRow],
     letters: Sequence[DeadLetterRow],

@@ -20,7 +20,7 @@ from typing import Final
 import psycopg
 from psycopg.rows import TupleRow
 
-from ledger.cascade import LineagePlan, LineageRow, plan_lineage
+from ledger.cascade import LineagePlan, plan_lineage
 from ledger.jsonutil import column_json
 from ledger.lineage_step import (
     batch_time,
@@ -30,7 +30,8 @@ from ledger.lineage_step import (
     with_lineage_plan,
 )
 from ledger.queries import QUERIES
-from ledger.records import Batch, BatchPlan
+from ledger.records import Batch, BatchRows
+from machines import LineageRow
 
 __all__ = ["insert_cascade", "lineage_reads", "lineage_row", "lineage_step", "write_lineage"]
 
@@ -73,7 +74,7 @@ def _walk_params(ids: set[str], roots: set[str]) -> dict[str, list[str]]:
     return {"ids": sorted(ids), "roots": sorted(roots)}
 
 
-def lineage_reads(conn: Conn, plan: BatchPlan) -> psycopg.Cursor[TupleRow] | None:
+def lineage_reads(conn: Conn, plan: BatchRows) -> psycopg.Cursor[TupleRow] | None:
     """Queue the lineage step's advisory locks and its first walk (in the caller's
     pipeline, after the batch's own operations are locked); the cursor holds the walk's
     rows for `lineage_step`. None when the batch needs no lineage step."""
@@ -87,8 +88,8 @@ def lineage_reads(conn: Conn, plan: BatchPlan) -> psycopg.Cursor[TupleRow] | Non
 
 
 def lineage_step(
-    conn: Conn, plan: BatchPlan, batch: Batch, first: Sequence[TupleRow] | None
-) -> tuple[BatchPlan, LineagePlan | None]:
+    conn: Conn, plan: BatchRows, batch: Batch, first: Sequence[TupleRow] | None
+) -> tuple[BatchRows, LineagePlan | None]:
     """Link the operations the batch opens and walk the lineage of its containment
     changes (`ledger.cascade`), with the rows involved locked: `first` is the walk
     `lineage_reads` queued (None: no step, the plan is returned as it is)."""
@@ -124,7 +125,7 @@ def lineage_step(
     return with_lineage_plan(plan, lineage, batch.topics), lineage
 
 
-def write_lineage(conn: Conn, plan: BatchPlan, lineage: LineagePlan | None) -> None:
+def write_lineage(conn: Conn, plan: BatchRows, lineage: LineagePlan | None) -> None:
     """Queue the update of the lineage columns the step changed on rows stored before
     the batch (the opened ones are inserted with theirs, `ledger.postgres_commit`)."""
     if lineage is None:
@@ -147,7 +148,7 @@ def write_lineage(conn: Conn, plan: BatchPlan, lineage: LineagePlan | None) -> N
         conn.execute(QUERIES["update_lineage"], {"rows": column_json(updates)})
 
 
-def insert_cascade(conn: Conn, plan: BatchPlan) -> int:
+def insert_cascade(conn: Conn, plan: BatchRows) -> int:
     """Insert the cascade events the step planned; a replayed step may plan some that
     are already stored, which are kept. Returns how many rows were inserted."""
     if not plan.cascade:

@@ -1,11 +1,11 @@
-"""What one consumed batch writes: a pure plan of rows, shared by both ledgers.
+"""What one consumed batch writes: its rows, derived without I/O, shared by both ledgers.
 
-`plan_batch(batch)` turns the batch's (event, decision) pairs into every row the batch
+`batch_rows(batch)` turns the batch's (event, decision) pairs into every row the batch
 writes: operations (the folded view, via `machines.decision.apply`), events, decisions,
 evidence, approvals, the audit records SPEC §10 asks for, and the outbox rows (one per
 command, deterministic id = command id, key = operation id). Audit records are chained
 at commit time, under the operation lock, by `finish_outbox`/`ledger.audit`, because only
-then is the chain head known. Both ledger implementations execute the same plan, so the
+then is the chain head known. Both ledger implementations write the same rows, so the
 in-memory fake cannot write anything the real ledger would not.
 """
 
@@ -17,10 +17,10 @@ from datetime import datetime
 from typing import Any
 
 from ledger.audit import AuditRecord
-from ledger.cascade import Containment, containment_of
 from ledger.codec import command_json, decision_json, envelope_json, facts_to_json, opened_json
 from ledger.deadletters import DeadLetter
 from ledger.jsonutil import dumps
+from machines import Containment, containment_of
 from machines.decision import Decision, Outcome, apply
 from machines.event import Event
 from machines.view import OperationView, ToolFacts
@@ -29,7 +29,7 @@ __all__ = [
     "ApprovalRow",
     "AuditItem",
     "Batch",
-    "BatchPlan",
+    "BatchRows",
     "DecisionRow",
     "Entry",
     "EventRow",
@@ -40,8 +40,8 @@ __all__ = [
     "Source",
     "Topics",
     "audit_bodies",
+    "batch_rows",
     "finish_outbox",
-    "plan_batch",
 ]
 
 
@@ -98,10 +98,10 @@ class Batch:
 
     `folded`, when the caller has it, holds each operation's view after the batch: the
     views `entries` folded onto `views` with `machines.decision.apply`, in order, which
-    is what the caller that decided the batch did anyway (`consumer.batch.plan_batch_of`,
-    `ops.bench_ledger`). `plan_batch` then uses it instead of folding every decision
-    again (about 7 us of CPU per event); without it, `plan_batch` folds. It must be
-    exactly that fold (tests/unit/consumer/test_folded_views.py holds both ways equal)."""
+    is what the caller that decided the batch did anyway (`machines.BatchFold`, run by
+    `consumer.batch.decide_batch`). `batch_rows` then uses it rather than fold every
+    decision a second time; without it, `batch_rows` folds. It must be exactly that fold
+    (tests/unit/consumer/test_folded_views.py holds both ways equal)."""
 
     group: str
     positions: tuple[Position, ...]
@@ -224,7 +224,7 @@ class OutboxRow:
 
 
 @dataclass(frozen=True, slots=True)
-class BatchPlan:
+class BatchRows:
     """Every row of one batch except the chained audit records and their outbox rows."""
 
     operations: tuple[OperationRow, ...]
@@ -235,7 +235,7 @@ class BatchPlan:
     audit: tuple[AuditItem, ...] = ()
     commands: tuple[OutboxRow, ...] = ()
     new_event_ids: frozenset[str] = field(default_factory=frozenset)
-    # Decisions that start or end containment, in order (`ledger.cascade`).
+    # Decisions that start or end containment, in order (`machines.containment_of`).
     containments: tuple[Containment, ...] = ()
     # Cascade events planned by `with_lineage_plan`; inserted unless already stored.
     cascade: tuple[OutboxRow, ...] = ()
@@ -253,7 +253,7 @@ class BatchPlan:
         return tuple(sorted(op.operation_id for op in self.operations))
 
 
-def plan_batch(batch: Batch, topics: Topics | None = None) -> BatchPlan:
+def batch_rows(batch: Batch, topics: Topics | None = None) -> BatchRows:
     """The rows `batch` writes. Raises `ValueError` for a batch that contradicts itself
     (an entry whose operation has no base view, or whose decision is not for its event):
     that is a bug in the caller, not a ledger outcome.
@@ -317,7 +317,7 @@ def plan_batch(batch: Batch, topics: Topics | None = None) -> BatchPlan:
     operations = tuple(
         _operation_row(batch.views[op], final[op], firsts[op], batch.runtime) for op in firsts
     )
-    return BatchPlan(
+    return BatchRows(
         operations=operations,
         events=tuple(events),
         decisions=tuple(decisions),
@@ -568,7 +568,7 @@ def _command_rows(
 
 
 def finish_outbox(
-    plan: BatchPlan,
+    plan: BatchRows,
     chained: Mapping[str, list[AuditRecord]],
     topics: Topics = Topics(),
     *,
@@ -613,7 +613,7 @@ def finish_outbox(
     return rows
 
 
-def audit_bodies(plan: BatchPlan) -> dict[str, list[tuple[str, Mapping[str, Any], str]]]:
+def audit_bodies(plan: BatchRows) -> dict[str, list[tuple[str, Mapping[str, Any], str]]]:
     """The plan's audit items grouped per operation, in order, ready for chaining."""
     out: dict[str, list[tuple[str, Mapping[str, Any], str]]] = {}
     for item in plan.audit:

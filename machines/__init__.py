@@ -1,5 +1,7 @@
-"""The machine format and its meaning: model, loader, validation, pinning, decisions. No I/O
-beyond reading the files it is asked to load."""
+"""The machine format and its meaning: model, loader, validation, pinning, decisions, the
+fold of a sequence of decisions per operation (`BatchFold`) and containment semantics. No
+I/O beyond reading the files it is asked to load; imports nothing from `ledger`, `consumer`,
+`producers` or `ops`."""
 
 from __future__ import annotations
 
@@ -13,7 +15,19 @@ from machines.applicability import (
     select_machine,
 )
 from machines.approvals import ApprovalRejection, check_decision, sign_decision
+from machines.batch import BatchFold, OperationSetup, Rules, open_view
 from machines.compiled import GuardEvaluation
+from machines.containment import (
+    MAX_LINEAGE_DEPTH,
+    Arrival,
+    Change,
+    Containment,
+    LineageRow,
+    arrival_of,
+    containment_of,
+    lineage_below,
+    with_lineage,
+)
 from machines.decision import Decision, Invocation, Outcome, apply, decide
 from machines.digest import canonical_json, digest_of
 from machines.errors import (
@@ -70,7 +84,7 @@ from machines.policy import (
     parse_policy,
 )
 from machines.registry import DEFAULT_REGISTRY, load_registry, parse_registry
-from machines.simulation import OperationSetup, Simulation
+from machines.simulation import Simulation, SimulationError
 from machines.view import (
     LineageStatus,
     OperationView,
@@ -83,17 +97,22 @@ from machines.view import (
 __all__ = [
     "CATALOGUE",
     "DEFAULT_REGISTRY",
+    "MAX_LINEAGE_DEPTH",
     "SPEC_VERSION",
     "STANDARD_GUARDS",
     "ActionRef",
     "AppliesTo",
     "ApprovalRejection",
+    "Arrival",
     "AuditSpec",
+    "BatchFold",
     "CapabilityKind",
     "CapabilitySpec",
+    "Change",
     "CheckpointReport",
     "ClassifierOutput",
     "Code",
+    "Containment",
     "Decision",
     "DeclaredFacts",
     "Event",
@@ -106,6 +125,7 @@ __all__ = [
     "HumanDecision",
     "Invocation",
     "Lineage",
+    "LineageRow",
     "LineageStatus",
     "Location",
     "Machine",
@@ -123,26 +143,32 @@ __all__ = [
     "ProvenanceError",
     "Registry",
     "RegistryInvalid",
+    "Rules",
     "Scope",
     "Severity",
     "Simulation",
+    "SimulationError",
     "State",
     "ToolFacts",
     "Transition",
     "ValidationReport",
     "applies",
     "apply",
+    "arrival_of",
     "canonical_json",
     "catalogue_packages",
     "check_decision",
     "check_policy_against_registry",
+    "containment_of",
     "decide",
     "digest_of",
+    "lineage_below",
     "load_catalogue",
     "load_machine",
     "load_policy",
     "load_registry",
     "new_view",
+    "open_view",
     "overlap_warning",
     "overlapping_pairs",
     "parse_event",
@@ -155,4 +181,5 @@ __all__ = [
     "validate_text",
     "view_from_json",
     "view_to_json",
+    "with_lineage",
 ]

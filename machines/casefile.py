@@ -5,7 +5,7 @@ deterministic test keys), optional guard fault injection, and a sequence of step
 step builds one event (verification evidence, a signed human decision, a checkpoint, a
 classifier proposal, or an exact replay of an earlier step) and states what must hold
 after it: outcome, state, capabilities invoked, guard results, refusal and error codes.
-`run_case` feeds the steps through `Simulation`, the same core the controller uses, and
+`run_case` feeds the steps through `Simulation`, the fold the controller runs too, and
 returns every expected-vs-actual mismatch. docs/decision-core.md documents the format.
 """
 
@@ -22,22 +22,23 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from machines.approvals import insecure_test_key, public_key_b64, sign_decision
+from machines.batch import OperationSetup
 from machines.decision import Decision
 from machines.event import (
     CheckpointReport,
     ClassifierOutput,
     DeclaredFacts,
+    EffectOutcome,
     Event,
     EvidencePayload,
     HumanDecision,
     Lineage,
-    Outcome,
 )
 from machines.facts import declare
 from machines.guards import STANDARD_GUARDS, GuardContext, GuardFn, GuardResult
 from machines.model import GuardSpec, Machine, Registry
 from machines.policy import Policy, PolicyError, check_policy_against_registry, parse_policy
-from machines.simulation import OperationSetup, Simulation
+from machines.simulation import Simulation
 from machines.view import ToolFacts
 
 SCENARIOS: tuple[str, ...] = (
@@ -103,7 +104,7 @@ class ApproverSpec(BaseModel):
 class VerificationSpec(BaseModel):
     model_config = _STRICT
     verifier: str = DEFAULT_VERIFIER
-    outcome: Outcome | None = None
+    outcome: EffectOutcome | None = None
     reference: str | None = None
 
 

@@ -18,7 +18,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
-Outcome = Literal["applied", "not_applied", "unknown"]
+# What evidence says about an effect (not a decision's `machines.decision.Outcome`).
+EffectOutcome = Literal["applied", "not_applied", "unknown"]
 Verdict = Literal["approved", "rejected"]
 
 _STRICT: ConfigDict = ConfigDict(extra="forbid")
@@ -107,7 +108,7 @@ class EvidencePayload:
 
     __pydantic_config__: ClassVar[ConfigDict] = _STRICT
 
-    outcome: Outcome | None = None
+    outcome: EffectOutcome | None = None
     verifier: str | None = None
     reference: str | None = None
     checkpoint: CheckpointReport | None = None

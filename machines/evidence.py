@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from machines.approvals import check_decision
-from machines.event import Event, Outcome
+from machines.event import EffectOutcome, Event
 from machines.facts import admit_facts
 from machines.invariants import HUMAN_EVENTS, VERIFICATION_EVENTS, Notice
 from machines.policy import Policy
@@ -30,7 +30,7 @@ from machines.view import (
     evolve,
 )
 
-_OUTCOME_OF: dict[str, Outcome] = {
+_OUTCOME_OF: dict[str, EffectOutcome] = {
     "VERIFICATION_FOUND": "applied",
     "VERIFICATION_NOT_FOUND": "not_applied",
     "VERIFICATION_UNAVAILABLE": "unknown",

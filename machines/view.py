@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from machines.event import Outcome, Verdict
+from machines.event import EffectOutcome, Verdict
 
 _NO_EVENTS: Mapping[str, str] = MappingProxyType({})
 
@@ -45,7 +45,7 @@ class Verification:
     describes: a retry or compensation starts a new epoch, so older results go stale."""
 
     verifier: str
-    outcome: Outcome
+    outcome: EffectOutcome
     reference: str
     event_id: str
     epoch: int
@@ -137,12 +137,12 @@ class OperationView:
     open_commands: frozenset[str] = frozenset()
     seen_events: Mapping[str, str] = field(default_factory=lambda: _NO_EVENTS)
 
-    def current_outcomes(self) -> frozenset[Outcome]:
+    def current_outcomes(self) -> frozenset[EffectOutcome]:
         """The outcomes trusted verifiers report for the current effect epoch: each
         verifier's latest result (a verifier re-checking supersedes itself), so a set
         with more than one member means trusted verifiers disagree."""
         epoch = self.epoch
-        latest: dict[str, Outcome] = {}
+        latest: dict[str, EffectOutcome] = {}
         for v in self.verifications:
             if v.epoch == epoch:
                 latest[v.verifier] = v.outcome

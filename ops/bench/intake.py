@@ -7,9 +7,9 @@ producer sends (content type, schema fingerprint, record id, a W3C `traceparent`
 pushes it through what the controller runs per batch, without Kafka or PostgreSQL:
 
 - `intake`: `Intake.examine` (size check, Avro decode, envelope validation, `Event`);
-- `plan`: `consumer.batch.plan_batch_of` with the controller's tracer and metrics on
+- `plan`: `consumer.batch.decide_batch` with the controller's tracer and metrics on
   the no-op providers of the default `none` exporter (decide, apply, spans);
-- `ledger rows`: `ledger.records.plan_batch`, the pure part of a ledger commit (rows,
+- `ledger rows`: `ledger.records.batch_rows`, the pure part of a ledger commit (rows,
   envelope JSON, audit bodies), which reads the events the intake built.
 
 Views carry over between batches through a `ledger.MemoryLedger` (its commit is not
@@ -29,10 +29,13 @@ from datetime import UTC, datetime
 
 from opentelemetry import metrics, trace
 
-from consumer import BatchTracer, ControllerMetrics, Intake, RawRecord, Rules, plan_batch_of
-from consumer.batch import openings, operation_ids
-from ledger import MemoryLedger, plan_batch
-from machines import load_policy
+from consumer.batch import decide_batch, openings, operation_ids
+from consumer.intake import Intake, RawRecord
+from consumer.metrics import ControllerMetrics
+from consumer.tracing import BatchTracer
+from ledger import MemoryLedger
+from ledger.records import batch_rows
+from machines import Rules, load_policy
 from ops.bench.workload import BENCH_POLICY, WorkloadSpec, generate, pinned_machines
 from schemas import TRACEPARENT
 
@@ -88,7 +91,7 @@ def run_once(records: Sequence[RawRecord], batch: int) -> dict[str, float]:
         arrivals = ledger.arrival_lineage(openings(outcomes, views))
         t2 = time.process_time()
         with tracer.batch(len(outcomes), [(_TOPIC, 0)]) as span:
-            planned = plan_batch_of(
+            planned = decide_batch(
                 outcomes,
                 views,
                 rules,
@@ -100,7 +103,7 @@ def run_once(records: Sequence[RawRecord], batch: int) -> dict[str, float]:
                 arrivals=arrivals,
             )
         t3 = time.process_time()
-        plan_batch(planned.batch)
+        batch_rows(planned.batch)
         t4 = time.process_time()
         ledger.commit(planned.batch)
         spent["intake"] += t1 - t0

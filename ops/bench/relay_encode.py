@@ -3,7 +3,7 @@
 Builds a realistic outbox the way production does: the `recoveryctl bench` workload
 (`ops.bench.workload`: five catalogue machines, results of every command, signed and
 forged approvals, duplicates, bad records) is played through the controller's own
-batch planning (`consumer.Intake`, `consumer.plan_batch_of`) in batches of 500 and
+batch planning (`consumer.Intake`, `consumer.decide_batch`) in batches of 500 and
 committed to an in-memory ledger, which writes the same outbox rows (commands, OCSF
 audit records, dead letters, evidence, cascade events) as PostgreSQL. Every unpublished
 row is then leased once and encoded repeatedly by `producers.encoding.RecordEncoder`,
@@ -47,7 +47,7 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 
-from consumer import ControllerSettings, Intake, RawRecord, load_rules, plan_batch_of
+from consumer import ControllerSettings, Intake, RawRecord, decide_batch, load_rules
 from consumer.batch import openings, operation_ids, positions_for
 from ledger import MemoryLedger, OutboxRecord
 from machines import Lineage
@@ -106,7 +106,7 @@ def _commit(
 ) -> None:
     outcomes = [intake.examine(r) for r in records]
     views = ledger.load_views(operation_ids(outcomes))
-    planned = plan_batch_of(
+    planned = decide_batch(
         outcomes,
         views,
         rules,  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from ledger import Ledger, LedgerError, UnknownOperation
-from ledger.cascade import LineageRow
+from machines import LineageRow
 from machines.invariants import ANSWERED_KINDS
 from ops.commands.db import add_ledger_options, open_ledger
 

@@ -3,9 +3,9 @@
 Each line of FILE is one event envelope (the fields of `machines.event.Event`), or an
 operation declaration `{"operation": {...}}` giving an operation's affected agent,
 lineage and declared tool facts before its first event. Events are decided in file order
-by the same core the controller uses, at their own `event_time`, and one decision record
-is printed per line as JSON. A line that is not a valid event is reported on stderr as a
-dead-letter and skipped; the exit code is then 1.
+by `machines.Simulation`, the fold the controller runs over each batch, at their own
+`event_time`, and one decision record is printed per line as JSON. A line that is not a
+valid event is reported on stderr as a dead-letter and skipped; the exit code is then 1.
 """
 
 from __future__ import annotations
@@ -19,10 +19,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from machines import DEFAULT_REGISTRY, MachineError, load_machine, load_registry
+from machines import (
+    DEFAULT_REGISTRY,
+    MachineError,
+    OperationSetup,
+    Simulation,
+    SimulationError,
+    load_machine,
+    load_registry,
+)
 from machines.event import EventError, parse_event
 from machines.policy import Policy, PolicyError, check_policy_against_registry, load_policy
-from machines.simulation import OperationSetup, Simulation, SimulationError
 from machines.view import ToolFacts
 
 __all__ = ["register"]

@@ -1,9 +1,10 @@
 """`recoveryctl test PATH...`: run machine test cases through the decision core.
 
 Each case file in a package's `tests/` folder is run against that package's machine
-with an in-memory ledger (`machines.simulation`), through the same `decide`/`apply` the
-controller uses. Exit 0 when every case passes, 1 when one fails (with a readable
-expected-vs-actual diff), 2 when a path, case file, machine or registry is unusable.
+by `machines.Simulation`, through the same fold (`machines.BatchFold`: open, `decide`,
+`apply`) the controller runs over each batch. Exit 0 when every case passes, 1 when one
+fails (with a readable expected-vs-actual diff), 2 when a path, case file, machine or
+registry is unusable.
 """
 
 from __future__ import annotations

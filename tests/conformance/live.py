@@ -25,10 +25,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from consumer import Controller, ControllerSettings, Rules
+from consumer import Controller, ControllerSettings
 from ledger import Ledger
 from ledger.outbox_watch import OutboxWatch
-from machines import Machine, Registry
+from machines import Machine, Registry, Rules
 from machines.casefile import EPOCH, CaseSpec, ExpectSpec, StepSpec, _Runner, faulted
 from machines.event import Event, Lineage
 from producers import EventPublisher
@@ -98,7 +98,7 @@ def with_parent(case: CaseSpec) -> CaseSpec:
     A case that names its parent operation is left as it is: that parent is one this
     ledger has not seen (another deployment's, or reported later), which is what its
     steps rely on: an ancestor the ledger does not know stays contained once an
-    `ANCESTOR_CONTAINED` event names it (`ledger.cascade.with_lineage`), where a known,
+    `ANCESTOR_CONTAINED` event names it (`machines.with_lineage`), where a known,
     uncontained parent would release the resume gate."""
     op = case.operation
     if not op.lineage_agents or op.parent_operation is not None:

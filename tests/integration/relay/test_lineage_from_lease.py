@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from consumer import Intake, plan_batch_of
+from consumer import Intake, decide_batch
 from consumer.batch import openings, operation_ids, positions_for
 from ledger import PostgresLedger
 from machines import Event, Lineage
@@ -49,7 +49,7 @@ def test_lineage_learnt_from_the_lease_equals_the_operation_rows(
     outcomes = [Intake(machines, max_record_bytes=65536).examine(r) for r in raws]
     views = ledger.load_views(operation_ids(outcomes))
     epochs = {(c.topic, c.partition): c.epoch for c in ledger.claim(GROUP, TOPIC, [0], "me")}
-    planned = plan_batch_of(
+    planned = decide_batch(
         outcomes,
         views,
         rules,

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
-from consumer import ControllerSettings, RawRecord, Rules, load_rules
-from machines import Event, EvidencePayload, Lineage, Machine, Policy
+from consumer import ControllerSettings, RawRecord, load_rules
+from machines import Event, EvidencePayload, Lineage, Machine, Policy, Rules
 from schemas import (
     CONTENT_TYPE,
     CONTENT_TYPE_AVRO,

@@ -8,10 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from consumer import Intake, plan_batch_of
-from consumer.batch import Planned, openings, operation_ids, positions_for
+from consumer import Accepted, Intake, decide_batch
+from consumer.batch import DecidedBatch, openings, operation_ids, positions_for
 from ledger import MemoryLedger, VersionConflict
-from machines import Event, EvidencePayload, Lineage
+from machines import Event, EvidencePayload, Lineage, Simulation
 from tests.unit.consumer.support import CONTROLLER, GROUP, TOPIC, encoded, event, pinned
 
 
@@ -32,7 +32,7 @@ def _commit(ledger: MemoryLedger, events: list[Event], first: int, *, arrivals: 
     raws = [encoded(e, first + i) for i, e in enumerate(events)]
     outcomes = [Intake(machines, max_record_bytes=65536).examine(r) for r in raws]
     views = ledger.load_views(operation_ids(outcomes))
-    planned = plan_batch_of(
+    planned = decide_batch(
         outcomes,
         views,
         rules,
@@ -80,13 +80,13 @@ def test_a_batch_planned_without_the_arrival_lineage_is_refused_at_commit() -> N
     assert ledger.decisions("op-child") == ()
 
 
-def _plan_one_batch(ledger: MemoryLedger, events: list[Event]) -> Planned:
+def _plan_one_batch(ledger: MemoryLedger, events: list[Event]) -> DecidedBatch:
     machines, rules = pinned()
     epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], "me")[0].epoch}
     raws = [encoded(e, i) for i, e in enumerate(events)]
     outcomes = [Intake(machines, max_record_bytes=65536).examine(r) for r in raws]
     views = ledger.load_views(operation_ids(outcomes))
-    return plan_batch_of(
+    return decide_batch(
         outcomes,
         views,
         rules,
@@ -149,3 +149,21 @@ def test_a_parent_opened_after_its_child_in_one_batch_counts_the_childs_agent() 
     assert "agent-child" in planned.batch.views["op-parent"].lineage.lineage_agents
     ledger.commit(planned.batch)
     assert ledger.lineage("op-parent").descendant_agents == ("agent-child",)
+
+
+def test_a_simulation_opens_a_child_below_its_parent_as_one_batch_does() -> None:
+    machines, rules = pinned()
+    events = [
+        event("AUTHORIZATION_DENIED", "op-parent"),
+        _below(event("TOOL_TIMEOUT", "op-child"), "op-parent"),
+        _below(event("TOOL_FAILED", "op-child", event_id="c-2"), "op-parent"),
+    ]
+    decided = _plan_one_batch(MemoryLedger(), events)
+    simulation = Simulation(machines["email-send@1.0.0"], rules.registry, rules.policy)
+    now = events[0].event_time + timedelta(minutes=1)
+    intake = Intake(machines, max_record_bytes=65536)
+    consumed = [intake.examine(encoded(e, i)) for i, e in enumerate(events)]
+    simulated = [simulation.feed(r.event, now) for r in consumed if isinstance(r, Accepted)]
+    assert simulated == list(decided.decisions)
+    assert dict(simulation.views) == dict(decided.batch.folded or {})
+    assert simulation.views["op-child"].lineage.contained_ancestors == ("op-parent",)

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from consumer import Accepted, Intake, Planned, Refusal, plan_batch_of
+from consumer import Accepted, DecidedBatch, Intake, Refusal, decide_batch
 from consumer.batch import operation_ids, positions_for
 from ledger import MemoryLedger, Position, Topics, intake_chain_id
 from machines import Decision, HumanDecision, Outcome, sign_decision
@@ -26,13 +26,13 @@ from tests.unit.consumer.support import (
 )
 
 
-def _plan(raws: list, ledger: MemoryLedger, **kwargs: object) -> Planned:  # type: ignore[type-arg]
+def _plan(raws: list, ledger: MemoryLedger, **kwargs: object) -> DecidedBatch:  # type: ignore[type-arg]
     machines, rules = pinned()
     intake = Intake(machines, max_record_bytes=65536)
     outcomes = [intake.examine(r) for r in raws]
     views = ledger.load_views(operation_ids(outcomes))
     epochs = {(c.topic, c.partition): c.epoch for c in ledger.claim(GROUP, TOPIC, [0, 1], "me")}
-    return plan_batch_of(
+    return decide_batch(
         outcomes,
         views,
         rules,

@@ -9,7 +9,7 @@ from datetime import timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consumer import Intake, plan_batch_of
+from consumer import Intake, decide_batch
 from consumer.batch import operation_ids, positions_for
 from ledger import MemoryLedger
 from machines import Decision, Simulation
@@ -62,7 +62,7 @@ def test_batching_never_changes_a_decision(
     while start < len(raws):
         chunk = raws[start : start + next(cut)]
         outcomes = [intake.examine(r) for r in chunk]
-        planned = plan_batch_of(
+        planned = decide_batch(
             outcomes,
             ledger.load_views(operation_ids(outcomes)),
             rules,

@@ -1,6 +1,6 @@
 """The views after a batch that its planner passes in `Batch.folded` are exactly what
-`ledger.plan_batch` would fold itself: with them and without them, a batch plans the same
-rows (both ledgers commit through `plan_batch`), so skipping the second fold changes no
+`ledger.batch_rows` would fold itself: with them and without them, a batch plans the same
+rows (both ledgers commit through `batch_rows`), so skipping the second fold changes no
 stored or published byte."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consumer import Intake, Planned, plan_batch_of
+from consumer import DecidedBatch, Intake, decide_batch
 from consumer.batch import operation_ids, positions_for
-from ledger import Batch, MemoryLedger, plan_batch
+from ledger import Batch, MemoryLedger, batch_rows
 from machines import CATALOGUE, Event, load_catalogue, load_registry
 from machines.event import DeclaredFacts
 from ops.bench.ledger import build_batches
@@ -36,8 +36,8 @@ KEYED = DeclaredFacts(idempotency_key="key-declared-later", status_api=True)
 
 def _assert_same_plan(batch: Batch) -> None:
     assert batch.folded is not None
-    with_folded = plan_batch(batch)
-    refolded = plan_batch(replace(batch, folded=None))
+    with_folded = batch_rows(batch)
+    refolded = batch_rows(replace(batch, folded=None))
     assert with_folded == refolded
     # Spelled out, for a readable failure on the fields a stale view would change.
     assert [r.view for r in with_folded.operations] == [r.view for r in refolded.operations]
@@ -46,12 +46,12 @@ def _assert_same_plan(batch: Batch) -> None:
     ]
 
 
-def _plan(intake: Intake, ledger: MemoryLedger, events: list[Event], first: int) -> Planned:
+def _plan(intake: Intake, ledger: MemoryLedger, events: list[Event], first: int) -> DecidedBatch:
     _machines, rules = pinned()
     raws = [encoded(e, first + n) for n, e in enumerate(events)]
     outcomes = [intake.examine(r) for r in raws]
     epochs = {(c.topic, c.partition): c.epoch for c in ledger.claim(GROUP, TOPIC, [0], "me")}
-    return plan_batch_of(
+    return decide_batch(
         outcomes,
         ledger.load_views(operation_ids(outcomes)),
         rules,
@@ -132,7 +132,7 @@ def test_a_batch_whose_facts_are_declared_mid_batch_keys_each_command_as_the_fol
     assert planned.batch.folded["op-1"].facts.idempotency_key == "key-declared-later"
     _assert_same_plan(planned.batch)
     keys = [
-        json.loads(r.payload_json)["idempotency_key"] for r in plan_batch(planned.batch).commands
+        json.loads(r.payload_json)["idempotency_key"] for r in batch_rows(planned.batch).commands
     ]
     # The first command predates the declaration; the later ones carry its key.
     assert keys[0] is None
@@ -168,4 +168,4 @@ def test_a_folded_mapping_missing_a_touched_operation_is_refused_as_a_caller_bug
     assert planned.batch.folded is not None
     partial = {"op-1": planned.batch.folded["op-1"]}
     with pytest.raises(ValueError, match="op-2 has no folded view"):
-        plan_batch(replace(planned.batch, folded=partial))
+        batch_rows(replace(planned.batch, folded=partial))

@@ -19,8 +19,8 @@ from consumer import (
     TelemetryError,
     build_telemetry,
     consumer_config,
+    decide_batch,
     extract_context,
-    plan_batch_of,
     trace_headers,
 )
 from tests.unit.consumer.support import CONTROLLER, GROUP, T0, encoded, event, pinned, record
@@ -104,7 +104,7 @@ def test_each_decision_gets_a_span_parented_by_the_producer_with_states() -> Non
     metrics = ControllerMetrics(MeterProvider(metric_readers=[reader]), GROUP)
     tracer = BatchTracer(provider)
     with tracer.batch(1, [("recovery.events", 0)]) as batch_span:
-        planned = plan_batch_of(
+        planned = decide_batch(
             outcomes,
             {},
             rules,
@@ -131,7 +131,7 @@ def test_committed_batches_are_counted_by_outcome_and_reason() -> None:
     machines, rules = pinned()
     intake = Intake(machines, max_record_bytes=65536)
     outcomes = [intake.examine(r) for r in (encoded(event("TOOL_TIMEOUT"), 0), record(b"j", 1))]
-    planned = plan_batch_of(
+    planned = decide_batch(
         outcomes, {}, rules, group=GROUP, controller=CONTROLLER, positions=(), now=T0
     )
     reader = InMemoryMetricReader()
@@ -187,7 +187,7 @@ def test_without_an_exporter_commands_carry_what_a_no_op_decision_span_would_giv
     latencies: list[float] = []
     tracer = BatchTracer(trace.NoOpTracerProvider())
     with tracer.batch(1, [("recovery.events", 0)]) as batch_span:
-        planned = plan_batch_of(
+        planned = decide_batch(
             outcomes,
             {},
             rules,

@@ -10,7 +10,8 @@ from datetime import timedelta
 import pytest
 
 from ledger import Ledger, VersionConflict
-from ledger.cascade import CONTROLLER_PRODUCER, Arrival
+from ledger.cascade import CONTROLLER_PRODUCER
+from machines import Arrival
 from machines.event import Event, Lineage, parse_event
 from tests.unit.ledger.ledger_support import GROUP, T0, TOPIC, core, decide_batch, feed
 

@@ -26,7 +26,7 @@ from ledger import codec
 from ledger.audit import genesis_hash, record_hash
 from ledger.codec import command_json, decision_json, opened_json, view_json
 from ledger.jsonutil import dumps, dumps_leaf
-from ledger.records import Batch, plan_batch
+from ledger.records import Batch, batch_rows
 from machines import CATALOGUE, load_catalogue, load_registry
 from machines.classifier import ClassifierRecord
 from machines.compiled import GuardEvaluation
@@ -442,7 +442,7 @@ def _bench_batches() -> list[Batch]:
 
 def test_every_text_of_the_benchmark_batches_is_what_json_dumps_writes() -> None:
     for batch in _bench_batches():
-        plan = plan_batch(batch)
+        plan = batch_rows(batch)
         by_event = {e.decision.event_id: e.decision for e in batch.entries}
         for row in plan.decisions:
             assert row.decision_json == reference(row.decision)

@@ -1,19 +1,14 @@
-"""The pure lineage planning (`ledger.cascade`): what counts as containing, linking,
-the cascade, release, and the lineage status laid over a stored view."""
+"""The pure lineage planning (`machines.containment`, `ledger.cascade`): what counts as
+containing, linking, the cascade, release, and the lineage status laid over a stored
+view."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from ledger.cascade import (
-    Change,
-    Containment,
-    LineageRow,
-    containment_of,
-    plan_lineage,
-    with_lineage,
-)
+from ledger.cascade import plan_lineage
+from machines import Change, Containment, LineageRow, containment_of, with_lineage
 from machines.decision import decide
 from machines.view import LineageStatus
 from tests.unit.ledger.ledger_support import POLICY, core, event, opened_view

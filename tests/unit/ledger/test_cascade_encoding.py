@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from ledger import OutboxRecord
-from ledger.cascade import Change, Containment, LineageRow, plan_lineage
+from ledger.cascade import plan_lineage
+from machines import Change, Containment, LineageRow
 from machines.event import Lineage
 from producers.encoding import RecordEncoder, UnpublishableRow
 from schemas import AvroSingleObjectCodec, TopicNames, record_to_event
