@@ -15,7 +15,13 @@ from machines.applicability import (
 from machines.approvals import ApprovalRejection, check_decision, sign_decision
 from machines.compiled import GuardEvaluation
 from machines.decision import Decision, Invocation, Outcome, apply, decide
-from machines.digest import canonical_json, digest_of
+from machines.digest import (
+    CANONICAL_FORM,
+    canonical_ascii_json,
+    canonical_json,
+    canonical_text,
+    digest_of,
+)
 from machines.errors import (
     Code,
     Location,
@@ -79,6 +85,7 @@ from machines.view import (
 )
 
 __all__ = [
+    "CANONICAL_FORM",
     "CATALOGUE",
     "DEFAULT_REGISTRY",
     "SPEC_VERSION",
@@ -128,7 +135,9 @@ __all__ = [
     "ValidationReport",
     "applies",
     "apply",
+    "canonical_ascii_json",
     "canonical_json",
+    "canonical_text",
     "catalogue_packages",
     "check_decision",
     "check_policy_against_registry",
