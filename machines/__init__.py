@@ -29,7 +29,13 @@ from machines.containment import (
     with_lineage,
 )
 from machines.decision import Decision, Invocation, Outcome, apply, decide
-from machines.digest import canonical_json, digest_of
+from machines.digest import (
+    CANONICAL_FORM,
+    canonical_ascii_json,
+    canonical_json,
+    canonical_text,
+    digest_of,
+)
 from machines.errors import (
     Code,
     Location,
@@ -95,6 +101,7 @@ from machines.view import (
 )
 
 __all__ = [
+    "CANONICAL_FORM",
     "CATALOGUE",
     "DEFAULT_REGISTRY",
     "MAX_LINEAGE_DEPTH",
@@ -155,7 +162,9 @@ __all__ = [
     "applies",
     "apply",
     "arrival_of",
+    "canonical_ascii_json",
     "canonical_json",
+    "canonical_text",
     "catalogue_packages",
     "check_decision",
     "check_policy_against_registry",

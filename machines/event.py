@@ -10,13 +10,14 @@ event id (DESIGN "Exactly-once effect on the ledger").
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+from machines.digest import canonical_json
 
 # What evidence says about an effect (not a decision's `machines.decision.Outcome`).
 EffectOutcome = Literal["applied", "not_applied", "unknown"]
@@ -30,26 +31,11 @@ class EventError(ValueError):
 
 
 def canonical_bytes(value: Any) -> bytes:
-    """The canonical encoding used for digests and signatures: JSON with sorted keys, no
-    insignificant whitespace, UTF-8, datetimes as ISO-8601. Two values that mean the same
-    thing encode to the same bytes, so their digests and signatures agree."""
-    return _CANONICAL.encode(value).encode("utf-8")
-
-
-def _encode_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, (tuple, frozenset, set)):
-        return list(value)
-    raise TypeError(f"cannot canonically encode {type(value).__name__}")
-
-
-# One encoder for the process, with exactly the options `json.dumps` would be given:
-# `json.dumps` with any non-default option builds a new encoder per call, which cost
-# more than encoding a whole event envelope.
-_CANONICAL = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_encode_default
-)
+    """The canonical encoding used for digests and signatures: canonical-json/1
+    (`machines.digest.canonical_json`: sorted keys, no insignificant whitespace, UTF-8,
+    datetimes as ISO-8601). Two values that mean the same thing encode to the same bytes,
+    so their digests and signatures agree."""
+    return canonical_json(value)
 
 
 def sha256_digest(value: Any) -> str:
