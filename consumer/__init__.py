@@ -5,7 +5,14 @@ never fatal. Only this package and `producers` import confluent_kafka."""
 
 from __future__ import annotations
 
-from consumer.batch import FORGED_REFUSALS, DecidedBatch, decide_batch
+from consumer.batch import (
+    FORGED_REFUSALS,
+    DecidedBatch,
+    decide_batch,
+    openings,
+    operation_ids,
+    positions_for,
+)
 from consumer.controller import Controller, consumer_config
 from consumer.deadletter import dead_letter, dead_letter_id
 from consumer.errors import ControllerError, SettingsError, TelemetryError
@@ -49,6 +56,9 @@ __all__ = [
     "decide_batch",
     "extract_context",
     "load_rules",
+    "openings",
+    "operation_ids",
+    "positions_for",
     "run_controller",
     "trace_headers",
 ]

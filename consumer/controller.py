@@ -51,6 +51,7 @@ from consumer.batch import (
     positions_for,
 )
 from consumer.errors import ControllerError
+from consumer.heap import settle_heap
 from consumer.intake import Intake, IntakeResult, RawRecord, Refusal, RefusalCode
 from consumer.metrics import ControllerMetrics
 from consumer.settings import ControllerSettings
@@ -200,6 +201,7 @@ class Controller:
         leaves the group (its partitions move to the other members at once)."""
         self._stop = stop
         consumer = Consumer(consumer_config(self.settings))
+        settle_heap("controller")
         topic = self.settings.topics.events
         log.info(
             "controller %s joining group %s on %s",

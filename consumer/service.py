@@ -13,7 +13,6 @@ import threading
 
 from consumer.controller import Controller
 from consumer.errors import ControllerError
-from consumer.heap import settle_heap
 from consumer.settings import ControllerSettings
 from consumer.telemetry import Telemetry, build_telemetry
 from ledger import LedgerError, PostgresLedger, require_current_schema
@@ -24,10 +23,11 @@ from machines import (
     PolicyError,
     Rules,
     check_policy_against_registry,
+    load_locked_machines,
     load_policy,
     load_registry,
+    load_trusted_publishers,
 )
-from machines.provenance import load_locked_machines, load_trusted_publishers
 
 __all__ = ["load_rules", "run_controller"]
 
@@ -83,7 +83,6 @@ def run_controller(
         controller = Controller(
             settings, ledger, machines=machines, rules=rules, telemetry=telemetry
         )
-        settle_heap("controller")
         controller.run(stop)
     finally:
         ledger.close()

@@ -36,6 +36,7 @@ from ledger.interface import (
 )
 from ledger.memory import MemoryLedger
 from ledger.migrations import MigrationReport, available_migrations, migrate, migrate_database
+from ledger.outbox_watch import OutboxWatch
 from ledger.postgres import PostgresLedger
 from ledger.records import Batch, Entry, Position, Source, Topics, batch_rows
 from ledger.schema import describe_schema, expected_schema
@@ -62,6 +63,7 @@ __all__ = [
     "OperationInfo",
     "OutboxLease",
     "OutboxRecord",
+    "OutboxWatch",
     "PartitionClaim",
     "Position",
     "PostgresLedger",

@@ -38,7 +38,7 @@ from machines import (
     LineageRow,
     lineage_below,
 )
-from schemas.headers import record_id
+from schemas import record_id
 
 __all__ = [
     "CASCADE_EVENT",

@@ -23,10 +23,9 @@ from pydantic import TypeAdapter
 from pydantic_core import SchemaSerializer, core_schema
 
 from ledger.jsonutil import column_json, dumps
+from machines import Event, OperationView, ToolFacts
 from machines import view_from_json as _core_view_from_json
 from machines import view_to_json as _core_view_to_json
-from machines.event import Event
-from machines.view import OperationView, ToolFacts
 
 __all__ = [
     "command_json",

@@ -30,8 +30,7 @@ from typing import Any
 
 from ledger.audit import AuditRecord, ChainBreak, ChainHead, verify_chain
 from ledger.records import Batch
-from machines import Arrival, LineageRow
-from machines.view import OperationView
+from machines import Arrival, LineageRow, OperationView
 
 __all__ = [
     "Arrival",

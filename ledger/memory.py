@@ -48,8 +48,7 @@ from ledger.lineage_step import (
     with_lineage_plan,
 )
 from ledger.records import Batch, BatchRows, OutboxRow, audit_bodies, batch_rows, finish_outbox
-from machines import Arrival, LineageRow, arrival_of, with_lineage
-from machines.view import OperationView
+from machines import Arrival, LineageRow, OperationView, arrival_of, with_lineage
 
 __all__ = ["MemoryLedger"]
 

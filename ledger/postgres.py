@@ -51,8 +51,7 @@ from ledger.records import (
     Batch,
     batch_rows,
 )
-from machines import Arrival, LineageRow, arrival_of, with_lineage
-from machines.view import OperationView
+from machines import Arrival, LineageRow, OperationView, arrival_of, with_lineage
 
 __all__ = ["PostgresLedger"]
 

@@ -20,10 +20,16 @@ from ledger.audit import AuditRecord
 from ledger.codec import command_json, decision_json, envelope_json, facts_to_json, opened_json
 from ledger.deadletters import DeadLetter
 from ledger.jsonutil import dumps
-from machines import Containment, containment_of
-from machines.decision import Decision, Outcome, apply
-from machines.event import Event
-from machines.view import OperationView, ToolFacts
+from machines import (
+    Containment,
+    Decision,
+    Event,
+    OperationView,
+    Outcome,
+    ToolFacts,
+    apply,
+    containment_of,
+)
 
 __all__ = [
     "ApprovalRow",

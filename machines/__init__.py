@@ -14,8 +14,23 @@ from machines.applicability import (
     redact,
     select_machine,
 )
-from machines.approvals import ApprovalRejection, check_decision, sign_decision
+from machines.approvals import (
+    ApprovalRejection,
+    check_decision,
+    insecure_test_key,
+    public_key_b64,
+    sign_decision,
+)
 from machines.batch import BatchFold, OperationSetup, Rules, open_view
+from machines.casefile import (
+    SCENARIOS,
+    CaseError,
+    CaseResult,
+    SuiteResult,
+    discover,
+    load_case,
+    run_case,
+)
 from machines.compiled import GuardEvaluation
 from machines.containment import (
     MAX_LINEAGE_DEPTH,
@@ -56,10 +71,12 @@ from machines.event import (
     HumanDecision,
     Lineage,
     Scope,
+    Verdict,
+    canonical_bytes,
     parse_event,
 )
 from machines.guards import STANDARD_GUARDS, GuardContext, GuardResult
-from machines.invariants import Notice
+from machines.invariants import ANSWERED_KINDS, Notice
 from machines.loader import (
     CATALOGUE,
     ValidationReport,
@@ -89,6 +106,19 @@ from machines.policy import (
     load_policy,
     parse_policy,
 )
+from machines.provenance import (
+    LockFile,
+    dump_model,
+    key_id,
+    load_lock,
+    load_locked_machines,
+    load_pinned_machine,
+    load_trusted_publishers,
+    lock_entry,
+    public_key_text,
+    sign_machine,
+    signature_path,
+)
 from machines.registry import DEFAULT_REGISTRY, load_registry, parse_registry
 from machines.simulation import Simulation, SimulationError
 from machines.view import (
@@ -101,10 +131,12 @@ from machines.view import (
 )
 
 __all__ = [
+    "ANSWERED_KINDS",
     "CANONICAL_FORM",
     "CATALOGUE",
     "DEFAULT_REGISTRY",
     "MAX_LINEAGE_DEPTH",
+    "SCENARIOS",
     "SPEC_VERSION",
     "STANDARD_GUARDS",
     "ActionRef",
@@ -115,6 +147,8 @@ __all__ = [
     "BatchFold",
     "CapabilityKind",
     "CapabilitySpec",
+    "CaseError",
+    "CaseResult",
     "Change",
     "CheckpointReport",
     "ClassifierOutput",
@@ -135,6 +169,7 @@ __all__ = [
     "LineageRow",
     "LineageStatus",
     "Location",
+    "LockFile",
     "Machine",
     "MachineError",
     "MachineInvalid",
@@ -156,13 +191,16 @@ __all__ = [
     "Simulation",
     "SimulationError",
     "State",
+    "SuiteResult",
     "ToolFacts",
     "Transition",
     "ValidationReport",
+    "Verdict",
     "applies",
     "apply",
     "arrival_of",
     "canonical_ascii_json",
+    "canonical_bytes",
     "canonical_json",
     "canonical_text",
     "catalogue_packages",
@@ -171,11 +209,21 @@ __all__ = [
     "containment_of",
     "decide",
     "digest_of",
+    "discover",
+    "dump_model",
+    "insecure_test_key",
+    "key_id",
     "lineage_below",
+    "load_case",
     "load_catalogue",
+    "load_lock",
+    "load_locked_machines",
     "load_machine",
+    "load_pinned_machine",
     "load_policy",
     "load_registry",
+    "load_trusted_publishers",
+    "lock_entry",
     "new_view",
     "open_view",
     "overlap_warning",
@@ -183,9 +231,14 @@ __all__ = [
     "parse_event",
     "parse_policy",
     "parse_registry",
+    "public_key_b64",
+    "public_key_text",
     "redact",
+    "run_case",
     "select_machine",
     "sign_decision",
+    "sign_machine",
+    "signature_path",
     "validate_path",
     "validate_text",
     "view_from_json",

@@ -25,11 +25,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 from ledger import Ledger, PostgresLedger, UnknownOperation, migrate_database
-from machines import DEFAULT_REGISTRY, load_policy, load_registry
-from machines.approvals import insecure_test_key, public_key_b64
-from machines.event import DeclaredFacts, EvidencePayload, Lineage
-from machines.model import Machine
-from machines.provenance import load_locked_machines, load_trusted_publishers
+from machines import (
+    DEFAULT_REGISTRY,
+    DeclaredFacts,
+    EvidencePayload,
+    Lineage,
+    Machine,
+    insecure_test_key,
+    load_locked_machines,
+    load_policy,
+    load_registry,
+    load_trusted_publishers,
+    public_key_b64,
+)
 from ops.commands.run import Runtime, Services, run_roles
 from ops.demo_scenarios import (
     APPROVER,

@@ -25,8 +25,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final, Literal
 
-from machines.event import DeclaredFacts, Lineage, Scope
-from producers.worker import ActionResult, Handler, demo_handlers, verify_outcome
+from machines import DeclaredFacts, Lineage, Scope
+from producers import ActionResult, Handler, demo_handlers, verify_outcome
 from schemas import CapabilityCommand
 
 __all__ = [

@@ -5,8 +5,10 @@ outbox relay joins this package.)"""
 from __future__ import annotations
 
 from producers.client import RESULT_EVENTS, EventPublisher, RecoveryClient, event_record_id
+from producers.encoding import EncodedRecord, RecordEncoder
 from producers.errors import DeliveryFailed, ProducersError, ProvisionError
 from producers.readback import read_commands
+from producers.relay import LineageCache, OutboxRelay, RelaySettings, lineage_from_ledger
 from producers.topics import BrokerProbe, TopicResult, provision
 from producers.worker import (
     ActionResult,
@@ -23,15 +25,21 @@ __all__ = [
     "BrokerProbe",
     "CapabilityWorker",
     "DeliveryFailed",
+    "EncodedRecord",
     "EventPublisher",
     "Handler",
+    "LineageCache",
+    "OutboxRelay",
     "ProducersError",
     "ProvisionError",
+    "RecordEncoder",
     "RecoveryClient",
+    "RelaySettings",
     "TopicResult",
     "WorkerStats",
     "demo_handlers",
     "event_record_id",
+    "lineage_from_ledger",
     "provision",
     "read_commands",
     "verify_outcome",

@@ -26,8 +26,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from opentelemetry import propagate
 
-from machines.approvals import sign_decision
-from machines.event import (
+from machines import (
     ClassifierOutput,
     DeclaredFacts,
     Event,
@@ -36,6 +35,7 @@ from machines.event import (
     Lineage,
     Scope,
     Verdict,
+    sign_decision,
 )
 from producers.errors import DeliveryFailed, ProducersError
 from schemas import (

@@ -37,8 +37,7 @@ from functools import cache
 from typing import Any, Final
 
 from ledger import OutboxRecord
-from machines.decision import Invocation
-from machines.event import Lineage
+from machines import Invocation, Lineage
 from producers.errors import ProducersError
 from schemas import (
     CAPABILITY_COMMAND,

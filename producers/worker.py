@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, KafkaError, Message
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
 
-from machines.event import EvidencePayload
+from machines import EvidencePayload
 from producers.client import RecoveryClient
 from producers.errors import ProducersError
 from schemas import (

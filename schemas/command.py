@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from machines.decision import Invocation
-from machines.event import Lineage, canonical_bytes
+from machines import Invocation, Lineage, canonical_bytes
 from schemas.errors import WireCode, WireError
 
 __all__ = ["CapabilityCommand"]

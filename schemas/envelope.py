@@ -18,7 +18,7 @@ from dataclasses import fields, is_dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from machines.event import Event, EventError, parse_event
+from machines import Event, EventError, parse_event
 from schemas.errors import WireCode, WireError
 
 __all__ = ["event_to_json", "event_to_record", "record_to_event"]

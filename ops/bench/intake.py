@@ -29,12 +29,16 @@ from datetime import UTC, datetime
 
 from opentelemetry import metrics, trace
 
-from consumer.batch import decide_batch, openings, operation_ids
-from consumer.intake import Intake, RawRecord
-from consumer.metrics import ControllerMetrics
-from consumer.tracing import BatchTracer
-from ledger import MemoryLedger
-from ledger.records import batch_rows
+from consumer import (
+    BatchTracer,
+    ControllerMetrics,
+    Intake,
+    RawRecord,
+    decide_batch,
+    openings,
+    operation_ids,
+)
+from ledger import MemoryLedger, batch_rows
 from machines import Rules, load_policy
 from ops.bench.workload import BENCH_POLICY, WorkloadSpec, generate, pinned_machines
 from schemas import TRACEPARENT

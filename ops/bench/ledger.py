@@ -19,6 +19,7 @@ administrative connection, or else a local one started for the run and stopped a
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing
 import os
 import shutil
@@ -34,7 +35,6 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from consumer.heap import settle_heap
 from ledger import (
     Batch,
     CommitResult,
@@ -186,7 +186,8 @@ def _writer(
     # as Python objects (it holds one batch, and freezes its startup objects out of the
     # collector, consumer/heap.py): without this, every full collection walks the
     # whole backlog, about 15% of the writer's CPU that no controller pays.
-    settle_heap("bench writer")
+    gc.collect()
+    gc.freeze()
     application_name = f"bench-ledger-writer-{partition}-{os.getpid()}"
     ledger = PostgresLedger(
         make_conninfo(url, application_name=application_name), min_size=1, max_size=1

@@ -33,8 +33,7 @@ from pathlib import Path
 
 import psycopg
 
-from ledger import create_database, drop_database, migrate_database, with_database
-from ledger.outbox_watch import OutboxWatch
+from ledger import OutboxWatch, create_database, drop_database, migrate_database, with_database
 from ops.postgres import start_postgres
 from schemas import ENV_DATABASE_URL
 

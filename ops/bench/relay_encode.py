@@ -47,15 +47,28 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 
-from consumer import ControllerSettings, Intake, RawRecord, decide_batch, load_rules
-from consumer.batch import openings, operation_ids, positions_for
+from consumer import (
+    ControllerSettings,
+    Intake,
+    RawRecord,
+    decide_batch,
+    load_rules,
+    openings,
+    operation_ids,
+    positions_for,
+)
 from ledger import MemoryLedger, OutboxRecord
 from machines import Lineage
 from ops.bench.baseline_pipeline import delete_topics
 from ops.bench.workload import BENCH_POLICY, WorkloadSpec, generate
-from producers import provision
-from producers.encoding import EncodedRecord, RecordEncoder
-from producers.relay import LineageCache, OutboxRelay, lineage_from_ledger
+from producers import (
+    EncodedRecord,
+    LineageCache,
+    OutboxRelay,
+    RecordEncoder,
+    lineage_from_ledger,
+    provision,
+)
 from schemas import TopicNames
 
 _TOPIC = "recovery.events"

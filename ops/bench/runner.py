@@ -29,13 +29,13 @@ from typing import Any, Final, Protocol
 import psycopg
 
 from ledger import (
+    OutboxWatch,
     PostgresLedger,
     create_database,
     drop_database,
     migrate_database,
     with_database,
 )
-from ledger.outbox_watch import OutboxWatch
 from ops.bench.baseline_pipeline import TopicTail, create_topic, delete_topics, run_baseline
 from ops.bench.baseline_sink import BaselineSink
 from ops.bench.roles import BenchError, RoleProcess

@@ -43,12 +43,13 @@ from machines import (
     Policy,
     Registry,
     Simulation,
+    insecure_test_key,
+    load_locked_machines,
     load_policy,
     load_registry,
+    load_trusted_publishers,
     sign_decision,
 )
-from machines.approvals import insecure_test_key
-from machines.provenance import load_locked_machines, load_trusted_publishers
 from schemas import (
     CONTENT_TYPE,
     EVENT_ENVELOPE,

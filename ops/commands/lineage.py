@@ -19,8 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from ledger import Ledger, LedgerError, UnknownOperation
-from machines import LineageRow
-from machines.invariants import ANSWERED_KINDS
+from machines import ANSWERED_KINDS, LineageRow
 from ops.commands.db import add_ledger_options, open_ledger
 
 __all__ = ["lineage_report", "register", "render_text", "run_lineage"]

@@ -23,12 +23,14 @@ from typing import Any, TextIO
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from machines import DEFAULT_REGISTRY, MachineError, load_machine
-from machines.provenance import (
+from machines import (
+    DEFAULT_REGISTRY,
     LockFile,
+    MachineError,
     dump_model,
     key_id,
     load_lock,
+    load_machine,
     load_pinned_machine,
     load_trusted_publishers,
     lock_entry,

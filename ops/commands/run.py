@@ -27,16 +27,12 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Final, TextIO
 
-from consumer.errors import ControllerError
-from consumer.heap import settle_heap
-from consumer.telemetry import Telemetry, build_telemetry
+from consumer import ControllerError, Telemetry, build_telemetry
 from ledger import LedgerError, PostgresLedger, migrate_database, require_current_schema
 from ops.errors import StackError
 from ops.settings import RUNTIME_ROLES
 from ops.stack import read_state
-from producers.errors import ProvisionError
-from producers.relay import OutboxRelay, RelaySettings
-from producers.topics import provision
+from producers import OutboxRelay, ProvisionError, RelaySettings, provision
 from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, TopicNames
 
 __all__ = ["Runtime", "Services", "register", "resolve_services", "run_roles"]
@@ -173,7 +169,6 @@ def run_roles(
             )
             for index in range(relays)
         ]
-        settle_heap("relay")
         for relay in built:
             runtime.start(relay.instance, relay.run)
     if "controller" in roles:
@@ -200,8 +195,7 @@ def _controller_target(
 ) -> Callable[[threading.Event], object]:
     # Imported here: the relay role must run even where the controller's dependencies
     # (the machine catalogue, the lock file) are not deployed.
-    from consumer.service import run_controller
-    from consumer.settings import ControllerSettings
+    from consumer import ControllerSettings, run_controller
 
     settings = ControllerSettings.from_env(
         bootstrap=services.bootstrap, database_url=services.database_url, **overrides

@@ -21,16 +21,20 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from machines import (
     DEFAULT_REGISTRY,
+    EventError,
     MachineError,
     OperationSetup,
+    Policy,
+    PolicyError,
     Simulation,
     SimulationError,
+    ToolFacts,
+    check_policy_against_registry,
     load_machine,
+    load_policy,
     load_registry,
+    parse_event,
 )
-from machines.event import EventError, parse_event
-from machines.policy import Policy, PolicyError, check_policy_against_registry, load_policy
-from machines.view import ToolFacts
 
 __all__ = ["register"]
 

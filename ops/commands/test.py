@@ -15,14 +15,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from machines import DEFAULT_REGISTRY, Machine, MachineError, load_machine, load_registry
-from machines.casefile import (
+from machines import (
+    DEFAULT_REGISTRY,
     SCENARIOS,
     CaseError,
     CaseResult,
+    Machine,
+    MachineError,
     SuiteResult,
     discover,
     load_case,
+    load_machine,
+    load_registry,
     run_case,
 )
 

@@ -29,7 +29,7 @@ def test_settle_heap_freezes_the_objects_alive_at_startup() -> None:
 
 @pytest.mark.usefixtures("unfrozen")
 def test_objects_allocated_after_settling_are_still_collected() -> None:
-    settle_heap("relay")
+    settle_heap("controller")
 
     cycle: list[object] = []
     cycle.append(cycle)
