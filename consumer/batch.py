@@ -36,8 +36,9 @@ from typing import Final
 
 from consumer.deadletter import dead_letter
 from consumer.intake import Accepted, IntakeResult, RawRecord, Refusal, RefusalCode, Rejected
-from ledger import Batch, DeadLetter, Entry, Position, Source, Topics
+from ledger import Batch, DeadLetter, Entry, Position, Source
 from machines import Arrival, BatchFold, Decision, OperationView, Outcome, Rules
+from schemas import DEFAULT_TOPICS, TopicNames
 
 log = logging.getLogger("consumer")
 
@@ -172,7 +173,7 @@ def decide_batch(
     excluded: Mapping[str, Refusal] | None = None,
     observe: Observer = run_unobserved,
     runtime: str | None = None,
-    topics: Topics | None = None,
+    topics: TopicNames | None = None,
     arrivals: Mapping[str, Arrival] | None = None,
 ) -> DecidedBatch:
     """Decide a batch (see the module docstring). `stored` are the views the ledger
@@ -204,7 +205,7 @@ def decide_batch(
         entries=tuple(decided.entries),
         runtime=runtime,
         dead_letters=tuple(letters),
-        topics=topics or Topics(),
+        topics=topics or DEFAULT_TOPICS,
         folded=dict(decided.fold.current),
     )
     return DecidedBatch(batch, tuple(decided.decisions), tuple(decided.refused))

@@ -65,7 +65,6 @@ from ledger import (
     NonceReused,
     Position,
     RetryableConflict,
-    Topics,
 )
 from machines import Machine, Outcome, Rules
 
@@ -179,10 +178,7 @@ class Controller:
         self._tracer = BatchTracer(telemetry.tracer_provider)
         self.metrics = ControllerMetrics(telemetry.meter_provider, settings.group_id)
         self._clock = clock
-        names = settings.topics
-        self._topics = Topics(
-            commands=names.commands, audit=names.audit, dead_letters=names.dlq, events=names.events
-        )
+        self._topics = settings.topics
         self._backoff = _Backoff(settings.backoff_initial_ms, settings.backoff_max_ms)
         # Owned partitions: their epoch and the next offset the ledger stores for them.
         self._epochs: dict[TopicPartition, int] = {}

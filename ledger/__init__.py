@@ -38,7 +38,7 @@ from ledger.memory import MemoryLedger
 from ledger.migrations import MigrationReport, available_migrations, migrate, migrate_database
 from ledger.outbox_watch import OutboxWatch
 from ledger.postgres import PostgresLedger
-from ledger.records import Batch, Entry, Position, Source, Topics, batch_rows
+from ledger.records import Batch, Entry, Position, Source, batch_rows
 from ledger.schema import describe_schema, expected_schema
 from ledger.schema_check import pending_migrations, require_current_schema
 
@@ -69,7 +69,6 @@ __all__ = [
     "PostgresLedger",
     "RetryableConflict",
     "Source",
-    "Topics",
     "UnknownOperation",
     "VersionConflict",
     "available_migrations",

@@ -18,8 +18,9 @@ from datetime import UTC, datetime
 from ledger.cascade import LineagePlan, lineage_message
 from ledger.errors import VersionConflict
 from ledger.jsonutil import dumps
-from ledger.records import AuditItem, BatchRows, OperationRow, OutboxRow, Topics
+from ledger.records import AuditItem, BatchRows, OperationRow, OutboxRow
 from machines import LineageRow, arrival_of
+from schemas import TopicNames
 
 __all__ = [
     "batch_time",
@@ -100,7 +101,7 @@ def lineage_inputs(plan: BatchRows) -> tuple[set[str], set[str]]:
     return (parents | changing) - opened, opened | changing
 
 
-def with_lineage_plan(plan: BatchRows, lineage: LineagePlan, topics: Topics) -> BatchRows:
+def with_lineage_plan(plan: BatchRows, lineage: LineagePlan, topics: TopicNames) -> BatchRows:
     """`plan` with the lineage step's audit records (chained with the batch's own, on
     the containing or opened operation's chain) and its cascade events as outbox rows
     for the events topic. Audit bodies are only planned for operations `plan` touches,

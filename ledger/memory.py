@@ -299,7 +299,7 @@ class MemoryLedger(Ledger):
             for d in batch.dead_letters
         }
         chained, rows = plan_dead_letters(
-            batch.dead_letters, heads, batch.topics.audit, batch.topics.dead_letters
+            batch.dead_letters, heads, batch.topics.audit, batch.topics.dlq
         )
         for chain, records in chained.items():
             s.audit.setdefault(chain, []).extend(records)

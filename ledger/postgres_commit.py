@@ -105,7 +105,7 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchRows) -> CommitResult:
             batch.dead_letters,
             reads.intake_heads,
             batch.topics.audit,
-            batch.topics.dead_letters,
+            batch.topics.dlq,
         )
         # The outbox keeps its insertion order: the batch's rows, the cascade events,
         # then the dead letters. Without cascade events (nearly always) the dead letters

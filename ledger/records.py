@@ -30,6 +30,7 @@ from machines import (
     apply,
     containment_of,
 )
+from schemas import DEFAULT_TOPICS, TopicNames
 
 __all__ = [
     "ApprovalRow",
@@ -44,22 +45,10 @@ __all__ = [
     "OutboxRow",
     "Position",
     "Source",
-    "Topics",
     "audit_bodies",
     "batch_rows",
     "finish_outbox",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Topics:
-    """Where the relay publishes each kind of outbox row."""
-
-    commands: str = "recovery.commands"
-    audit: str = "recovery.audit"
-    dead_letters: str = "recovery.dlq"
-    # Cascade events (`ledger.cascade`) go back to the controller's input topic.
-    events: str = "recovery.events"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +104,7 @@ class Batch:
     entries: tuple[Entry, ...] = ()
     runtime: str | None = None
     dead_letters: tuple[DeadLetter, ...] = ()
-    topics: Topics = Topics()
+    topics: TopicNames = DEFAULT_TOPICS
     folded: Mapping[str, OperationView] | None = None
 
 
@@ -259,7 +248,7 @@ class BatchRows:
         return tuple(sorted(op.operation_id for op in self.operations))
 
 
-def batch_rows(batch: Batch, topics: Topics | None = None) -> BatchRows:
+def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
     """The rows `batch` writes. Raises `ValueError` for a batch that contradicts itself
     (an entry whose operation has no base view, or whose decision is not for its event):
     that is a bug in the caller, not a ledger outcome.
@@ -541,7 +530,7 @@ def _command_rows(
     facts: ToolFacts,
     deadline: str | None,
     record: Mapping[str, Any],
-    topics: Topics,
+    topics: TopicNames,
     trace: Mapping[str, str],
 ) -> list[OutboxRow]:
     """One outbox row per invocation. Every command carries the operation's declared
@@ -576,7 +565,7 @@ def _command_rows(
 def finish_outbox(
     plan: BatchRows,
     chained: Mapping[str, list[AuditRecord]],
-    topics: Topics = Topics(),
+    topics: TopicNames = DEFAULT_TOPICS,
     *,
     audit_payloads: bool = True,
 ) -> list[OutboxRow]:
@@ -606,7 +595,7 @@ def finish_outbox(
             rows.append(
                 OutboxRow(
                     f"dlq:{op}:{seq}",
-                    topics.dead_letters,
+                    topics.dlq,
                     op,
                     {
                         "record_id": f"dlq:{op}:{seq}",

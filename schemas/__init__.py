@@ -30,6 +30,7 @@ from schemas.codec import (
 )
 from schemas.command import CapabilityCommand
 from schemas.deployment import (
+    DEFAULT_TOPICS,
     ENV_DATABASE_URL,
     ENV_KAFKA_BOOTSTRAP,
     ENV_TOPIC_PREFIX,
@@ -59,6 +60,7 @@ __all__ = [
     "CONTENT_TYPE_JSON",
     "DEAD_LETTER",
     "DEFAULT_MAX_BYTES",
+    "DEFAULT_TOPICS",
     "ENV_DATABASE_URL",
     "ENV_KAFKA_BOOTSTRAP",
     "ENV_TOPIC_PREFIX",

@@ -16,7 +16,13 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ENV_DATABASE_URL", "ENV_KAFKA_BOOTSTRAP", "ENV_TOPIC_PREFIX", "TopicNames"]
+__all__ = [
+    "DEFAULT_TOPICS",
+    "ENV_DATABASE_URL",
+    "ENV_KAFKA_BOOTSTRAP",
+    "ENV_TOPIC_PREFIX",
+    "TopicNames",
+]
 
 # Where the runtime finds its services. When set, `recoveryctl stack up` and the test
 # fixtures use these instead of starting local ones.
@@ -54,3 +60,7 @@ class TopicNames(BaseModel):
     def all(self) -> tuple[str, ...]:
         """Every topic name, in a fixed order."""
         return (self.events, self.commands, self.evidence, self.audit, self.dlq)
+
+
+DEFAULT_TOPICS: Final = TopicNames()
+"""The standard names, for defaults that must not build a model at each call."""

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from machines import canonical_ascii_json
+from schemas.deployment import DEFAULT_TOPICS
 from schemas.errors import WireCode, WireError
 
 __all__ = [
@@ -234,7 +235,8 @@ def _event(v: Mapping[str, Any]) -> dict[str, Any]:
             "version": OCSF_VERSION,
             "uid": v["uid"],
             "correlation_uid": v["correlation_uid"],
-            "log_name": "recovery.audit",
+            # The standard stream name, also where topics are renamed: SIEM rules key on it.
+            "log_name": DEFAULT_TOPICS.audit,
             "event_code": v["kind"],
             "product": {"name": PRODUCT_NAME, "vendor_name": VENDOR_NAME},
         },

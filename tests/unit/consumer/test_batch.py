@@ -11,8 +11,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from consumer import Accepted, DecidedBatch, Intake, Refusal, decide_batch
 from consumer.batch import operation_ids, positions_for
-from ledger import MemoryLedger, Position, Topics, intake_chain_id
+from ledger import MemoryLedger, Position, intake_chain_id
 from machines import Decision, HumanDecision, Outcome, sign_decision
+from schemas import TopicNames
 from tests.unit.consumer.support import (
     CONTROLLER,
     FOUND,
@@ -193,7 +194,7 @@ def test_a_record_the_core_fails_on_is_dead_lettered_and_the_rest_decided() -> N
 def test_outbox_rows_go_to_the_configured_output_topics() -> None:
     ledger = MemoryLedger()
     raws = [encoded(event("TOOL_TIMEOUT"), 0), record(b"junk", 1)]
-    topics = Topics(commands="cmd.t", audit="audit.t", dead_letters="dlq.t")
+    topics = TopicNames(commands="cmd.t", audit="audit.t", dlq="dlq.t")
     ledger.commit(_plan(raws, ledger, topics=topics).batch)
     with ledger.lease_outbox(100) as lease:
         found = {r.topic for r in lease.records}
