@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from ops.bench import command as bench
 from ops.commands import (
     audit,
-    bench,
     db,
     demo,
     lineage,
