@@ -24,8 +24,8 @@ from machines.event import Event
 from machines.evidence import (
     NO_EVIDENCE,
     EvidenceDelta,
+    admit_evidence,
     evidence_changes,
-    intake,
     with_evidence,
 )
 from machines.guards import STANDARD_GUARDS, GuardContext, GuardFn, valid_approval
@@ -254,7 +254,7 @@ def _decide(
     draft.classifier, refusal = classifier_refusal(event, policy)
     refusal = refusal or authority_refusal(event, view) or causation_refusal(event, view)
     if refusal is None:
-        draft.evidence, refusal = intake(event, view, policy, now)
+        draft.evidence, refusal = admit_evidence(event, view, policy, now)
     if refusal is not None:
         _withhold(draft, Outcome.REFUSED, refusal, view, policy, registry)
         return

@@ -1,4 +1,4 @@
-"""Evidence intake: what one event may add to the operation's trusted view, and the fold.
+"""Admitting evidence: what one event may add to the operation's trusted view, and the fold.
 
 An event offers evidence; the core decides whether it is trusted. A verification result
 counts only from a verifier the policy trusts that is not the affected agent's lineage;
@@ -90,7 +90,7 @@ class EvidenceDelta:
 NO_EVIDENCE = EvidenceDelta()
 
 
-def intake(
+def admit_evidence(
     event: Event, view: OperationView, policy: Policy, now: datetime
 ) -> tuple[EvidenceDelta, Notice | None]:
     """The trusted evidence `event` adds to `view`, or the reason it is refused. A refused
