@@ -69,6 +69,7 @@ from ledger import (
     Topics,
 )
 from machines import Machine, Outcome
+from schemas import kafka_log
 
 __all__ = ["Controller", "consumer_config"]
 
@@ -95,6 +96,8 @@ def consumer_config(settings: ControllerSettings) -> dict[str, Any]:
         "max.poll.interval.ms": settings.max_poll_interval_ms,
         "queued.max.messages.kbytes": settings.max_queued_kbytes,
         "isolation.level": "read_committed",
+        # librdkafka's lines become records of logger librdkafka.controller, not stderr.
+        "logger": kafka_log("controller"),
         **settings.consumer_config,
     }
     config.update(
@@ -177,7 +180,9 @@ class Controller:
         self.rules = rules
         self._intake = Intake(machines, max_record_bytes=settings.max_record_bytes)
         telemetry = telemetry or Telemetry.disabled()
-        self._tracer = BatchTracer(telemetry.tracer_provider)
+        self._tracer = BatchTracer(
+            telemetry.tracer_provider, group=settings.group_id, client=settings.instance_id
+        )
         self.metrics = ControllerMetrics(telemetry.meter_provider, settings.group_id)
         self._clock = clock
         names = settings.topics

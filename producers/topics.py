@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # the typed stub lives here
 
 from producers.errors import ProvisionError
-from schemas import TopicNames
+from schemas import TopicNames, kafka_log
 
 __all__ = ["BrokerProbe", "TopicResult", "provision"]
 
@@ -41,7 +42,8 @@ def provision(
             f"partitions ({partitions}) and replication ({replication}) must be >= 1"
         )
     names = names or TopicNames.from_env()
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": kafka_log("admin")}
+    admin = AdminClient(config)
     wanted = [
         NewTopic(t, num_partitions=partitions, replication_factor=replication) for t in names.all()
     ]
@@ -92,15 +94,14 @@ class BrokerProbe:
     outcome instead."""
 
     def __init__(self, bootstrap: str) -> None:
-        self._admin = AdminClient(
-            {
-                "bootstrap.servers": bootstrap,
-                "log_level": 0,
-                "error_cb": _ignore,
-                "reconnect.backoff.ms": 50,
-                "reconnect.backoff.max.ms": 500,
-            }
-        )
+        config: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            "log_level": 0,
+            "error_cb": _ignore,
+            "reconnect.backoff.ms": 50,
+            "reconnect.backoff.max.ms": 500,
+        }
+        self._admin = AdminClient(config)
 
     def problem(self, timeout: float) -> str | None:
         """None when a metadata request answered within `timeout` seconds and lists a
