@@ -69,7 +69,7 @@ from ledger import (
     Topics,
 )
 from machines import Machine, Outcome
-from schemas import kafka_log
+from schemas import librdkafka_logger
 
 __all__ = ["Controller", "consumer_config"]
 
@@ -97,7 +97,7 @@ def consumer_config(settings: ControllerSettings) -> dict[str, Any]:
         "queued.max.messages.kbytes": settings.max_queued_kbytes,
         "isolation.level": "read_committed",
         # librdkafka's lines become records of logger librdkafka.controller, not stderr.
-        "logger": kafka_log("controller"),
+        "logger": librdkafka_logger("controller"),
         **settings.consumer_config,
     }
     config.update(

@@ -50,7 +50,7 @@ from schemas import (
     WireError,
     event_to_json,
     event_to_record,
-    kafka_log,
+    librdkafka_logger,
     record_id,
     record_to_event,
 )
@@ -77,7 +77,7 @@ _SAFE_PRODUCER: Final[Mapping[str, Any]] = {"enable.idempotence": True, "acks": 
 _DEFAULT_PRODUCER: Final[Mapping[str, Any]] = {
     "linger.ms": 5,
     "delivery.timeout.ms": 30000,
-    "logger": kafka_log("client"),
+    "logger": librdkafka_logger("client"),
 }
 _BUFFER_RETRIES: Final = 50
 

@@ -21,7 +21,7 @@ from schemas import (
     CapabilityCommand,
     WireDecoder,
     WireError,
-    kafka_log,
+    librdkafka_logger,
 )
 
 __all__ = ["read_commands"]
@@ -43,7 +43,7 @@ def read_commands(
             "bootstrap.servers": bootstrap,
             "group.id": f"readback-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
-            "logger": kafka_log("readback"),
+            "logger": librdkafka_logger("readback"),
         }
     )
     decoder = WireDecoder()

@@ -45,7 +45,7 @@ from producers.client import EventPublisher
 from producers.encoding import EncodedRecord, RecordEncoder, UnpublishableRow
 from producers.errors import DeliveryFailed, ProducersError
 from producers.relay_metrics import RelayMetrics
-from schemas import TopicNames, kafka_log
+from schemas import TopicNames, librdkafka_logger
 
 __all__ = [
     "LineageCache",
@@ -235,7 +235,7 @@ class OutboxRelay:
             topics=self._topics,
             producer_config={
                 "client.id": self.instance,
-                "logger": kafka_log("relay"),
+                "logger": librdkafka_logger("relay"),
                 "delivery.timeout.ms": int(self.settings.delivery_timeout * 1000),
                 **(producer_config or {}),
                 **_ORDERED_PRODUCER,

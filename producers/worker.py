@@ -41,7 +41,7 @@ from schemas import (
     WireDecoder,
     WireError,
     header_value,
-    kafka_log,
+    librdkafka_logger,
 )
 
 __all__ = [
@@ -104,7 +104,7 @@ class CapabilityWorker:
             "bootstrap.servers": bootstrap,
             "group.id": group_id,
             "auto.offset.reset": "earliest",
-            "logger": kafka_log("worker"),
+            "logger": librdkafka_logger("worker"),
             **(consumer_config or {}),
         }
         # Offsets are committed by hand after the results are durable (never ahead).

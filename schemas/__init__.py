@@ -1,8 +1,8 @@
 """Wire contracts: the Avro schemas of every topic's records and their codecs, the JSON
 Schema of JSON event input, the envelope and command values, Kafka header names, topic
 names and the variables naming the services, the OCSF audit mapping, and the bridge that
-turns librdkafka's log lines into logging records. (The JSON
-Schemas of RECOVERY.yaml and of the registry belong to the machine format: `machines`.)
+turns librdkafka's log lines into logging records. (The JSON Schemas of RECOVERY.yaml
+and of the registry belong to the machine format: `machines`.)
 
 `EVENT_SCHEMA` is exported so that loaders read the schema file shipped with the package
 rather than a copy.
@@ -50,7 +50,7 @@ from schemas.headers import (
     header_value,
     record_id,
 )
-from schemas.kafka_log import LOGGER_PREFIX, KafkaLog, kafka_log
+from schemas.kafka_log import LOGGER_PREFIX, KafkaLog, librdkafka_logger
 from schemas.ocsf import OCSF_VERSION, audit_to_ocsf, audit_to_ocsf_json
 
 __all__ = [
@@ -91,7 +91,7 @@ __all__ = [
     "event_to_json",
     "event_to_record",
     "header_value",
-    "kafka_log",
+    "librdkafka_logger",
     "rabin_fingerprint",
     "record_id",
     "record_to_event",

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-__all__ = ["LOGGER_PREFIX", "KafkaLog", "kafka_log"]
+__all__ = ["LOGGER_PREFIX", "KafkaLog", "librdkafka_logger"]
 
 LOGGER_PREFIX: Final = "librdkafka"
 _RETRIED: Final = ("retrying", "retrying.")
@@ -46,6 +46,6 @@ class KafkaLog:
         self.logger.log(level, msg, *args)
 
 
-def kafka_log(component: str) -> KafkaLog:
+def librdkafka_logger(component: str) -> KafkaLog:
     """The bridge for one component's clients (`controller`, `relay`, `client`, ...)."""
     return KafkaLog(component)

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from schemas import kafka_log
+from schemas import librdkafka_logger
 
 # What confluent-kafka calls: log(python_level, "%s [%s] %s", facility, name, text).
 _FORMAT = "%s [%s] %s"
@@ -16,7 +16,7 @@ _FORMAT = "%s [%s] %s"
 def test_a_line_becomes_a_record_of_the_components_logger(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    bridge = kafka_log("relay")
+    bridge = librdkafka_logger("relay")
     with caplog.at_level(logging.DEBUG, logger="librdkafka"):
         bridge.log(logging.ERROR, _FORMAT, "FAIL", "relay-1#producer-1", "Connect failed")
     (record,) = caplog.records
@@ -29,7 +29,7 @@ def test_a_warning_librdkafka_retries_itself_is_info(caplog: pytest.LogCaptureFi
         "Failed to acquire idempotence PID from broker localhost:9092/1: "
         "Broker: Coordinator load in progress: retrying"
     )
-    bridge = kafka_log("client")
+    bridge = librdkafka_logger("client")
     with caplog.at_level(logging.DEBUG, logger="librdkafka"):
         bridge.log(logging.WARNING, _FORMAT, "GETPID", "rdkafka#producer-1", text)
         bridge.log(logging.WARNING, _FORMAT, "MAXPOLL", "rdkafka#consumer-1", "poll too late")
