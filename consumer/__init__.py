@@ -28,11 +28,13 @@ from consumer.intake import (
 from consumer.metrics import ControllerMetrics
 from consumer.service import load_rules, run_controller
 from consumer.settings import ControllerSettings
-from consumer.telemetry import Telemetry, build_telemetry
+from consumer.telemetry import CONTROLLER_SERVICE, RELAY_SERVICE, Telemetry, build_telemetry
 from consumer.tracing import BatchTracer, extract_context, trace_headers
 
 __all__ = [
+    "CONTROLLER_SERVICE",
     "FORGED_REFUSALS",
+    "RELAY_SERVICE",
     "Accepted",
     "BatchTracer",
     "Controller",

@@ -67,6 +67,7 @@ from ledger import (
     RetryableConflict,
 )
 from machines import Machine, Outcome, Rules
+from schemas import librdkafka_logger
 
 __all__ = ["Controller", "consumer_config"]
 
@@ -93,6 +94,8 @@ def consumer_config(settings: ControllerSettings) -> dict[str, Any]:
         "max.poll.interval.ms": settings.max_poll_interval_ms,
         "queued.max.messages.kbytes": settings.max_queued_kbytes,
         "isolation.level": "read_committed",
+        # librdkafka's lines become records of logger librdkafka.controller, not stderr.
+        "logger": librdkafka_logger("controller"),
         **settings.consumer_config,
     }
     config.update(
@@ -175,7 +178,9 @@ class Controller:
         self.rules = rules
         self._intake = Intake(machines, max_record_bytes=settings.max_record_bytes)
         telemetry = telemetry or Telemetry.disabled()
-        self._tracer = BatchTracer(telemetry.tracer_provider)
+        self._tracer = BatchTracer(
+            telemetry.tracer_provider, group=settings.group_id, client=settings.instance_id
+        )
         self.metrics = ControllerMetrics(telemetry.meter_provider, settings.group_id)
         self._clock = clock
         self._topics = settings.topics

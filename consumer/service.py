@@ -14,7 +14,7 @@ import threading
 from consumer.controller import Controller
 from consumer.errors import ControllerError
 from consumer.settings import ControllerSettings
-from consumer.telemetry import Telemetry, build_telemetry
+from consumer.telemetry import CONTROLLER_SERVICE, Telemetry, build_telemetry
 from ledger import LedgerError, PostgresLedger, require_current_schema
 from machines import (
     Machine,
@@ -73,7 +73,10 @@ def run_controller(
         raise ControllerError(f"controller cannot start: {exc}") from exc
     owned_telemetry = telemetry is None
     telemetry = telemetry or build_telemetry(
-        settings.exporter, instance=settings.instance_id, endpoint=settings.otlp_endpoint
+        settings.exporter,
+        instance=settings.instance_id,
+        service=CONTROLLER_SERVICE,
+        endpoint=settings.otlp_endpoint,
     )
     try:
         ledger = PostgresLedger(settings.database_url)

@@ -64,7 +64,10 @@ class ControllerSettings(BaseModel):
     lock_path: Path = Field(default=_MACHINES / "machines.lock")
     trusted_publishers_path: Path = Field(default=_MACHINES / "trusted-publishers.yaml")
     policy_path: Path | None = None
-    exporter: Exporter = "none"
+    # Deprecated aliases (RECOVERY_CONTROLLER_EXPORTER, _OTLP_ENDPOINT): telemetry is
+    # configured by the OTEL_* variables (consumer.telemetry); these apply only where
+    # none of those decides.
+    exporter: Exporter | None = None
     otlp_endpoint: str | None = None
     consumer_config: dict[str, str] = Field(default_factory=dict)
 

@@ -1,40 +1,66 @@
-"""Telemetry providers for the controller: the exporter choice made concrete.
+"""Telemetry providers for one runtime component, configured by OpenTelemetry's own
+variables.
 
-`none` uses OpenTelemetry's no-op providers (trace context still flows: a non-recording
-span carries its parent's context into the commands' headers); `console` prints spans
-and metrics; `otlp` exports to an OTLP endpoint and needs `opentelemetry-exporter-otlp`,
-which is not a dependency of this project: without it the controller refuses to start
-with a `TelemetryError` rather than silently exporting nothing.
+What the SDK and the OTLP/HTTP exporter read themselves is left to them:
+`OTEL_EXPORTER_OTLP_ENDPOINT` (a base URL: the exporters append `/v1/traces` and
+`/v1/metrics`), `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` and `..._METRICS_ENDPOINT` (used
+as they are), headers, timeouts, compression, `OTEL_TRACES_SAMPLER`,
+`OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` (the
+SDK's resource detector) and `OTEL_SDK_DISABLED`. Chosen here, per signal:
 
-The providers are the controller's own, not the process-global ones, so that tests can
-hand in an SDK provider with an in-memory exporter and so that two controllers in one
-process do not share instruments.
+- `OTEL_TRACES_EXPORTER` / `OTEL_METRICS_EXPORTER`: `otlp`, `console` or `none`
+  (comma-separated for several). When unset, `otlp` if an OTLP endpoint variable is set,
+  else `none`. The OpenTelemetry default is `otlp` regardless; here a component that
+  was told nothing about telemetry does not send to localhost:4318 and keeps the no-op
+  path, on which no decision span is made at all (`consumer.tracing`).
+- The service name defaults per component (`recovery-controller`, `recovery-relay`);
+  `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` override it and the instance id.
+
+`RECOVERY_CONTROLLER_EXPORTER` and `RECOVERY_CONTROLLER_OTLP_ENDPOINT` are deprecated
+aliases, applied (with a warning) only where no `OTEL_*` variable decides: the exporter
+for both signals, and an OTLP base URL to which the per-signal paths are appended.
+
+The providers are the component's own, not the process-global ones, so that tests can
+hand in an SDK provider with an in-memory exporter and so that two components in one
+process report under their own service names.
 """
 
 from __future__ import annotations
 
-import importlib
+import logging
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Final
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    MetricExporter,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
 from consumer.errors import TelemetryError
-from consumer.settings import Exporter
 
-__all__ = ["Telemetry", "build_telemetry"]
+__all__ = ["CONTROLLER_SERVICE", "RELAY_SERVICE", "Telemetry", "build_telemetry"]
 
-SERVICE_NAME = "recovery-controller"
+_log = logging.getLogger("consumer.telemetry")
+
+CONTROLLER_SERVICE: Final = "recovery-controller"
+RELAY_SERVICE: Final = "recovery-relay"
+_CHOICES: Final = ("otlp", "console", "none")
+_LEGACY_EXPORTER: Final = "RECOVERY_CONTROLLER_EXPORTER"
+_LEGACY_ENDPOINT: Final = "RECOVERY_CONTROLLER_OTLP_ENDPOINT"
 
 
 @dataclass(frozen=True, slots=True)
 class Telemetry:
-    """The tracer and meter providers one controller uses."""
+    """The tracer and meter providers one component uses."""
 
     tracer_provider: trace.TracerProvider
     meter_provider: metrics.MeterProvider
@@ -52,32 +78,137 @@ class Telemetry:
         return cls(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider())
 
 
-def _otlp(endpoint: str | None, resource: Resource) -> Telemetry:
+@dataclass(frozen=True, slots=True)
+class _Signal:
+    name: str  # traces, metrics
+    exporter_variable: str
+    endpoint_variable: str
+
+
+_TRACES: Final = _Signal("traces", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+_METRICS: Final = _Signal("metrics", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+
+
+def _choices(
+    signal: _Signal, env: Mapping[str, str], legacy: str | None, legacy_endpoint: str | None
+) -> list[str]:
+    """The exporters of one signal (empty: none)."""
+    text = env.get(signal.exporter_variable, "").strip()
+    if text:
+        names = [n.strip().lower() for n in text.split(",") if n.strip()]
+        unknown = [n for n in names if n not in _CHOICES]
+        if unknown:
+            raise TelemetryError(
+                f"telemetry-exporter-unknown: {signal.exporter_variable}={text!r} names "
+                f"{', '.join(unknown)}; use otlp, console or none (comma-separated)"
+            )
+    elif legacy is not None:
+        if legacy not in _CHOICES:
+            raise TelemetryError(
+                f"telemetry-exporter-unknown: {_LEGACY_EXPORTER}={legacy!r} (deprecated); "
+                f"set {signal.exporter_variable} to otlp, console or none instead"
+            )
+        names = [legacy]
+    elif (
+        any(env.get(v) for v in ("OTEL_EXPORTER_OTLP_ENDPOINT", signal.endpoint_variable))
+        or legacy_endpoint
+    ):
+        names = ["otlp"]
+    else:
+        names = []
+    return [n for n in dict.fromkeys(names) if n != "none"]
+
+
+def _legacy_path(env: Mapping[str, str], signal: _Signal, legacy: str | None) -> str | None:
+    """The deprecated base URL with the signal's path, unless an OTEL_* endpoint decides."""
+    if (
+        legacy is None
+        or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or env.get(signal.endpoint_variable)
+    ):
+        return None
+    return f"{legacy.rstrip('/')}/v1/{signal.name}"
+
+
+def _span_exporter(name: str, endpoint: str | None) -> SpanExporter:
+    if name == "console":
+        return ConsoleSpanExporter()
     try:
-        spans = importlib.import_module("opentelemetry.exporter.otlp.proto.http.trace_exporter")
-        points = importlib.import_module("opentelemetry.exporter.otlp.proto.http.metric_exporter")
-    except ImportError as exc:
-        raise TelemetryError(
-            "exporter otlp needs the package opentelemetry-exporter-otlp-proto-http, which "
-            "is not installed; install it or set RECOVERY_CONTROLLER_EXPORTER to console "
-            "or none"
-        ) from exc
-    kwargs: dict[str, Any] = {} if endpoint is None else {"endpoint": endpoint}
-    tracer_provider = TracerProvider(resource=resource)
-    tracer_provider.add_span_processor(BatchSpanProcessor(spans.OTLPSpanExporter(**kwargs)))
-    reader = PeriodicExportingMetricReader(points.OTLPMetricExporter(**kwargs))
-    return Telemetry(tracer_provider, MeterProvider(resource=resource, metric_readers=[reader]))
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError as exc:  # pragma: no cover - a dependency of this project
+        raise _missing_exporter() from exc
+    return OTLPSpanExporter(endpoint=endpoint)
 
 
-def build_telemetry(exporter: Exporter, *, instance: str, endpoint: str | None = None) -> Telemetry:
-    """Providers for the configured exporter; raises `TelemetryError` when `otlp` is
-    chosen but its package is missing."""
-    if exporter == "none":
+def _metric_exporter(name: str, endpoint: str | None) -> MetricExporter:
+    if name == "console":
+        return ConsoleMetricExporter()
+    try:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    except ImportError as exc:  # pragma: no cover - a dependency of this project
+        raise _missing_exporter() from exc
+    return OTLPMetricExporter(endpoint=endpoint)
+
+
+def _missing_exporter() -> TelemetryError:
+    return TelemetryError(
+        "telemetry-exporter-missing: exporter otlp needs the package "
+        "opentelemetry-exporter-otlp-proto-http; install it (`pip install -c "
+        "constraints.txt -e .`) or set OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER "
+        "to console or none"
+    )
+
+
+def _warn_legacy(service: str, exporter: str | None, endpoint: str | None) -> None:
+    for variable, value in ((_LEGACY_EXPORTER, exporter), (_LEGACY_ENDPOINT, endpoint)):
+        if value is not None:
+            _log.warning(
+                "%s: %s is deprecated; it applies only where no OTEL_* variable decides. "
+                "Use OTEL_TRACES_EXPORTER / OTEL_METRICS_EXPORTER and "
+                "OTEL_EXPORTER_OTLP_ENDPOINT (docs/controller.md, Telemetry)",
+                service,
+                variable,
+            )
+
+
+def build_telemetry(
+    exporter: str | None = None,
+    *,
+    instance: str,
+    service: str = CONTROLLER_SERVICE,
+    endpoint: str | None = None,
+) -> Telemetry:
+    """Providers for the component `service` (instance `instance`) as the `OTEL_*`
+    variables configure them (module docstring). `exporter` and `endpoint` are the
+    deprecated `RECOVERY_CONTROLLER_EXPORTER` / `_OTLP_ENDPOINT` values, None when
+    unset. Raises `TelemetryError` for an unknown exporter name."""
+    env = os.environ
+    _warn_legacy(service, exporter, endpoint)
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return Telemetry.disabled()
-    resource = Resource.create({"service.name": SERVICE_NAME, "service.instance.id": instance})
-    if exporter == "otlp":
-        return _otlp(endpoint, resource)
-    tracer_provider = TracerProvider(resource=resource)
-    tracer_provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
-    reader = PeriodicExportingMetricReader(ConsoleMetricExporter(), export_interval_millis=60_000)
-    return Telemetry(tracer_provider, MeterProvider(resource=resource, metric_readers=[reader]))
+    traces = _choices(_TRACES, env, exporter, endpoint)
+    points = _choices(_METRICS, env, exporter, endpoint)
+    if not traces and not points:
+        return Telemetry.disabled()
+    # Defaults first, then what the environment says (OTEL_SERVICE_NAME wins).
+    detected = OTELResourceDetector().detect().attributes
+    resource = Resource.create(
+        {"service.name": service, "service.instance.id": instance, **detected}
+    )
+    tracer_provider: trace.TracerProvider = trace.NoOpTracerProvider()
+    if traces:
+        sdk_tracer = TracerProvider(resource=resource)
+        for name in traces:
+            span_exporter = _span_exporter(name, _legacy_path(env, _TRACES, endpoint))
+            sdk_tracer.add_span_processor(BatchSpanProcessor(span_exporter))
+        tracer_provider = sdk_tracer
+    meter_provider: metrics.MeterProvider = metrics.NoOpMeterProvider()
+    if points:
+        readers: list[MetricReader] = [
+            PeriodicExportingMetricReader(
+                _metric_exporter(name, _legacy_path(env, _METRICS, endpoint))
+            )
+            for name in points
+        ]
+        meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+    return Telemetry(tracer_provider, meter_provider)

@@ -1,6 +1,14 @@
 """Tracing: W3C trace context from Kafka headers, a span per batch and per decision, and
 the decision's context injected into the commands it emits.
 
+Both spans follow OpenTelemetry's messaging semantic conventions for Kafka (semconv
+1.27 and later): kind CONSUMER, named `process <topic>` (`process recovery.events`),
+with `messaging.system=kafka`, `messaging.operation.type=process`,
+`messaging.destination.name`, `messaging.consumer.group.name` and `messaging.client.id`;
+the batch span adds `messaging.batch.message_count`, the decision span the record's
+`messaging.destination.partition.id`, `messaging.kafka.offset` and
+`messaging.kafka.message.key`. The `recovery.*` attributes are this project's own.
+
 A decision span's parent is the context the producing tool put in the record's headers
 (`traceparent`, `tracestate`), so one trace runs from the tool through the controller to
 the capability worker that receives the command; the span also links to its batch span,
@@ -100,19 +108,38 @@ def trace_headers(span: Span) -> dict[str, str]:
 class BatchTracer:
     """Creates the controller's spans with the tracer of one provider."""
 
-    def __init__(self, provider: trace.TracerProvider) -> None:
+    def __init__(
+        self, provider: trace.TracerProvider, *, group: str | None = None, client: str | None = None
+    ) -> None:
         self._tracer = provider.get_tracer(_NAME)
+        # Attributes every span of this consumer carries.
+        self._common: dict[str, AttributeValue] = {
+            "messaging.system": "kafka",
+            "messaging.operation.type": "process",
+            "messaging.operation.name": "process",
+        }
+        if group is not None:
+            self._common["messaging.consumer.group.name"] = group
+        if client is not None:
+            self._common["messaging.client.id"] = client
 
     @contextmanager
     def batch(self, records: int, partitions: Sequence[tuple[str, int]]) -> Iterator[Span]:
         """The span of one batch attempt; an exception marks it failed and propagates."""
         attributes: dict[str, AttributeValue] = {
-            "messaging.system": "kafka",
+            **self._common,
             "messaging.batch.message_count": records,
             "recovery.partitions": [f"{t}[{p}]" for t, p in partitions],
         }
+        topics = sorted({topic for topic, _ in partitions})
+        # The convention's name is `{operation} {destination}`, the operation alone when
+        # a batch spans several destinations.
+        name = "process"
+        if len(topics) == 1:
+            name = f"process {topics[0]}"
+            attributes["messaging.destination.name"] = topics[0]
         with self._tracer.start_as_current_span(
-            "recovery.batch", kind=SpanKind.CONSUMER, attributes=attributes
+            name, kind=SpanKind.CONSUMER, attributes=attributes
         ) as span:
             yield span
 
@@ -129,19 +156,21 @@ class BatchTracer:
         def observe(
             item: Accepted, run: Callable[[], Decision]
         ) -> tuple[Decision, Mapping[str, str]]:
-            event = item.event
+            event, record = item.event, item.record
             with self._tracer.start_as_current_span(
-                "recovery.decide",
-                context=extract_context(item.record),
-                kind=SpanKind.INTERNAL,
+                f"process {record.topic}",
+                context=extract_context(record),
+                kind=SpanKind.CONSUMER,
                 links=[link],
                 attributes={
+                    **self._common,
+                    **_record_attributes(record),
                     "recovery.operation_id": event.operation_id,
                     "recovery.correlation_id": event.correlation_id,
                     "recovery.event_id": event.event_id,
                     "recovery.event_type": event.event_type,
                     "recovery.machine": f"{item.machine.name}@{item.machine.version}",
-                    "messaging.kafka.source": item.record.coordinates,
+                    "recovery.record": record.coordinates,
                 },
             ) as span:
                 started = time.perf_counter()
@@ -156,6 +185,23 @@ class BatchTracer:
                 return decision, trace_headers(span)
 
         return observe
+
+
+def _record_attributes(record: RawRecord) -> dict[str, AttributeValue]:
+    """The semantic-convention attributes of one consumed record."""
+    attributes: dict[str, AttributeValue] = {
+        "messaging.destination.name": record.topic,
+        "messaging.destination.partition.id": str(record.partition),
+        "messaging.kafka.offset": record.offset,
+    }
+    if record.key is not None:
+        # The convention sets the key as a string; a key that is not UTF-8 is left out
+        # rather than mangled (the controller's keys are operation ids).
+        try:
+            attributes["messaging.kafka.message.key"] = record.key.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return attributes
 
 
 def _untraced(latency: Callable[[float], None]) -> Observer:

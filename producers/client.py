@@ -15,7 +15,6 @@ a signed human decision (`publish_human_decision`).
 
 from __future__ import annotations
 
-import logging
 import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -51,6 +50,7 @@ from schemas import (
     WireError,
     event_to_json,
     event_to_record,
+    librdkafka_logger,
     record_id,
     record_to_event,
 )
@@ -77,7 +77,7 @@ _SAFE_PRODUCER: Final[Mapping[str, Any]] = {"enable.idempotence": True, "acks": 
 _DEFAULT_PRODUCER: Final[Mapping[str, Any]] = {
     "linger.ms": 5,
     "delivery.timeout.ms": 30000,
-    "logger": logging.getLogger("producers.kafka"),
+    "logger": librdkafka_logger("client"),
 }
 _BUFFER_RETRIES: Final = 50
 

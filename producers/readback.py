@@ -15,7 +15,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from schemas import CAPABILITY_COMMAND, CONTENT_TYPE, CapabilityCommand, WireDecoder, WireError
+from schemas import (
+    CAPABILITY_COMMAND,
+    CONTENT_TYPE,
+    CapabilityCommand,
+    WireDecoder,
+    WireError,
+    librdkafka_logger,
+)
 
 __all__ = ["read_commands"]
 
@@ -36,6 +43,7 @@ def read_commands(
             "bootstrap.servers": bootstrap,
             "group.id": f"readback-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
+            "logger": librdkafka_logger("readback"),
         }
     )
     decoder = WireDecoder()

@@ -45,7 +45,7 @@ from producers.client import EventPublisher
 from producers.encoding import EncodedRecord, RecordEncoder, UnpublishableRow
 from producers.errors import DeliveryFailed, ProducersError
 from producers.relay_metrics import RelayMetrics
-from schemas import TopicNames
+from schemas import TopicNames, librdkafka_logger
 
 __all__ = [
     "LineageCache",
@@ -235,6 +235,7 @@ class OutboxRelay:
             topics=self._topics,
             producer_config={
                 "client.id": self.instance,
+                "logger": librdkafka_logger("relay"),
                 "delivery.timeout.ms": int(self.settings.delivery_timeout * 1000),
                 **(producer_config or {}),
                 **_ORDERED_PRODUCER,
@@ -335,13 +336,19 @@ class OutboxRelay:
                 if token is not None:
                     otel_context.detach(token)
             return
+        # OpenTelemetry's messaging conventions for Kafka (semconv 1.27+, where the
+        # operation type `send` replaced `publish`): `send <topic>`, kind PRODUCER.
         with self._tracer.start_as_current_span(
-            f"publish {record.topic}",
+            f"send {record.topic}",
             context=parent,
             kind=SpanKind.PRODUCER,
             attributes={
                 "messaging.system": "kafka",
+                "messaging.operation.type": "send",
+                "messaging.operation.name": "send",
                 "messaging.destination.name": record.topic,
+                "messaging.kafka.message.key": record.key,
+                "messaging.client.id": self.instance,
                 "recovery.record_id": record.record_id,
                 "recovery.operation_id": record.key,
             },

@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # the typed stub lives here
 
 from producers.errors import ProvisionError
-from schemas import TopicNames
+from schemas import TopicNames, librdkafka_logger
 
 __all__ = ["BrokerProbe", "TopicResult", "provision"]
 
@@ -42,7 +42,8 @@ def provision(
             f"partitions ({partitions}) and replication ({replication}) must be >= 1"
         )
     names = names or TopicNames.from_env()
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": librdkafka_logger("admin")}
+    admin = AdminClient(config)
     wanted = [
         NewTopic(t, num_partitions=partitions, replication_factor=replication) for t in names.all()
     ]

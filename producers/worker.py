@@ -41,6 +41,7 @@ from schemas import (
     WireDecoder,
     WireError,
     header_value,
+    librdkafka_logger,
 )
 
 __all__ = [
@@ -103,7 +104,7 @@ class CapabilityWorker:
             "bootstrap.servers": bootstrap,
             "group.id": group_id,
             "auto.offset.reset": "earliest",
-            "logger": logging.getLogger("producers.kafka"),
+            "logger": librdkafka_logger("worker"),
             **(consumer_config or {}),
         }
         # Offsets are committed by hand after the results are durable (never ahead).

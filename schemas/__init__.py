@@ -1,7 +1,8 @@
 """Wire contracts: the Avro schemas of every topic's records and their codecs, the JSON
 Schema of JSON event input, the envelope and command values, Kafka header names, topic
-names and the variables naming the services, and the OCSF audit mapping. (The JSON
-Schemas of RECOVERY.yaml and of the registry belong to the machine format: `machines`.)
+names and the variables naming the services, the OCSF audit mapping, and the bridge that
+turns librdkafka's log lines into logging records. (The JSON Schemas of RECOVERY.yaml
+and of the registry belong to the machine format: `machines`.)
 
 `EVENT_SCHEMA` is exported so that loaders read the schema file shipped with the package
 rather than a copy.
@@ -50,6 +51,7 @@ from schemas.headers import (
     header_value,
     record_id,
 )
+from schemas.kafka_log import LOGGER_PREFIX, KafkaLog, librdkafka_logger
 from schemas.ocsf import OCSF_VERSION, audit_to_ocsf, audit_to_ocsf_json
 
 __all__ = [
@@ -70,6 +72,7 @@ __all__ = [
     "HEADER_COMMAND_ID",
     "HEADER_RECORD_ID",
     "HEADER_SCHEMA",
+    "LOGGER_PREFIX",
     "OCSF_VERSION",
     "TRACEPARENT",
     "TRACESTATE",
@@ -77,6 +80,7 @@ __all__ = [
     "CapabilityCommand",
     "Codec",
     "JsonCodec",
+    "KafkaLog",
     "SchemaCatalog",
     "SchemaVersion",
     "TopicNames",
@@ -89,6 +93,7 @@ __all__ = [
     "event_to_json",
     "event_to_record",
     "header_value",
+    "librdkafka_logger",
     "rabin_fingerprint",
     "record_id",
     "record_to_event",

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Final, TextIO
 
-from consumer import ControllerError, Telemetry, build_telemetry
+from consumer import RELAY_SERVICE, ControllerError, Telemetry, build_telemetry
 from ledger import LedgerError, PostgresLedger, migrate_database, require_current_schema
 from ops.errors import StackError
 from ops.settings import RUNTIME_ROLES
@@ -178,14 +178,12 @@ def run_roles(
 
 
 def _relay_telemetry() -> Telemetry:
-    # The relay exports like the controller: RECOVERY_CONTROLLER_EXPORTER and
-    # RECOVERY_CONTROLLER_OTLP_ENDPOINT (one setting for the whole runtime).
-    exporter = os.environ.get("RECOVERY_CONTROLLER_EXPORTER", "none")
-    if exporter not in ("none", "console", "otlp"):
-        exporter = "none"
+    # Configured by the OTEL_* variables as the controller is, as service recovery-relay;
+    # the deprecated RECOVERY_CONTROLLER_* aliases apply to it too.
     return build_telemetry(
-        exporter,  # type: ignore[arg-type]  # checked just above
+        os.environ.get("RECOVERY_CONTROLLER_EXPORTER") or None,
         instance=f"relay-{os.getpid()}",
+        service=RELAY_SERVICE,
         endpoint=os.environ.get("RECOVERY_CONTROLLER_OTLP_ENDPOINT") or None,
     )
 

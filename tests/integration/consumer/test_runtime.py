@@ -66,7 +66,10 @@ def test_trace_context_flows_from_the_tool_through_the_decision_to_the_commands(
     settings = settings_for(kafka_bootstrap, database_url, topic, policy, f"g-{uuid.uuid4().hex}")
     with running(settings, ledger, telemetry):
         wait_for(lambda: len(ledger.decisions("op-t")) == 1, 60, "the decision")
-    decide = [s for s in exporter.get_finished_spans() if s.name == "recovery.decide"]
+    decide = [
+        s for s in exporter.get_finished_spans() if "recovery.event_id" in (s.attributes or {})
+    ]
+    assert {s.name for s in decide} == {f"process {topic}"}
     assert [f"{s.context.trace_id:032x}" for s in decide] == [trace_id]
     commands = [r for r in outbox(ledger) if r.topic == "recovery.commands"]
     assert len(commands) == 2

@@ -298,7 +298,12 @@ def test_the_publish_span_continues_the_rows_trace_and_the_record_names_it(
 
     assert _drain(relay) == 1
 
-    (publish,) = [s for s in exporter.get_finished_spans() if s.name.startswith("publish")]
+    (publish,) = [s for s in exporter.get_finished_spans() if s.name.startswith("send ")]
+    assert publish.name == f"send {relay_topics.commands}"
+    assert publish.attributes is not None
+    assert publish.attributes["messaging.operation.type"] == "send"
+    assert publish.attributes["messaging.destination.name"] == relay_topics.commands
+    assert publish.attributes["messaging.kafka.message.key"] == "op-t"
     assert publish.parent is not None
     assert format(publish.context.trace_id, "032x") == _TRACEPARENT.split("-")[1]
     assert format(publish.parent.span_id, "016x") == _TRACEPARENT.split("-")[2]
