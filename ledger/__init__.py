@@ -38,15 +38,25 @@ from ledger.memory import MemoryLedger
 from ledger.migrations import MigrationReport, available_migrations, migrate, migrate_database
 from ledger.postgres import PostgresLedger
 from ledger.records import Batch, Entry, Position, Source, Topics, plan_batch
+from ledger.roles import (
+    LOGIN_ROLES,
+    DatabaseRole,
+    RolesReport,
+    current_role,
+    ensure_roles,
+    migrate_as_owner,
+)
 from ledger.schema import describe_schema, expected_schema
 from ledger.schema_check import pending_migrations, require_current_schema
 
 __all__ = [
+    "LOGIN_ROLES",
     "AuditRecord",
     "Batch",
     "ChainBreak",
     "ChainHead",
     "CommitResult",
+    "DatabaseRole",
     "DeadLetter",
     "Entry",
     "EventIdReused",
@@ -66,18 +76,22 @@ __all__ = [
     "Position",
     "PostgresLedger",
     "RetryableConflict",
+    "RolesReport",
     "Source",
     "Topics",
     "UnknownOperation",
     "VersionConflict",
     "available_migrations",
     "create_database",
+    "current_role",
     "describe_schema",
     "drop_database",
     "ensure_database",
+    "ensure_roles",
     "expected_schema",
     "intake_chain_id",
     "migrate",
+    "migrate_as_owner",
     "migrate_database",
     "pending_migrations",
     "ping_database",
