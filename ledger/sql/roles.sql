@@ -12,9 +12,12 @@ SELECT current_user::text, rolsuper FROM pg_roles WHERE rolname = current_user;
 -- name: owner_status
 -- Whether recovery_owner exists, whether this session may become it, and whether every
 -- role the grants name exists.
+-- Becoming the owner is useful only where it owns the schema (`db roles` made it so);
+-- elsewhere the migrations run as the connected role, as before the roles existed.
 SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'recovery_owner'),
-       EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'recovery_owner'
-               AND pg_has_role(current_user, oid, 'MEMBER')),
+       EXISTS (SELECT 1 FROM pg_roles AS r JOIN pg_namespace AS n ON n.nspowner = r.oid
+               WHERE r.rolname = 'recovery_owner' AND n.nspname = 'public'
+               AND pg_has_role(current_user, r.oid, 'MEMBER')),
        (SELECT count(*) = 5 FROM pg_roles WHERE rolname IN ('recovery_controller',
         'recovery_relay', 'recovery_reader', 'recovery_auditor', 'recovery_retention'));
 
