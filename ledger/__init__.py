@@ -10,6 +10,7 @@ from ledger.admin import (
     ensure_database,
     ping_database,
     with_database,
+    with_user,
 )
 from ledger.audit import AuditRecord, ChainBreak, ChainHead, verify_chain
 from ledger.codec import view_from_json, view_to_json
@@ -101,4 +102,5 @@ __all__ = [
     "view_from_json",
     "view_to_json",
     "with_database",
+    "with_user",
 ]
