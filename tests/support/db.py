@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from ledger import ensure_roles
+from ledger import ensure_roles, with_user
 
 __all__ = [
     "clone_database",
@@ -77,16 +77,6 @@ def with_database(conninfo: str, database: str) -> str:
         parts = urlsplit(conninfo)
         return urlunsplit(parts._replace(path=f"/{database}"))
     return make_conninfo(conninfo, dbname=database)
-
-
-def with_user(conninfo: str, user: str) -> str:
-    """`conninfo` connecting as role `user` instead (the runtime's login roles,
-    `ledger.LOGIN_ROLES`); a URL stays a URL."""
-    if conninfo.startswith(("postgresql://", "postgres://")):
-        parts = urlsplit(conninfo)
-        host = parts.netloc.rpartition("@")[2]
-        return urlunsplit(parts._replace(netloc=f"{user}@{host}"))
-    return make_conninfo(conninfo, user=user, password="")
 
 
 def _slug(hint: str) -> str:

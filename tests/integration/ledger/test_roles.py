@@ -8,12 +8,17 @@ runtime writes them.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import psycopg
 import pytest
 from psycopg import errors as pg_errors
+from psycopg import sql
 from psycopg.rows import TupleRow
 
-from ledger import ensure_roles
+from ledger import LOGIN_ROLES, ensure_roles
+from ops.cli import main
 from tests.support.db import with_user
 
 pytestmark = pytest.mark.integration
@@ -225,3 +230,26 @@ def test_ensuring_the_roles_again_takes_back_a_privilege_granted_by_hand(seeded:
             " (SELECT rolsuper FROM pg_roles WHERE rolname = 'recovery_controller')"
         ).fetchone()
     assert row == (False, False, False)
+
+
+def test_db_roles_keeps_passwords_in_a_private_file_and_prints_them_only_when_asked(
+    database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secrets_file = tmp_path / "roles.json"
+    argv = ["db", "roles", "--database-url", database_url, "--password-file", str(secrets_file)]
+    try:
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        stored = json.loads(secrets_file.read_text(encoding="utf-8"))
+        assert sorted(stored) == sorted(LOGIN_ROLES.values())
+        assert secrets_file.stat().st_mode & 0o777 == 0o600
+        assert f"stored in {secrets_file} (mode 0600)" in out
+        assert not any(password in out for password in stored.values())
+        assert main([*argv, "--json", "--show-secrets"]) == 0
+        body = json.loads(capsys.readouterr().out)
+        assert body["passwords"] == stored  # the file's passwords are kept, not renewed
+        assert body["created"] == []
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            for role in LOGIN_ROLES.values():  # cluster-wide: leave other tests trust-only
+                admin.execute(sql.SQL("ALTER ROLE {} PASSWORD NULL").format(sql.Identifier(role)))
