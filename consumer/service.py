@@ -15,7 +15,7 @@ from consumer.controller import Controller
 from consumer.errors import ControllerError
 from consumer.settings import ControllerSettings
 from consumer.telemetry import CONTROLLER_SERVICE, Telemetry, build_telemetry
-from ledger import LedgerError, PostgresLedger, require_current_schema
+from ledger import LedgerError, PostgresLedger, current_role, require_current_schema
 from machines import (
     Machine,
     MachineError,
@@ -29,7 +29,7 @@ from machines import (
     load_trusted_publishers,
 )
 
-__all__ = ["load_rules", "run_controller"]
+__all__ = ["check_database_role", "load_rules", "run_controller"]
 
 log = logging.getLogger("consumer")
 
@@ -58,6 +58,31 @@ def load_rules(settings: ControllerSettings) -> tuple[dict[str, Machine], Rules]
     return machines, Rules(policy=policy, registry=registry)
 
 
+def check_database_role(settings: ControllerSettings) -> None:
+    """Refuse (`ControllerError`, reason `controller-superuser-refused`) a ledger URL that
+    connects as a superuser, unless `allow_superuser` says to run anyway; then log a
+    warning. A superuser bypasses every grant, so nothing would stop this process from
+    rewriting history. Raises `LedgerError` when the server cannot be asked."""
+    role = current_role(settings.database_url)
+    if not role.superuser:
+        return
+    if not settings.allow_superuser:
+        raise ControllerError(
+            f"controller-superuser-refused: controller {settings.instance_id} connects to the "
+            f"ledger as {role.name}, a PostgreSQL superuser, which may rewrite history; connect "
+            "as recovery_controller (create it with `recoveryctl db roles`), or set "
+            "RECOVERY_CONTROLLER_ALLOW_SUPERUSER=1 (`recoveryctl run --allow-superuser`) to "
+            "run anyway"
+        )
+    log.warning(
+        "controller %s RUNS AS POSTGRESQL SUPERUSER %s (allowed by "
+        "RECOVERY_CONTROLLER_ALLOW_SUPERUSER): no grant or trigger protects the ledger's "
+        "history from this process; connect as recovery_controller instead",
+        settings.instance_id,
+        role.name,
+    )
+
+
 def run_controller(
     settings: ControllerSettings,
     stop: threading.Event,
@@ -69,6 +94,7 @@ def run_controller(
     machines, rules = load_rules(settings)
     try:
         require_current_schema(settings.database_url)
+        check_database_role(settings)
     except LedgerError as exc:
         raise ControllerError(f"controller cannot start: {exc}") from exc
     owned_telemetry = telemetry is None

@@ -70,6 +70,9 @@ class ControllerSettings(BaseModel):
     exporter: Exporter | None = None
     otlp_endpoint: str | None = None
     consumer_config: dict[str, str] = Field(default_factory=dict)
+    # Run even when `database_url` connects as a PostgreSQL superuser, which bypasses
+    # every grant and can skip the append-only trigger (docs/ledger.md, "Roles").
+    allow_superuser: bool = False
 
     @classmethod
     def from_env(

@@ -10,6 +10,7 @@ from ledger.admin import (
     ensure_database,
     ping_database,
     with_database,
+    with_user,
 )
 from ledger.audit import AuditRecord, ChainBreak, ChainHead, verify_chain
 from ledger.codec import view_from_json, view_to_json
@@ -39,15 +40,25 @@ from ledger.migrations import MigrationReport, available_migrations, migrate, mi
 from ledger.outbox_watch import OutboxWatch
 from ledger.postgres import PostgresLedger
 from ledger.records import Batch, Entry, Position, Source, batch_rows
+from ledger.roles import (
+    LOGIN_ROLES,
+    DatabaseRole,
+    RolesReport,
+    current_role,
+    ensure_roles,
+    migrate_as_owner,
+)
 from ledger.schema import describe_schema, expected_schema
 from ledger.schema_check import pending_migrations, require_current_schema
 
 __all__ = [
+    "LOGIN_ROLES",
     "AuditRecord",
     "Batch",
     "ChainBreak",
     "ChainHead",
     "CommitResult",
+    "DatabaseRole",
     "DeadLetter",
     "Entry",
     "EventIdReused",
@@ -68,18 +79,22 @@ __all__ = [
     "Position",
     "PostgresLedger",
     "RetryableConflict",
+    "RolesReport",
     "Source",
     "UnknownOperation",
     "VersionConflict",
     "available_migrations",
     "batch_rows",
     "create_database",
+    "current_role",
     "describe_schema",
     "drop_database",
     "ensure_database",
+    "ensure_roles",
     "expected_schema",
     "intake_chain_id",
     "migrate",
+    "migrate_as_owner",
     "migrate_database",
     "pending_migrations",
     "ping_database",
@@ -88,4 +103,5 @@ __all__ = [
     "view_from_json",
     "view_to_json",
     "with_database",
+    "with_user",
 ]

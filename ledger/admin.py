@@ -15,7 +15,14 @@ from psycopg.conninfo import make_conninfo
 
 from ledger.driver import driver_errors
 
-__all__ = ["create_database", "drop_database", "ensure_database", "ping_database", "with_database"]
+__all__ = [
+    "create_database",
+    "drop_database",
+    "ensure_database",
+    "ping_database",
+    "with_database",
+    "with_user",
+]
 
 
 def create_database(conninfo: str, name: str) -> None:
@@ -68,3 +75,13 @@ def with_database(conninfo: str, database: str) -> str:
         parts = urlsplit(conninfo)
         return urlunsplit(parts._replace(path=f"/{database}"))
     return make_conninfo(conninfo, dbname=database)
+
+
+def with_user(conninfo: str, user: str) -> str:
+    """`conninfo` connecting as role `user`, without the original role's password (the
+    login roles' passwords live in their own file or a `.pgpass`); a URL stays a URL."""
+    if conninfo.startswith(("postgresql://", "postgres://")):
+        parts = urlsplit(conninfo)
+        host = parts.netloc.rpartition("@")[2]
+        return urlunsplit(parts._replace(netloc=f"{user}@{host}"))
+    return make_conninfo(conninfo, user=user, password="")

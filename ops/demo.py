@@ -20,11 +20,18 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
-from ledger import Ledger, PostgresLedger, UnknownOperation, migrate_database
+from ledger import (
+    LOGIN_ROLES,
+    Ledger,
+    PostgresLedger,
+    UnknownOperation,
+    ensure_roles,
+    with_user,
+)
 from machines import (
     DEFAULT_REGISTRY,
     DeclaredFacts,
@@ -181,9 +188,17 @@ def run_demo(
     run_id = uuid.uuid4().hex[:6]
     _check_policy_key()
     say = _Progress(progress)
-    say.line(f"ledger: migrating {_redact(services.database_url)}")
-    report_m = migrate_database(services.database_url)
+    say.line(f"ledger: roles and migrations on {_redact(services.database_url)}")
+    report_m = ensure_roles(services.database_url).migrations
     say.line(f"ledger: {len(report_m.applied)} migration(s) applied, now at {report_m.current}")
+    # The controller and the relay connect as their login roles (docs/ledger.md, Roles);
+    # the demo itself keeps the administrative URL to read back what happened.
+    services = replace(
+        services,
+        controller_url=services.controller_url
+        or with_user(services.database_url, LOGIN_ROLES["controller"]),
+        relay_url=services.relay_url or with_user(services.database_url, LOGIN_ROLES["relay"]),
+    )
     for result in provision(services.bootstrap, partitions, names=names):
         say.line(f"topic {result.name}: {'created' if result.created else 'exists'}")
     machines = _machines()

@@ -14,13 +14,14 @@ import shutil
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ledger import LOGIN_ROLES, LedgerError, ensure_roles
 from ops.errors import StackError
 from ops.kafka import KafkaBroker, ensure_jars, start_kafka, wait_for_kafka
 from ops.paths import ensure_dir, stack_dir
@@ -70,6 +71,10 @@ class PostgresState(BaseModel):
     url: str
     external: bool
     admin_url: str | None = None
+    # Component ("controller", "relay", "owner", "reader", "auditor") -> URL of the
+    # application database as its login role (ledger.LOGIN_ROLES); empty for an
+    # external server, whose roles `recoveryctl db roles` manages.
+    role_urls: dict[str, str] = {}
     pid: int | None = None
     port: int | None = None
     root: str | None = None
@@ -260,10 +265,19 @@ def _postgres(
         return None, PostgresState(url=url, external=True)
     server = start_postgres(home / "postgres")
     ensure_database(server.url, DATABASE_NAME)
+    try:
+        ensure_roles(server.url_for(DATABASE_NAME))  # loopback trust: no passwords
+    except LedgerError as exc:
+        raise StackError(f"local PostgreSQL: cannot set up the ledger roles: {exc}") from exc
+    roles = {
+        component: replace(server, user=role).url_for(DATABASE_NAME)
+        for component, role in LOGIN_ROLES.items()
+    }
     state = PostgresState(
         url=server.url_for(DATABASE_NAME),
         external=False,
         admin_url=server.url,
+        role_urls=roles,
         pid=server.pid,
         port=server.port,
         root=str(server.root),

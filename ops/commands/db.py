@@ -1,10 +1,24 @@
-"""`recoveryctl db migrate [--database-url URL] [--json]`: apply the ledger migrations.
+"""`recoveryctl db migrate|roles [--database-url URL] [--json]`: the ledger database.
 
 The database is the one `--database-url` names, else RECOVERY_DATABASE_URL, else the
-running local stack's (`recoveryctl stack up`). Applying is idempotent: migrations
-already present are skipped, each pending one runs in its own transaction, and an
-applied migration whose file changed since is refused. Exit status: 0 migrated (or
-nothing to do), 1 a migration failed or was refused, 2 no database known or reachable.
+running local stack's (`recoveryctl stack up`).
+
+`db migrate` applies the migrations as `recovery_owner` (SET ROLE, when the connection
+may become it) and then refreshes the login roles' grants. Applying is idempotent:
+migrations already present are skipped, each pending one runs in its own transaction,
+and an applied migration whose file changed since is refused.
+
+`db roles` (an administrative URL: a superuser, or a role with CREATEROLE) creates or
+updates the roles (`recovery_owner`, `recovery_controller`, `recovery_relay`,
+`recovery_reader`, `recovery_auditor`, and the NOLOGIN `recovery_retention`), gives the
+schema to the owner, migrates as it and grants each login role only what it needs.
+Passwords come from RECOVERY_DB_PASSWORD_<OWNER|CONTROLLER|RELAY|READER|AUDITOR>, else
+the password file (`--password-file`, default `<stack dir>/db-roles.json`), else are
+generated; the file (mode 0600) is rewritten with them and its path printed. They are
+printed only with `--show-secrets`; `--no-passwords` sets none (trust or peer auth).
+
+Exit status: 0 done (or nothing to do), 1 a migration or role change failed or was
+refused, 2 no database known or reachable.
 """
 
 from __future__ import annotations
@@ -13,9 +27,20 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import TextIO
 
-from ledger import LedgerUnavailable, MigrationError, PostgresLedger, migrate_database
+from ledger import (
+    LOGIN_ROLES,
+    LedgerError,
+    LedgerUnavailable,
+    MigrationError,
+    PostgresLedger,
+    RolesReport,
+    ensure_roles,
+    migrate_as_owner,
+)
+from ops.db_passwords import default_password_file, resolve_passwords, store_passwords
 from ops.errors import StackError
 from ops.stack import read_state
 from schemas import ENV_DATABASE_URL
@@ -27,6 +52,7 @@ __all__ = [
     "resolve_database_url",
     "resolved_url_or_report",
     "run_migrate",
+    "run_roles",
 ]
 
 
@@ -34,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add the `db` subcommand and its `migrate` action."""
     parser = subparsers.add_parser(
         "db",
-        help="manage the ledger database (migrations)",
+        help="manage the ledger database (migrations, roles)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -42,6 +68,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     migrate = actions.add_parser("migrate", help="apply pending ledger migrations")
     add_ledger_options(migrate)
     migrate.set_defaults(handler=run_migrate)
+    roles = actions.add_parser(
+        "roles", help="create or update the ledger's database roles and their grants"
+    )
+    add_ledger_options(roles)
+    roles.add_argument(
+        "--password-file",
+        type=Path,
+        metavar="PATH",
+        help="where the login roles' passwords are kept (default <stack dir>/db-roles.json)",
+    )
+    roles.add_argument(
+        "--show-secrets", action="store_true", help="also print the passwords on stdout"
+    )
+    roles.add_argument(
+        "--no-passwords",
+        action="store_true",
+        help="set no password (servers that trust or peer-authenticate these roles)",
+    )
+    roles.set_defaults(handler=run_roles)
 
 
 def resolve_database_url(flag: str | None) -> str | None:
@@ -101,7 +146,7 @@ def run_migrate(
     if url is None:
         return 2
     try:
-        report = migrate_database(url)
+        report = migrate_as_owner(url)
     except LedgerUnavailable as exc:
         print(f"recoveryctl db migrate: {exc}", file=err)
         return 2
@@ -121,3 +166,63 @@ def run_migrate(
         state = "up to date" if not report.applied else "migrated"
         print(f"ledger database {state} at {report.current or 'no migrations'}", file=out)
     return 0
+
+
+def run_roles(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Create or update the roles, migrate as the owner, grant; say where the
+    passwords are (see the module docstring)."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    url = resolved_url_or_report("db roles", args.database_url, err)
+    if url is None:
+        return 2
+    path: Path = args.password_file or default_password_file()
+    try:
+        passwords = {} if args.no_passwords else resolve_passwords(LOGIN_ROLES, path)
+        report = ensure_roles(url, passwords)
+        if passwords:
+            store_passwords(path, passwords)
+    except LedgerUnavailable as exc:
+        print(f"recoveryctl db roles: {exc}", file=err)
+        return 2
+    except (LedgerError, StackError, OSError) as exc:
+        print(f"recoveryctl db roles: {exc}", file=err)
+        return 1
+    stored = None if not passwords else str(path)
+    if args.json:
+        print(
+            json.dumps(_roles_body(report, stored, passwords, args.show_secrets), indent=2),
+            file=out,
+        )
+        return 0
+    if report.created:
+        print(f"created roles {', '.join(report.created)}", file=out)
+    if report.updated:
+        print(f"updated roles {', '.join(report.updated)}", file=out)
+    if stored:
+        print(
+            f"passwords of {', '.join(sorted(passwords))} stored in {stored} (mode 0600)", file=out
+        )
+    for role, password in sorted(passwords.items()) if args.show_secrets else ():
+        print(f"{role} {password}", file=out)
+    migrated = report.migrations.current or "no migrations"
+    print(f"ledger database at {migrated}, owned by recovery_owner, grants applied", file=out)
+    return 0
+
+
+def _roles_body(
+    report: RolesReport, stored: str | None, passwords: dict[str, str], show: bool
+) -> dict[str, object]:
+    body: dict[str, object] = {
+        "created": list(report.created),
+        "updated": list(report.updated),
+        "password_file": stored,
+        "passwords_set": sorted(passwords),
+        "migrations_applied": list(report.migrations.applied),
+        "current": report.migrations.current,
+    }
+    if show:
+        body["passwords"] = dict(sorted(passwords.items()))
+    return body

@@ -49,7 +49,15 @@ def _services(args: argparse.Namespace, progress: TextIO) -> Services:
     if args.bootstrap and args.database_url:
         return Services(args.bootstrap, args.database_url)
     stack = stack_up(progress=progress)
-    return Services(args.bootstrap or stack.bootstrap, args.database_url or stack.database_url)
+    if args.database_url:
+        return Services(args.bootstrap or stack.bootstrap, args.database_url)
+    roles = stack.state.postgres.role_urls
+    return Services(
+        args.bootstrap or stack.bootstrap,
+        stack.database_url,
+        roles.get("controller"),
+        roles.get("relay"),
+    )
 
 
 def _run(args: argparse.Namespace) -> int:

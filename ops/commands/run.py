@@ -47,6 +47,10 @@ class Services:
 
     bootstrap: str
     database_url: str
+    # The URLs the controller and the relay connect with (their login roles); the
+    # administrative `database_url` when none is known (docs/ledger.md, "Roles").
+    controller_url: str | None = None
+    relay_url: str | None = None
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -78,6 +82,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="how an idle relay learns of new rows (default notify; see docs/relay.md)",
     )
     parser.add_argument(
+        "--allow-superuser",
+        action="store_true",
+        help="let the controller run as a PostgreSQL superuser (logs a warning; see "
+        "docs/ledger.md, Roles)",
+    )
+    parser.add_argument(
         "--log-level", default=os.environ.get("RECOVERY_LOG_LEVEL", "INFO"), metavar="LEVEL"
     )
     parser.set_defaults(handler=_run)
@@ -88,6 +98,7 @@ def resolve_services(bootstrap: str | None, database_url: str | None) -> Service
     stack; None when one of the two is known nowhere."""
     bootstrap = bootstrap or os.environ.get(ENV_KAFKA_BOOTSTRAP) or None
     database_url = database_url or os.environ.get(ENV_DATABASE_URL) or None
+    roles: dict[str, str] = {}
     if bootstrap is None or database_url is None:
         try:
             state = read_state()
@@ -95,10 +106,12 @@ def resolve_services(bootstrap: str | None, database_url: str | None) -> Service
             state = None
         if state is not None:
             bootstrap = bootstrap or state.kafka.bootstrap
-            database_url = database_url or state.postgres.url
+            if database_url is None:  # the stack's database: its roles' URLs too
+                database_url = state.postgres.url
+                roles = state.postgres.role_urls
     if bootstrap is None or database_url is None:
         return None
-    return Services(bootstrap, database_url)
+    return Services(bootstrap, database_url, roles.get("controller"), roles.get("relay"))
 
 
 @dataclass
@@ -152,7 +165,8 @@ def run_roles(
     runtime = Runtime(stop)
     names = topics or TopicNames.from_env()
     if "relay" in roles:
-        ledger = PostgresLedger(services.database_url, max_size=max(2, relays + 1))
+        relay_url = services.relay_url or services.database_url
+        ledger = PostgresLedger(relay_url, max_size=max(2, relays + 1))
         runtime.closers.append(ledger.close)
         telemetry = _relay_telemetry()
         runtime.closers.append(telemetry.shutdown)
@@ -160,7 +174,7 @@ def run_roles(
             OutboxRelay(
                 ledger,
                 services.bootstrap,
-                database_url=services.database_url,
+                database_url=relay_url,
                 topics=names,
                 settings=relay_settings,
                 instance=f"relay-{os.getpid()}-{index}",
@@ -196,7 +210,9 @@ def _controller_target(
     from consumer import ControllerSettings, run_controller
 
     settings = ControllerSettings.from_env(
-        bootstrap=services.bootstrap, database_url=services.database_url, **overrides
+        bootstrap=services.bootstrap,
+        database_url=services.controller_url or services.database_url,
+        **overrides,
     )
 
     def target(stop: threading.Event) -> None:
@@ -287,6 +303,7 @@ def _serve(args: argparse.Namespace, stop: threading.Event, err: TextIO) -> int:
             stop,
             relays=args.relays,
             relay_settings=RelaySettings(wake=args.relay_wake),
+            controller_overrides={"allow_superuser": True} if args.allow_superuser else None,
         )
     except (LedgerError, ControllerError) as exc:
         print(f"recoveryctl run: {exc}", file=err)

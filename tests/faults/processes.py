@@ -61,7 +61,7 @@ class RoleProcess:
         self._assigned = threading.Event()
         self._proc = subprocess.Popen(
             roles.role_argv(role),
-            env=roles.role_env(env),
+            env=roles.role_env(env, role),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from ledger import migrate_database
+from ledger import ensure_roles, with_user
 
 __all__ = [
     "clone_database",
@@ -21,20 +21,24 @@ __all__ = [
     "drop_database",
     "prepare_template",
     "with_database",
+    "with_user",
 ]
 
 
 def prepare_template(conninfo: str) -> str:
     """Create the session's template database on the server of `conninfo` (an admin
-    connection that may create databases) and return its name.
+    connection that may create databases and roles) and return its name.
 
-    Every ledger migration is applied to the template once, so each test's clone starts
-    fully migrated.
+    The ledger's roles are created (or brought up to date) on the server, and the
+    template is migrated as `recovery_owner` with the login roles' grants
+    (`ledger.ensure_roles`), so each test's clone starts fully migrated, owned and
+    granted as a deployment would be. No passwords are set: the local server trusts
+    loopback connections, and an external server keeps the passwords its roles have.
     """
     name = f"recovery_template_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(conninfo, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    migrate_database(with_database(conninfo, name))
+    ensure_roles(with_database(conninfo, name))
     return name
 
 

@@ -17,6 +17,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
+from schemas import ENV_DATABASE_URL
+from tests.support.db import with_user
+
 __all__ = ["ROLE_COMMANDS", "log_tail", "poll_until", "role_argv", "role_env"]
 
 ROLE_COMMANDS: Final[Mapping[str, tuple[str, ...]]] = {
@@ -30,12 +33,17 @@ def role_argv(role: str) -> list[str]:
     return [sys.executable, *ROLE_COMMANDS[role]]
 
 
-def role_env(env: Mapping[str, str]) -> dict[str, str]:
+def role_env(env: Mapping[str, str], role: str | None = None) -> dict[str, str]:
     """A child's environment: ours (PATH, the venv) without our RECOVERY_* settings,
     which must not leak into a child, plus `env` and unbuffered output, so its log is
-    complete when the test reads it."""
+    complete when the test reads it. For a `role` ("controller", "relay") the ledger URL
+    connects as that role's login (`recovery_controller`, `recovery_relay`), as a
+    deployment runs it; the test keeps the administrative URL for its own checks."""
+    child = {**env}
+    if role in ROLE_COMMANDS and ENV_DATABASE_URL in child:
+        child[ENV_DATABASE_URL] = with_user(child[ENV_DATABASE_URL], f"recovery_{role}")
     base = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERY_")}
-    return {**base, **env, "PYTHONUNBUFFERED": "1"}
+    return {**base, **child, "PYTHONUNBUFFERED": "1"}
 
 
 def log_tail(path: Path, lines: int) -> str:

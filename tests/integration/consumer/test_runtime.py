@@ -29,6 +29,7 @@ from tests.integration.consumer.harness import (
     wait_for,
     write_policy,
 )
+from tests.support.db import with_user
 from tests.support.kafka import TopicFactory
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -89,7 +90,7 @@ def test_sigterm_stops_python_m_consumer_cleanly_after_committing(
     env = {
         **os.environ,
         "RECOVERY_KAFKA_BOOTSTRAP": kafka_bootstrap,
-        "RECOVERY_DATABASE_URL": database_url,
+        "RECOVERY_DATABASE_URL": with_user(database_url, "recovery_controller"),
         "RECOVERY_TOPIC_EVENTS": topic,
         "RECOVERY_CONTROLLER_GROUP_ID": group,
         "RECOVERY_CONTROLLER_BATCH_MAX_WAIT_MS": "50",

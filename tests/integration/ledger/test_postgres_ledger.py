@@ -13,6 +13,10 @@ from tests.unit.ledger.lineage_contract import LineageContract
 
 pytestmark = pytest.mark.integration
 
+# The append-only trigger (migration 0010) refuses these edits; a superuser can skip
+# triggers, and that rewrite is what audit verification must still catch.
+BYPASS_TRIGGERS = "SET session_replication_role = replica"
+
 
 class TestPostgresLedger(LedgerContract, LineageContract):
     @pytest.fixture
@@ -24,6 +28,7 @@ class TestPostgresLedger(LedgerContract, LineageContract):
 
     def tamper_audit(self, ledger: Ledger, operation_id: str, sequence: int) -> None:
         with psycopg.connect(self.url) as conn:
+            conn.execute(BYPASS_TRIGGERS)
             changed = conn.execute(
                 # The record column is json (migration 0008): edit it as jsonb.
                 "UPDATE audit_records SET record = jsonb_set(record::jsonb, '{state_after}', "
@@ -34,6 +39,7 @@ class TestPostgresLedger(LedgerContract, LineageContract):
 
     def delete_audit(self, ledger: Ledger, operation_id: str, sequence: int) -> None:
         with psycopg.connect(self.url) as conn:
+            conn.execute(BYPASS_TRIGGERS)
             deleted = conn.execute(
                 "DELETE FROM audit_records WHERE operation_id = %s AND sequence = %s",
                 (operation_id, sequence),

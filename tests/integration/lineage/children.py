@@ -45,7 +45,7 @@ class Child:
         self._proc = subprocess.Popen(
             roles.role_argv(role),
             cwd=_ROOT,
-            env=roles.role_env(env),
+            env=roles.role_env(env, role),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self._log,

@@ -1,0 +1,71 @@
+"""Passwords of the ledger's login roles for `recoveryctl db roles`: where they come
+from and where they are kept.
+
+Each login role's password is, in order: the environment variable
+`RECOVERY_DB_PASSWORD_<COMPONENT>` (`..._OWNER`, `..._CONTROLLER`, `..._RELAY`,
+`..._READER`, `..._AUDITOR`), else the one already in the password file, else a new
+random one (`secrets.token_urlsafe(24)`). The file (JSON, role name -> password, mode
+0600) is then rewritten with all of them, so running the command again keeps them.
+Nothing here prints a password; `--show-secrets` is the command's decision.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from ops.errors import StackError
+from ops.paths import stack_dir
+
+__all__ = ["ENV_PASSWORD_PREFIX", "default_password_file", "resolve_passwords", "store_passwords"]
+
+ENV_PASSWORD_PREFIX: Final = "RECOVERY_DB_PASSWORD_"
+
+
+def default_password_file() -> Path:
+    """`<stack dir>/db-roles.json` (RECOVERY_STACK_DIR, default `.stack/`)."""
+    return stack_dir() / "db-roles.json"
+
+
+def resolve_passwords(
+    roles: Mapping[str, str], path: Path, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Role name -> password for every `roles` entry (component -> role name), from the
+    environment, the file at `path`, or generated (see the module docstring). Raises
+    `StackError` when the file exists but is not a JSON object of strings."""
+    env = os.environ if environ is None else environ
+    stored = _read(path)
+    chosen: dict[str, str] = {}
+    for component, role in roles.items():
+        from_env = env.get(ENV_PASSWORD_PREFIX + component.upper())
+        chosen[role] = from_env or stored.get(role) or secrets.token_urlsafe(24)
+    return chosen
+
+
+def store_passwords(path: Path, passwords: Mapping[str, str]) -> None:
+    """Write `passwords` to `path` readable by its owner only (created 0600, never
+    world-readable in between)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(dict(sorted(passwords.items())), handle, indent=2)
+        handle.write("\n")
+    path.chmod(0o600)
+
+
+def _read(path: Path) -> dict[str, str]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise StackError(f"password file {path} is unreadable ({exc}); fix or remove it") from exc
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+    ):
+        raise StackError(f"password file {path} is not a JSON object of role -> password")
+    return data
