@@ -9,6 +9,7 @@ from consumer.batch import FORGED_REFUSALS, Planned, Rules, open_view, plan_batc
 from consumer.controller import Controller, consumer_config
 from consumer.deadletter import dead_letter, dead_letter_id
 from consumer.errors import ControllerError, SettingsError, TelemetryError
+from consumer.health_server import ENV_METRICS_ADDRESS, HealthServer, Probe
 from consumer.intake import Accepted, Intake, RawRecord, Refusal, RefusalCode, Rejected
 from consumer.metrics import ControllerMetrics
 from consumer.service import load_rules, run_controller
@@ -17,6 +18,7 @@ from consumer.telemetry import Telemetry, build_telemetry
 from consumer.tracing import BatchTracer, extract_context, trace_headers
 
 __all__ = [
+    "ENV_METRICS_ADDRESS",
     "FORGED_REFUSALS",
     "Accepted",
     "BatchTracer",
@@ -24,8 +26,10 @@ __all__ = [
     "ControllerError",
     "ControllerMetrics",
     "ControllerSettings",
+    "HealthServer",
     "Intake",
     "Planned",
+    "Probe",
     "RawRecord",
     "Refusal",
     "RefusalCode",

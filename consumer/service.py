@@ -14,6 +14,8 @@ import threading
 from consumer.batch import Rules
 from consumer.controller import Controller
 from consumer.errors import ControllerError
+from consumer.health import controller_probes
+from consumer.health_server import HealthServer
 from consumer.heap import settle_heap
 from consumer.settings import ControllerSettings
 from consumer.telemetry import Telemetry, build_telemetry
@@ -63,9 +65,11 @@ def run_controller(
     stop: threading.Event,
     *,
     telemetry: Telemetry | None = None,
+    health: HealthServer | None = None,
 ) -> None:
     """Run one controller group member until `stop` is set (see the module docstring).
-    `telemetry` overrides the configured exporter (tests pass in-memory providers)."""
+    `telemetry` overrides the configured exporter (tests pass in-memory providers);
+    `health`, when given, serves this controller's metrics and probes."""
     machines, rules = load_rules(settings)
     try:
         require_current_schema(settings.database_url)
@@ -73,7 +77,10 @@ def run_controller(
         raise ControllerError(f"controller cannot start: {exc}") from exc
     owned_telemetry = telemetry is None
     telemetry = telemetry or build_telemetry(
-        settings.exporter, instance=settings.instance_id, endpoint=settings.otlp_endpoint
+        settings.exporter,
+        instance=settings.instance_id,
+        endpoint=settings.otlp_endpoint,
+        readers=() if health is None else (health.metric_reader(),),
     )
     try:
         ledger = PostgresLedger(settings.database_url)
@@ -83,9 +90,14 @@ def run_controller(
         controller = Controller(
             settings, ledger, machines=machines, rules=rules, telemetry=telemetry
         )
+        if health is not None:
+            live, ready = controller_probes(controller)
+            health.add("controller", live=live, ready=ready)
         settle_heap("controller")
         controller.run(stop)
     finally:
+        if health is not None:
+            health.remove("controller")
         ledger.close()
         if owned_telemetry:
             telemetry.shutdown()

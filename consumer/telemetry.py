@@ -14,12 +14,17 @@ process do not share instruments.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    ConsoleMetricExporter,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
@@ -52,7 +57,7 @@ class Telemetry:
         return cls(trace.NoOpTracerProvider(), metrics.NoOpMeterProvider())
 
 
-def _otlp(endpoint: str | None, resource: Resource) -> Telemetry:
+def _otlp(endpoint: str | None, resource: Resource, readers: Sequence[MetricReader]) -> Telemetry:
     try:
         spans = importlib.import_module("opentelemetry.exporter.otlp.proto.http.trace_exporter")
         points = importlib.import_module("opentelemetry.exporter.otlp.proto.http.metric_exporter")
@@ -66,18 +71,30 @@ def _otlp(endpoint: str | None, resource: Resource) -> Telemetry:
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(BatchSpanProcessor(spans.OTLPSpanExporter(**kwargs)))
     reader = PeriodicExportingMetricReader(points.OTLPMetricExporter(**kwargs))
-    return Telemetry(tracer_provider, MeterProvider(resource=resource, metric_readers=[reader]))
+    meters = MeterProvider(resource=resource, metric_readers=[reader, *readers])
+    return Telemetry(tracer_provider, meters)
 
 
-def build_telemetry(exporter: Exporter, *, instance: str, endpoint: str | None = None) -> Telemetry:
+def build_telemetry(
+    exporter: Exporter,
+    *,
+    instance: str,
+    endpoint: str | None = None,
+    readers: Sequence[MetricReader] = (),
+) -> Telemetry:
     """Providers for the configured exporter; raises `TelemetryError` when `otlp` is
-    chosen but its package is missing."""
-    if exporter == "none":
-        return Telemetry.disabled()
+    chosen but its package is missing. `readers` are added to the meter provider
+    whatever the exporter (the Prometheus endpoint's, `consumer.health_server`)."""
     resource = Resource.create({"service.name": SERVICE_NAME, "service.instance.id": instance})
+    if exporter == "none":
+        if not readers:
+            return Telemetry.disabled()
+        meters = MeterProvider(resource=resource, metric_readers=list(readers))
+        return Telemetry(trace.NoOpTracerProvider(), meters)
     if exporter == "otlp":
-        return _otlp(endpoint, resource)
+        return _otlp(endpoint, resource, readers)
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
     reader = PeriodicExportingMetricReader(ConsoleMetricExporter(), export_interval_millis=60_000)
-    return Telemetry(tracer_provider, MeterProvider(resource=resource, metric_readers=[reader]))
+    meters = MeterProvider(resource=resource, metric_readers=[reader, *readers])
+    return Telemetry(tracer_provider, meters)

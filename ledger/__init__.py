@@ -33,7 +33,7 @@ from ledger.migrations import MigrationReport, available_migrations, migrate, mi
 from ledger.postgres import PostgresLedger
 from ledger.records import Batch, Entry, Position, Source, Topics, plan_batch
 from ledger.schema import describe_schema, expected_schema
-from ledger.schema_check import pending_migrations, require_current_schema
+from ledger.schema_check import pending_migrations, ping_database, require_current_schema
 
 __all__ = [
     "AuditRecord",
@@ -73,6 +73,7 @@ __all__ = [
     "migrate",
     "migrate_database",
     "pending_migrations",
+    "ping_database",
     "plan_batch",
     "require_current_schema",
     "verify_chain",

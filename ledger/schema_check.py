@@ -14,7 +14,7 @@ from ledger.errors import LedgerUnavailable, MigrationError
 from ledger.migrations import available_migrations
 from ledger.queries import QUERIES
 
-__all__ = ["pending_migrations", "require_current_schema"]
+__all__ = ["pending_migrations", "ping_database", "require_current_schema"]
 
 
 def pending_migrations(conninfo: str) -> tuple[str, ...]:
@@ -65,3 +65,17 @@ def require_current_schema(conninfo: str) -> None:
             f"the ledger database lacks migrations {', '.join(pending)}; run "
             "`recoveryctl db migrate` first (or start with `recoveryctl run --migrate`)"
         )
+
+
+def ping_database(conninfo: str, timeout: float = 2.0) -> None:
+    """Return when the server at `conninfo` answers a query within about `timeout`
+    seconds; raise `LedgerUnavailable` saying why otherwise. A new connection each time,
+    not one of the ledger's pool: a readiness probe must see what a new batch would see,
+    and must never wait behind a batch for a pooled connection."""
+    try:
+        with psycopg.connect(
+            conninfo, autocommit=True, connect_timeout=max(1, round(timeout))
+        ) as conn:
+            conn.execute("SELECT 1").fetchone()
+    except psycopg.Error as exc:
+        raise LedgerUnavailable(f"the ledger database does not answer: {exc}") from exc

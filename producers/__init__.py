@@ -7,6 +7,7 @@ from __future__ import annotations
 from producers.client import RESULT_EVENTS, EventPublisher, RecoveryClient, event_record_id
 from producers.errors import DeliveryFailed, ProducersError, ProvisionError
 from producers.readback import read_commands
+from producers.relay_health import relay_probes
 from producers.topics import BrokerProbe, TopicResult, provision
 from producers.worker import (
     ActionResult,
@@ -34,5 +35,6 @@ __all__ = [
     "event_record_id",
     "provision",
     "read_commands",
+    "relay_probes",
     "verify_outcome",
 ]
