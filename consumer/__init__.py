@@ -16,6 +16,7 @@ from consumer.batch import (
 from consumer.controller import Controller, consumer_config
 from consumer.deadletter import dead_letter, dead_letter_id
 from consumer.errors import ControllerError, SettingsError, TelemetryError
+from consumer.health_server import ENV_METRICS_ADDRESS, HealthServer, Probe
 from consumer.intake import (
     Accepted,
     Intake,
@@ -33,6 +34,7 @@ from consumer.tracing import BatchTracer, extract_context, trace_headers
 
 __all__ = [
     "CONTROLLER_SERVICE",
+    "ENV_METRICS_ADDRESS",
     "FORGED_REFUSALS",
     "RELAY_SERVICE",
     "Accepted",
@@ -42,8 +44,10 @@ __all__ = [
     "ControllerMetrics",
     "ControllerSettings",
     "DecidedBatch",
+    "HealthServer",
     "Intake",
     "IntakeResult",
+    "Probe",
     "RawRecord",
     "Refusal",
     "RefusalCode",

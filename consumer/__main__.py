@@ -2,17 +2,20 @@
 (`consumer.settings`), stopped cleanly by SIGTERM or SIGINT: the batch in hand is
 committed or abandoned (and replayed by the next owner), then the member leaves the
 group and closes the ledger. Exit status 0 on a clean stop, 2 on bad settings, 1 when
-the controller could not start or failed."""
+the controller could not start or failed. With `RECOVERY_METRICS_ADDRESS` set (host:port)
+it serves /metrics, /healthz and /readyz there (`consumer.health_server`)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
 from types import FrameType
 
 from consumer.errors import ControllerError, SettingsError
+from consumer.health_server import ENV_METRICS_ADDRESS, HealthServer
 from consumer.service import run_controller
 from consumer.settings import ControllerSettings
 
@@ -22,8 +25,10 @@ def main() -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    address = os.environ.get(ENV_METRICS_ADDRESS)
     try:
         settings = ControllerSettings.from_env()
+        health = HealthServer(address).start() if address else None
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -36,10 +41,13 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        run_controller(settings, stop)
+        run_controller(settings, stop, health=health)
     except ControllerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if health is not None:
+            health.close()
     return 0
 
 

@@ -193,6 +193,8 @@ class Controller:
         self._pending_at = 0.0
         self._lag_at = 0.0
         self._stop = threading.Event()
+        # When the loop last turned (monotonic), for the liveness probe.
+        self.last_step = time.monotonic()
         self.committed_batches = 0
 
     # -- the loop -------------------------------------------------------------------
@@ -224,6 +226,7 @@ class Controller:
             )
 
     def _step(self, consumer: Consumer) -> None:
+        self.last_step = time.monotonic()
         if self._pending and time.monotonic() >= self._pending_at:
             self._claim_pending(consumer)
         # Wait for the first record only, then take what has already arrived: one

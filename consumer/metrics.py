@@ -96,9 +96,13 @@ class ControllerMetrics:
         with self._lag_lock:
             self._lag = dict(lags)
 
-    def _observe_lag(self, _options: CallbackOptions) -> Iterable[Observation]:
+    def lags(self) -> dict[tuple[str, int], int]:
+        """The latest lag per owned partition (what the gauge reports)."""
         with self._lag_lock:
-            lags = dict(self._lag)
+            return dict(self._lag)
+
+    def _observe_lag(self, _options: CallbackOptions) -> Iterable[Observation]:
+        lags = self.lags()
         for (topic, partition), lag in sorted(lags.items()):
             yield Observation(
                 lag, {**self._group, "messaging.destination": topic, "partition": partition}

@@ -13,6 +13,8 @@ import threading
 
 from consumer.controller import Controller
 from consumer.errors import ControllerError
+from consumer.health import controller_probes
+from consumer.health_server import HealthServer
 from consumer.settings import ControllerSettings
 from consumer.telemetry import CONTROLLER_SERVICE, Telemetry, build_telemetry
 from ledger import LedgerError, PostgresLedger, current_role, require_current_schema
@@ -88,9 +90,11 @@ def run_controller(
     stop: threading.Event,
     *,
     telemetry: Telemetry | None = None,
+    health: HealthServer | None = None,
 ) -> None:
     """Run one controller group member until `stop` is set (see the module docstring).
-    `telemetry` overrides the configured exporter (tests pass in-memory providers)."""
+    `telemetry` overrides the configured exporter (tests pass in-memory providers);
+    `health`, when given, serves this controller's metrics and probes."""
     machines, rules = load_rules(settings)
     try:
         require_current_schema(settings.database_url)
@@ -103,6 +107,7 @@ def run_controller(
         instance=settings.instance_id,
         service=CONTROLLER_SERVICE,
         endpoint=settings.otlp_endpoint,
+        readers=() if health is None else (health.metric_reader(),),
     )
     try:
         ledger = PostgresLedger(settings.database_url)
@@ -112,8 +117,13 @@ def run_controller(
         controller = Controller(
             settings, ledger, machines=machines, rules=rules, telemetry=telemetry
         )
+        if health is not None:
+            live, ready = controller_probes(controller)
+            health.add("controller", live=live, ready=ready)
         controller.run(stop)
     finally:
+        if health is not None:
+            health.remove("controller")
         ledger.close()
         if owned_telemetry:
             telemetry.shutdown()

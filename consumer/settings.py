@@ -64,6 +64,10 @@ class ControllerSettings(BaseModel):
     lock_path: Path = Field(default=_MACHINES / "machines.lock")
     trusted_publishers_path: Path = Field(default=_MACHINES / "trusted-publishers.yaml")
     policy_path: Path | None = None
+    # Health (docs/operations.md): the loop is wedged when it has not turned for this
+    # long; the member is not ready while a partition is more records behind than this.
+    stall_after_s: float = Field(default=60.0, gt=0)
+    ready_max_lag: int = Field(default=10_000, ge=0)
     # Deprecated aliases (RECOVERY_CONTROLLER_EXPORTER, _OTLP_ENDPOINT): telemetry is
     # configured by the OTEL_* variables (consumer.telemetry); these apply only where
     # none of those decides.

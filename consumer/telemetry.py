@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -177,18 +177,20 @@ def build_telemetry(
     instance: str,
     service: str = CONTROLLER_SERVICE,
     endpoint: str | None = None,
+    readers: Sequence[MetricReader] = (),
 ) -> Telemetry:
     """Providers for the component `service` (instance `instance`) as the `OTEL_*`
     variables configure them (module docstring). `exporter` and `endpoint` are the
     deprecated `RECOVERY_CONTROLLER_EXPORTER` / `_OTLP_ENDPOINT` values, None when
-    unset. Raises `TelemetryError` for an unknown exporter name."""
+    unset. `readers` are added to the meter provider whatever the exporters (the
+    Prometheus endpoint's, `consumer.health_server`). Raises `TelemetryError` for an
+    unknown exporter name."""
     env = os.environ
     _warn_legacy(service, exporter, endpoint)
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return Telemetry.disabled()
-    traces = _choices(_TRACES, env, exporter, endpoint)
-    points = _choices(_METRICS, env, exporter, endpoint)
-    if not traces and not points:
+    disabled = env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+    traces = [] if disabled else _choices(_TRACES, env, exporter, endpoint)
+    points = [] if disabled else _choices(_METRICS, env, exporter, endpoint)
+    if not traces and not points and not readers:
         return Telemetry.disabled()
     # Defaults first, then what the environment says (OTEL_SERVICE_NAME wins).
     detected = OTELResourceDetector().detect().attributes
@@ -203,12 +205,12 @@ def build_telemetry(
             sdk_tracer.add_span_processor(BatchSpanProcessor(span_exporter))
         tracer_provider = sdk_tracer
     meter_provider: metrics.MeterProvider = metrics.NoOpMeterProvider()
-    if points:
-        readers: list[MetricReader] = [
+    if points or readers:
+        exported: list[MetricReader] = [
             PeriodicExportingMetricReader(
                 _metric_exporter(name, _legacy_path(env, _METRICS, endpoint))
             )
             for name in points
         ]
-        meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+        meter_provider = MeterProvider(resource=resource, metric_readers=[*exported, *readers])
     return Telemetry(tracer_provider, meter_provider)

@@ -51,7 +51,9 @@ def ensure_database(conninfo: str, name: str) -> None:
 
 def ping_database(conninfo: str, *, connect_timeout: int = 2) -> None:
     """Return once a client connected to `conninfo` and ran `SELECT 1`; raises
-    `LedgerUnavailable` when the server does not answer (not yet started, or gone)."""
+    `LedgerUnavailable` when the server does not answer (not yet started, or gone). A
+    new connection each time, not one of the ledger's pool: a readiness probe must see
+    what a new batch would see, and never wait behind a batch for a pooled connection."""
     with (
         driver_errors("ping", lost="the server does not answer"),
         psycopg.connect(conninfo, connect_timeout=connect_timeout, autocommit=True) as conn,

@@ -9,6 +9,7 @@ from producers.encoding import EncodedRecord, RecordEncoder
 from producers.errors import DeliveryFailed, ProducersError, ProvisionError
 from producers.readback import read_commands
 from producers.relay import LineageCache, OutboxRelay, RelaySettings, lineage_from_ledger
+from producers.relay_health import relay_probes
 from producers.topics import BrokerProbe, TopicResult, provision
 from producers.worker import (
     ActionResult,
@@ -42,5 +43,6 @@ __all__ = [
     "lineage_from_ledger",
     "provision",
     "read_commands",
+    "relay_probes",
     "verify_outcome",
 ]

@@ -253,6 +253,8 @@ class OutboxRelay:
         # a proxy of the global provider may start recording later.
         self._untraced = isinstance(self._tracer, trace.NoOpTracer)
         self._metrics = RelayMetrics(self.instance, meter_provider)
+        # When the loop last turned (monotonic), for the liveness probe.
+        self.last_loop = time.monotonic()
 
     # -- one pass ---------------------------------------------------------------------
 
@@ -389,6 +391,7 @@ class OutboxRelay:
         _settle_heap(self.instance)
         try:
             while not stop.is_set():
+                self.last_loop = time.monotonic()
                 try:
                     result = self.relay_once()
                     if time.monotonic() - last_backlog >= self.settings.backlog_every:
@@ -421,6 +424,10 @@ class OutboxRelay:
         rows = waker.backlog()
         if rows is not None:
             self._metrics.backlog(rows)
+        try:
+            self._metrics.held(len(self._ledger.held_outbox()))
+        except LedgerError as exc:  # a measurement, never fatal
+            _log.debug("relay %s: cannot count held rows: %s", self.instance, exc)
 
 
 class _Waker:

@@ -12,7 +12,9 @@ dotted, lower-case names with a unit.
 - `recovery.relay.unpublishable` (counter, `{row}`): rows that could not be encoded
   (each one holds back its key until fixed: alert on any);
 - `recovery.outbox.backlog` (gauge, `{row}`): unpublished outbox rows, all relays
-  together, sampled every few seconds by each relay.
+  together, sampled every few seconds by each relay;
+- `recovery.outbox.held` (gauge, `{row}`): rows held as unpublishable (their keys wait
+  for `recoveryctl outbox release`), all relays together, sampled with the backlog.
 """
 
 from __future__ import annotations
@@ -47,11 +49,18 @@ class RelayMetrics:
         )
         self._lock = threading.Lock()
         self._backlog: int | None = None
+        self._held: int | None = None
         meter.create_observable_gauge(
             "recovery.outbox.backlog",
             callbacks=[self._observe_backlog],
             unit="{row}",
             description="Unpublished outbox rows (all relays together)",
+        )
+        meter.create_observable_gauge(
+            "recovery.outbox.held",
+            callbacks=[self._observe_held],
+            unit="{row}",
+            description="Outbox rows held as unpublishable (all relays together)",
         )
         self.published_total = 0
 
@@ -79,4 +88,14 @@ class RelayMetrics:
 
     def _observe_backlog(self, _options: CallbackOptions) -> Iterable[Observation]:
         value = self.last_backlog
+        return [] if value is None else [Observation(value, self._attributes)]
+
+    def held(self, rows: int) -> None:
+        """Record the latest count of held rows (reported at the next collection)."""
+        with self._lock:
+            self._held = rows
+
+    def _observe_held(self, _options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            value = self._held
         return [] if value is None else [Observation(value, self._attributes)]

@@ -11,6 +11,10 @@ outbox relay instances. SIGTERM or SIGINT sets one stop event: every role finish
 abandons its current batch without loss and the process exits 0. A role that dies
 stops the others and the process exits 1, so a supervisor (compose, systemd,
 Kubernetes) restarts it. Exit 2: no services known, or the schema is not current.
+
+`--metrics-address HOST:PORT` (or RECOVERY_METRICS_ADDRESS; off when neither is set)
+serves /metrics (Prometheus), /healthz and /readyz for every role of the process from
+one port; the series and checks are listed in docs/operations.md.
 """
 
 from __future__ import annotations
@@ -27,12 +31,20 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, Final, TextIO
 
-from consumer import RELAY_SERVICE, ControllerError, Telemetry, build_telemetry
+from consumer import (
+    ENV_METRICS_ADDRESS,
+    RELAY_SERVICE,
+    ControllerError,
+    HealthServer,
+    SettingsError,
+    Telemetry,
+    build_telemetry,
+)
 from ledger import LedgerError, PostgresLedger, migrate_database, require_current_schema
 from ops.errors import StackError
 from ops.settings import RUNTIME_ROLES
 from ops.stack import read_state
-from producers import OutboxRelay, ProvisionError, RelaySettings, provision
+from producers import OutboxRelay, ProvisionError, RelaySettings, provision, relay_probes
 from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, TopicNames
 
 __all__ = ["Runtime", "Services", "register", "resolve_services", "run_roles"]
@@ -86,6 +98,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="let the controller run as a PostgreSQL superuser (logs a warning; see "
         "docs/ledger.md, Roles)",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default=os.environ.get(ENV_METRICS_ADDRESS) or None,
+        metavar="HOST:PORT",
+        help="serve /metrics, /healthz and /readyz here (default: "
+        f"${ENV_METRICS_ADDRESS}, else off)",
     )
     parser.add_argument(
         "--log-level", default=os.environ.get("RECOVERY_LOG_LEVEL", "INFO"), metavar="LEVEL"
@@ -157,18 +176,20 @@ def run_roles(
     relay_settings: RelaySettings | None = None,
     topics: TopicNames | None = None,
     controller_overrides: Mapping[str, Any] | None = None,
+    health: HealthServer | None = None,
 ) -> Runtime:
     """Start `roles` (`controller`, `relay`) as threads against `services`; returns the
     running `Runtime`. `controller_overrides` are controller settings on top of the
     environment's (`consumer.settings.ControllerSettings`). Set `stop` and call `join`
-    to end them cleanly. Raises `ControllerError` for invalid controller settings."""
+    to end them cleanly. Raises `ControllerError` for invalid controller settings.
+    `health` serves every role's metrics and probes."""
     runtime = Runtime(stop)
     names = topics or TopicNames.from_env()
     if "relay" in roles:
         relay_url = services.relay_url or services.database_url
         ledger = PostgresLedger(relay_url, max_size=max(2, relays + 1))
         runtime.closers.append(ledger.close)
-        telemetry = _relay_telemetry()
+        telemetry = _relay_telemetry(health)
         runtime.closers.append(telemetry.shutdown)
         built = [
             OutboxRelay(
@@ -183,15 +204,20 @@ def run_roles(
             )
             for index in range(relays)
         ]
+        if health is not None:
+            live, ready = relay_probes(
+                built, database_url=services.database_url, bootstrap=services.bootstrap
+            )
+            health.add("relay", live=live, ready=ready)
         for relay in built:
             runtime.start(relay.instance, relay.run)
     if "controller" in roles:
         overrides = {"topics": names, **(controller_overrides or {})}
-        runtime.start("controller", _controller_target(services, overrides))
+        runtime.start("controller", _controller_target(services, overrides, health))
     return runtime
 
 
-def _relay_telemetry() -> Telemetry:
+def _relay_telemetry(health: HealthServer | None) -> Telemetry:
     # Configured by the OTEL_* variables as the controller is, as service recovery-relay;
     # the deprecated RECOVERY_CONTROLLER_* aliases apply to it too.
     return build_telemetry(
@@ -199,11 +225,12 @@ def _relay_telemetry() -> Telemetry:
         instance=f"relay-{os.getpid()}",
         service=RELAY_SERVICE,
         endpoint=os.environ.get("RECOVERY_CONTROLLER_OTLP_ENDPOINT") or None,
+        readers=() if health is None else (health.metric_reader(),),
     )
 
 
 def _controller_target(
-    services: Services, overrides: Mapping[str, Any]
+    services: Services, overrides: Mapping[str, Any], health: HealthServer | None
 ) -> Callable[[threading.Event], object]:
     # Imported here: the relay role must run even where the controller's dependencies
     # (the machine catalogue, the lock file) are not deployed.
@@ -216,7 +243,7 @@ def _controller_target(
     )
 
     def target(stop: threading.Event) -> None:
-        run_controller(settings, stop)
+        run_controller(settings, stop, health=health)
 
     return target
 
@@ -296,7 +323,10 @@ def _serve(args: argparse.Namespace, stop: threading.Event, err: TextIO) -> int:
         print("recoveryctl run: stopped before starting", file=err)
         return 0
     roles = RUNTIME_ROLES if args.role == "all" else (args.role,)
+    health: HealthServer | None = None
     try:
+        if args.metrics_address:
+            health = HealthServer(args.metrics_address).start()
         runtime = run_roles(
             roles,
             services,
@@ -304,10 +334,15 @@ def _serve(args: argparse.Namespace, stop: threading.Event, err: TextIO) -> int:
             relays=args.relays,
             relay_settings=RelaySettings(wake=args.relay_wake),
             controller_overrides={"allow_superuser": True} if args.allow_superuser else None,
+            health=health,
         )
-    except (LedgerError, ControllerError) as exc:
+    except (LedgerError, ControllerError, SettingsError) as exc:
         print(f"recoveryctl run: {exc}", file=err)
+        if health is not None:
+            health.close()
         return 1
+    if health is not None:
+        runtime.closers.insert(0, health.close)
     print(f"recoveryctl run: {', '.join(roles)} running; SIGTERM stops", file=err)
     # Wake up now and then: signal handlers run only between bytecodes of the main
     # thread, which a plain wait() without a timeout would never reach.
