@@ -40,6 +40,7 @@ from ledger.postgres import PostgresLedger
 from ledger.records import Batch, Entry, Position, Source, Topics, batch_rows
 from ledger.schema import describe_schema, expected_schema
 from ledger.schema_check import pending_migrations, require_current_schema
+from ledger.signing import SigningKeyError, key_id, load_signing_key, public_key_text
 
 __all__ = [
     "AuditRecord",
@@ -66,6 +67,7 @@ __all__ = [
     "Position",
     "PostgresLedger",
     "RetryableConflict",
+    "SigningKeyError",
     "Source",
     "Topics",
     "UnknownOperation",
@@ -78,10 +80,13 @@ __all__ = [
     "ensure_database",
     "expected_schema",
     "intake_chain_id",
+    "key_id",
+    "load_signing_key",
     "migrate",
     "migrate_database",
     "pending_migrations",
     "ping_database",
+    "public_key_text",
     "require_current_schema",
     "verify_chain",
     "view_from_json",

@@ -75,3 +75,16 @@ def test_a_missing_or_malformed_key_file_is_named(tmp_path: Path) -> None:
     bad.write_text("c2hvcnQ=\n")
     with pytest.raises(SigningKeyError, match="decodes to 5 bytes"):
         load_signing_key(bad)
+
+
+def test_recoveryctl_audit_key_prints_the_key_id_and_public_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ops.cli import main
+
+    key = Ed25519PrivateKey.generate()
+    path = _seed_file(tmp_path, key)
+    assert main(["audit", "key", "--key-file", str(path)]) == 0
+    assert capsys.readouterr().out.split()[0] == key_id(key.public_key())
+    assert main(["audit", "key", "--key-file", str(tmp_path / "absent")]) == 2
+    assert "absent" in capsys.readouterr().err
