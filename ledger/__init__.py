@@ -50,6 +50,7 @@ from ledger.roles import (
 )
 from ledger.schema import describe_schema, expected_schema
 from ledger.schema_check import pending_migrations, require_current_schema
+from ledger.signing import SigningKeyError, key_id, load_signing_key, public_key_text
 
 __all__ = [
     "LOGIN_ROLES",
@@ -80,6 +81,7 @@ __all__ = [
     "PostgresLedger",
     "RetryableConflict",
     "RolesReport",
+    "SigningKeyError",
     "Source",
     "UnknownOperation",
     "VersionConflict",
@@ -93,11 +95,14 @@ __all__ = [
     "ensure_roles",
     "expected_schema",
     "intake_chain_id",
+    "key_id",
+    "load_signing_key",
     "migrate",
     "migrate_as_owner",
     "migrate_database",
     "pending_migrations",
     "ping_database",
+    "public_key_text",
     "require_current_schema",
     "verify_chain",
     "view_from_json",

@@ -18,14 +18,21 @@ from typing import Any
 from ledger.jsonutil import dumps, dumps_str
 
 __all__ = [
+    "AUDIT_FORMAT",
     "AuditRecord",
+    "AuditSubject",
     "ChainBreak",
     "ChainHead",
+    "DecisionRowFacts",
+    "base_body",
     "chain_records",
     "genesis_hash",
     "genesis_head",
+    "operation_commitment",
     "record_hash",
+    "text_digest",
     "verify_chain",
+    "verify_subject",
 ]
 
 
@@ -180,4 +187,120 @@ def _check_head(
         )
     if head.hash != last_hash:
         return ChainBreak(operation_id, last, "does not match the chain head", head.hash, last_hash)
+    return None
+
+
+# --- audit/2: the chain commits to what decides (issue 15) -----------------------------
+
+AUDIT_FORMAT = "audit/2"
+# The keys audit/2 adds to a record body; the rest is the body audit/1 had (for a
+# decision: the decision record exactly as the `decisions` row stores it).
+COMMITMENT_KEYS = ("format", "decision_digest", "operation")
+COUNTERS = ("version", "epoch", "retry_attempts", "recovery_attempts", "budget_spent")
+
+
+def text_digest(text: str) -> str:
+    """`sha256:` and the hex SHA-256 of `text` (UTF-8)."""
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def operation_commitment(state: str, counters: Mapping[str, int], view: Any) -> dict[str, Any]:
+    """What an audit/2 record commits to about its operation row after the batch: the
+    state, the counters (`COUNTERS`) and the digest of the folded view's canonical JSON."""
+    out: dict[str, Any] = {"state": state, "view_digest": text_digest(dumps(view))}
+    out.update({name: int(counters[name]) for name in COUNTERS})
+    return out
+
+
+def base_body(record: Mapping[str, Any]) -> dict[str, Any]:
+    """An audit/2 body without the commitment keys (for a decision: the decision record)."""
+    return {k: v for k, v in record.items() if k not in COMMITMENT_KEYS}
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRowFacts:
+    """A stored decision row as `audit verify` reads it back."""
+
+    sequence: int
+    outcome: str
+    state_before: str
+    state_after: str
+    decision: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditSubject:
+    """The rows an operation's audit/2 chain commits to: its decisions and its operation
+    row (state, counters from the columns, the stored folded view)."""
+
+    decisions: tuple[DecisionRowFacts, ...]
+    state: str | None  # None: no operation row
+    counters: Mapping[str, int]
+    view: Any
+
+
+def verify_subject(
+    operation_id: str, records: Sequence[AuditRecord], subject: AuditSubject
+) -> ChainBreak | None:
+    """Check the decision rows and the operation row against an intact audit/2 chain;
+    the first disagreement, or None. Records of format audit/1 commit to nothing
+    beyond themselves and are skipped; an operation whose newest record is audit/1 has
+    its row unchecked (it was written before audit/2)."""
+    decided = {
+        int(r.record["sequence"]): r
+        for r in records
+        if r.kind == "decision" and r.record.get("format") == AUDIT_FORMAT
+    }
+    for row in subject.decisions:
+        rec = decided.get(row.sequence)
+        if rec is None:
+            continue
+        found = _decision_break(operation_id, rec, row)
+        if found is not None:
+            return found
+    newest = next((r for r in reversed(records) if "operation" in r.record), None)
+    if newest is None or subject.state is None:
+        return None
+    return _operation_break(operation_id, newest, subject)
+
+
+def _decision_break(
+    operation_id: str, rec: AuditRecord, row: DecisionRowFacts
+) -> ChainBreak | None:
+    digest = text_digest(dumps(row.decision))
+    if digest != rec.record.get("decision_digest"):
+        return ChainBreak(
+            operation_id,
+            rec.sequence,
+            f"does not match decision row {row.sequence} (its record)",
+            str(rec.record.get("decision_digest")),
+            digest,
+        )
+    for column in ("outcome", "state_before", "state_after"):
+        if getattr(row, column) != row.decision.get(column):
+            return ChainBreak(
+                operation_id,
+                rec.sequence,
+                f"does not match decision row {row.sequence} (column {column})",
+                str(row.decision.get(column)),
+                str(getattr(row, column)),
+            )
+    return None
+
+
+def _operation_break(
+    operation_id: str, rec: AuditRecord, subject: AuditSubject
+) -> ChainBreak | None:
+    committed = rec.record["operation"]
+    assert subject.state is not None
+    found = operation_commitment(subject.state, subject.counters, subject.view)
+    for name in ("state", *COUNTERS, "view_digest"):
+        if committed.get(name) != found[name]:
+            return ChainBreak(
+                operation_id,
+                rec.sequence,
+                f"does not match the operation row ({name})",
+                str(committed.get(name)),
+                str(found[name]),
+            )
     return None

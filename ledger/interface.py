@@ -28,7 +28,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ledger.audit import AuditRecord, ChainBreak, ChainHead, verify_chain
+from ledger.audit import (
+    AuditRecord,
+    AuditSubject,
+    ChainBreak,
+    ChainHead,
+    verify_chain,
+    verify_subject,
+)
 from ledger.records import Batch
 from machines import Arrival, LineageRow, OperationView
 
@@ -236,6 +243,11 @@ class Ledger(abc.ABC):
         operation row names (None when there is no operation row)."""
 
     @abc.abstractmethod
+    def audit_subject(self, operation_id: str) -> AuditSubject:
+        """The decision rows and the operation row (state, counter columns, stored view)
+        that the operation's audit/2 records commit to, read back as stored."""
+
+    @abc.abstractmethod
     def close(self) -> None:
         """Release connections; the ledger is unusable afterwards."""
 
@@ -247,6 +259,8 @@ class Ledger(abc.ABC):
         for op in ids:
             records, head = self.audit_chain(op)
             found = verify_chain(op, records, head)
+            if found is None:
+                found = verify_subject(op, records, self.audit_subject(op))
             if found is not None:
                 breaks.append(found)
         return tuple(breaks)

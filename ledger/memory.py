@@ -16,8 +16,16 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_head
+from ledger.audit import (
+    AuditRecord,
+    AuditSubject,
+    ChainHead,
+    DecisionRowFacts,
+    chain_records,
+    genesis_head,
+)
 from ledger.cascade import lineage_message, plan_lineage
+from ledger.codec import view_to_json
 from ledger.deadletters import plan_dead_letters
 from ledger.errors import (
     EventIdReused,
@@ -459,6 +467,29 @@ class MemoryLedger(Ledger):
             records = tuple(sorted(self._s.audit.get(operation_id, ()), key=lambda r: r.sequence))
             head = stored.head if stored is not None else self._s.chains.get(operation_id)
         return records, head
+
+    def audit_subject(self, operation_id: str) -> AuditSubject:
+        """See `Ledger.audit_subject`."""
+        with self._lock:
+            stored = self._s.operations.get(operation_id)
+            decided = tuple(self._s.decisions.get(operation_id, ()))
+        rows = tuple(
+            DecisionRowFacts(
+                int(d["sequence"]), d["outcome"], d["state_before"], d["state_after"], d
+            )
+            for d in decided
+        )
+        if stored is None:
+            return AuditSubject(rows, None, {}, None)
+        view = stored.view
+        counters = {
+            "version": view.version,
+            "epoch": view.epoch,
+            "retry_attempts": view.retry_attempts,
+            "recovery_attempts": view.recovery_attempts,
+            "budget_spent": view.budget_spent,
+        }
+        return AuditSubject(rows, view.state, counters, view_to_json(view))
 
     def tamper_audit(self, operation_id: str, sequence: int, record: Mapping[str, Any]) -> None:
         """Test hook: overwrite a stored audit record's body, as an attacker with write

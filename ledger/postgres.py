@@ -30,7 +30,7 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from ledger.audit import AuditRecord, ChainHead
+from ledger.audit import AuditRecord, AuditSubject, ChainHead, DecisionRowFacts
 from ledger.codec import view_from_json
 from ledger.driver import DRIVER_ERRORS, driver_errors, translate
 from ledger.errors import LedgerError, LedgerUnavailable, UnknownOperation
@@ -380,6 +380,32 @@ class PostgresLedger(Ledger):
             return records, None if head is None else ChainHead(int(head[0]), str(head[1]))
 
         return self._run(f"audit chain of {operation_id}", work)
+
+    def audit_subject(self, operation_id: str) -> AuditSubject:
+        """See `Ledger.audit_subject`."""
+
+        def work(conn: Conn) -> AuditSubject:
+            with conn.transaction():  # one snapshot for the decisions and the row
+                rows = conn.execute(QUERIES["audit_decision_rows"], {"id": operation_id})
+                decided = tuple(
+                    DecisionRowFacts(int(r[0]), str(r[1]), str(r[2]), str(r[3]), r[4])
+                    for r in rows.fetchall()
+                )
+                row = conn.execute(QUERIES["audit_operation_row"], {"id": operation_id})
+                found = row.fetchone()
+            if found is None:
+                return AuditSubject(decided, None, {}, None)
+            state, version, retries, recoveries, spent, view = found
+            counters = {
+                "version": int(version),
+                "epoch": int(view.get("epoch", 0)),
+                "retry_attempts": int(retries),
+                "recovery_attempts": int(recoveries),
+                "budget_spent": int(spent),
+            }
+            return AuditSubject(decided, str(state), counters, view)
+
+        return self._run(f"audit subject of {operation_id}", work)
 
     def close(self) -> None:
         """Close every pooled connection."""

@@ -12,12 +12,19 @@ in-memory fake cannot write anything the real ledger would not.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from ledger.audit import AuditRecord
-from ledger.codec import command_json, decision_json, envelope_json, facts_to_json, opened_json
+from ledger.audit import AUDIT_FORMAT, AuditRecord, operation_commitment, text_digest
+from ledger.codec import (
+    command_json,
+    decision_json,
+    envelope_json,
+    facts_to_json,
+    opened_json,
+    view_to_json,
+)
 from ledger.deadletters import DeadLetter
 from ledger.jsonutil import dumps
 from machines import (
@@ -301,7 +308,12 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
         evidence.extend(offered)
         if approval is not None:
             approvals.append(approval)
-        audit.append(AuditItem(op, "decision", row.decision, row.decision_json))
+        body = {
+            **row.decision,
+            "format": AUDIT_FORMAT,
+            "decision_digest": text_digest(row.decision_json),
+        }
+        audit.append(AuditItem(op, "decision", body, ""))
         commands.extend(
             _command_rows(decision, facts[op], deadlines[op], row.decision, topics, entry.trace)
         )
@@ -318,11 +330,39 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
         decisions=tuple(decisions),
         evidence=tuple(evidence),
         approvals=tuple(approvals),
-        audit=tuple(audit),
+        audit=_committed(audit, final),
         commands=tuple(commands),
         new_event_ids=frozenset(e.event_id for e in events),
         containments=tuple(containments),
     )
+
+
+def _committed(audit: list[AuditItem], final: Mapping[str, OperationView]) -> tuple[AuditItem, ...]:
+    """The audit items in audit/2 form: each body says its format, and the last item of
+    each operation in the batch commits to the operation row after the batch (state,
+    counters, view digest), so `audit verify` can check the row against the chain."""
+    last = {item.operation_id: i for i, item in enumerate(audit)}
+    out: list[AuditItem] = []
+    for i, item in enumerate(audit):
+        body = dict(item.body)
+        body["format"] = AUDIT_FORMAT
+        if last[item.operation_id] == i:
+            view = final[item.operation_id]
+            body["operation"] = operation_commitment(
+                view.state, _counters(view), view_to_json(view)
+            )
+        out.append(replace(item, body=body, body_json=dumps(body)))
+    return tuple(out)
+
+
+def _counters(view: OperationView) -> dict[str, int]:
+    return {
+        "version": view.version,
+        "epoch": view.epoch,
+        "retry_attempts": view.retry_attempts,
+        "recovery_attempts": view.recovery_attempts,
+        "budget_spent": view.budget_spent,
+    }
 
 
 def _check_entry(batch: Batch, entry: Entry) -> str:

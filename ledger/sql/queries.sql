@@ -424,6 +424,15 @@ ORDER BY 1;
 SELECT operation_id, sequence, kind, prev_hash, hash, record
 FROM audit_records WHERE operation_id = %(id)s ORDER BY sequence;
 
+-- name: audit_decision_rows
+-- The decision rows an audit/2 chain commits to (`ledger.audit.verify_subject`).
+SELECT sequence, outcome, state_before, state_after, decision
+FROM decisions WHERE operation_id = %(id)s ORDER BY sequence;
+
+-- name: audit_operation_row
+SELECT state, version, retry_attempts, recovery_attempts, budget_spent, view
+FROM operations WHERE operation_id = %(id)s;
+
 -- name: audit_head_of
 -- An operation's chain head, or an intake chain's (ledger.deadletters).
 SELECT audit_sequence, audit_head FROM operations WHERE operation_id = %(id)s

@@ -12,13 +12,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import TextIO
 
-from ledger import ChainBreak, LedgerError
+from ledger import (
+    ChainBreak,
+    LedgerError,
+    SigningKeyError,
+    key_id,
+    load_signing_key,
+    public_key_text,
+)
 from ops.commands.db import add_ledger_options, open_ledger
 
-__all__ = ["register", "run_verify"]
+__all__ = ["register", "run_key", "run_verify"]
+
+KEY_FILE_SETTING = "RECOVERY_CONTROLLER_SIGNING_KEY_FILE"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,6 +44,37 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     verify.add_argument("--operation", metavar="ID", help="verify one operation's chain only")
     add_ledger_options(verify)
     verify.set_defaults(handler=run_verify)
+    key = actions.add_parser("key", help="print the controller's audit signing public key")
+    key.add_argument(
+        "--key-file", metavar="PATH", help=f"the Ed25519 key file (default: ${KEY_FILE_SETTING})"
+    )
+    key.add_argument("--json", action="store_true", help="print a JSON object")
+    key.set_defaults(handler=run_key)
+
+
+def run_key(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Print the key id and public key of the signing key; 0 shown, 2 no usable key."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    path = args.key_file or os.environ.get(KEY_FILE_SETTING)
+    if not path:
+        print(
+            f"recoveryctl audit key: no key file: pass --key-file or set {KEY_FILE_SETTING}",
+            file=err,
+        )
+        return 2
+    try:
+        public = load_signing_key(path).public_key()
+    except SigningKeyError as exc:
+        print(f"recoveryctl audit key: {exc}", file=err)
+        return 2
+    if args.json:
+        print(
+            json.dumps({"key_id": key_id(public), "public_key": public_key_text(public)}), file=out
+        )
+    else:
+        print(f"{key_id(public)} {public_key_text(public)}", file=out)
+    return 0
 
 
 def _break_json(found: ChainBreak) -> dict[str, object]:
