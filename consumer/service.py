@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from urllib.parse import urlsplit, urlunsplit
 
 from consumer.controller import Controller
 from consumer.errors import ControllerError
@@ -29,7 +30,7 @@ from machines import (
 )
 from machines.provenance import load_locked_machines, load_trusted_publishers
 
-__all__ = ["load_rules", "run_controller"]
+__all__ = ["load_rules", "redact_url", "run_controller"]
 
 log = logging.getLogger("consumer")
 
@@ -58,6 +59,20 @@ def load_rules(settings: ControllerSettings) -> tuple[dict[str, Machine], Rules]
     return machines, Rules(policy=policy, registry=registry)
 
 
+def redact_url(url: str) -> str:
+    """`url` with its password replaced by `***`, for logs; a URL without a password
+    is returned as it is, one that does not parse as a placeholder."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "<unparseable URL>"
+    if password is None:
+        return url
+    netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def run_controller(
     settings: ControllerSettings,
     stop: threading.Event,
@@ -67,6 +82,15 @@ def run_controller(
     """Run one controller group member until `stop` is set (see the module docstring).
     `telemetry` overrides the configured exporter (tests pass in-memory providers)."""
     machines, rules = load_rules(settings)
+    log.info(
+        "controller %s starting: policy %s (%s) from %s, broker %s, database %s",
+        settings.instance_id,
+        rules.policy.id,
+        rules.policy.digest,
+        settings.policy_path or "<built-in default>",
+        settings.bootstrap,
+        redact_url(settings.database_url),
+    )
     try:
         require_current_schema(settings.database_url)
     except LedgerError as exc:
