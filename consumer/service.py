@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from urllib.parse import urlsplit, urlunsplit
 
 from consumer.controller import Controller
 from consumer.errors import ControllerError
@@ -31,7 +32,7 @@ from machines import (
     load_trusted_publishers,
 )
 
-__all__ = ["check_database_role", "load_rules", "run_controller"]
+__all__ = ["check_database_role", "load_rules", "redact_url", "run_controller"]
 
 log = logging.getLogger("consumer")
 
@@ -85,6 +86,20 @@ def check_database_role(settings: ControllerSettings) -> None:
     )
 
 
+def redact_url(url: str) -> str:
+    """`url` with its password replaced by `***`, for logs; a URL without a password
+    is returned as it is, one that does not parse as a placeholder."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "<unparseable URL>"
+    if password is None:
+        return url
+    netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def run_controller(
     settings: ControllerSettings,
     stop: threading.Event,
@@ -96,6 +111,15 @@ def run_controller(
     `telemetry` overrides the configured exporter (tests pass in-memory providers);
     `health`, when given, serves this controller's metrics and probes."""
     machines, rules = load_rules(settings)
+    log.info(
+        "controller %s starting: policy %s (%s) from %s, broker %s, database %s",
+        settings.instance_id,
+        rules.policy.id,
+        rules.policy.digest,
+        settings.policy_path or "<built-in default>",
+        settings.bootstrap,
+        redact_url(settings.database_url),
+    )
     try:
         require_current_schema(settings.database_url)
         check_database_role(settings)

@@ -43,9 +43,14 @@ CATEGORY_UID: Final = 6  # Application Activity
 CLASS_UID: Final = 6003  # API Activity
 
 # activity_id of API Activity: 1 Create, 2 Read, 3 Update, 4 Delete, 99 Other.
+_ACTIVITY_CREATE: Final = 1
 _ACTIVITY_UPDATE: Final = 3
 _ACTIVITY_OTHER: Final = 99
-_ACTIVITY_NAMES: Final = {_ACTIVITY_UPDATE: "Update", _ACTIVITY_OTHER: "Other"}
+_ACTIVITY_NAMES: Final = {
+    _ACTIVITY_CREATE: "Create",
+    _ACTIVITY_UPDATE: "Update",
+    _ACTIVITY_OTHER: "Other",
+}
 
 # Decision outcomes (machines.decision.Outcome) and other audit kinds, mapped to
 # (activity_id, status_id, severity_id). status: 1 Success, 2 Failure. severity:
@@ -60,6 +65,9 @@ _OUTCOMES: Final[Mapping[str, tuple[int, int, int]]] = {
     "conflict": (_ACTIVITY_UPDATE, 2, 4),
 }
 _KINDS: Final[Mapping[str, tuple[int, int, int]]] = {
+    "operation-opened": (_ACTIVITY_CREATE, 1, 1),
+    "lineage": (_ACTIVITY_UPDATE, 1, 3),
+    "event-conflict": (_ACTIVITY_UPDATE, 2, 4),
     "dead_letter": (_ACTIVITY_OTHER, 2, 4),
     "dead-letter": (_ACTIVITY_OTHER, 2, 4),
     "controller_error": (_ACTIVITY_OTHER, 2, 4),
@@ -79,7 +87,13 @@ _PATHS: Final[Mapping[str, tuple[tuple[str, ...], ...]]] = {
         ("machine", "version"),
     ),
     "machine_digest": (("machine_digest",), ("record", "machine", "digest"), ("machine", "digest")),
-    "event_id": (("event_id",), ("record", "event", "id"), ("event", "id")),
+    "event_id": (
+        ("event_id",),
+        ("record", "event", "id"),
+        ("event", "id"),
+        ("record", "event_id"),
+        ("record", "opened_by_event"),
+    ),
     "event_type": (("event_type",), ("record", "event", "type"), ("event", "type")),
     "correlation_id": (
         ("correlation_id",),
@@ -87,6 +101,9 @@ _PATHS: Final[Mapping[str, tuple[tuple[str, ...], ...]]] = {
         ("event", "correlation_id"),
     ),
     "outcome": (("outcome",), ("record", "outcome"), ("decision", "outcome")),
+    # What `status_code` falls back to when there is no decision outcome: a dead
+    # letter's reason code, a lineage record's own kind (containment...).
+    "code": (("record", "code"), ("record", "kind")),
     "state_before": (("state_before",), ("record", "state_before"), ("decision", "state_before")),
     "state_after": (("state_after",), ("record", "state_after"), ("decision", "state_after")),
 }
@@ -188,14 +205,18 @@ def _leaves(
         "severity": _SEVERITY_NAMES[severity_id],
         "status_id": status_id,
         "status": _STATUS_NAMES[status_id],
-        "status_code": None if outcome is None else str(outcome),
+        "status_code": _status_code(kind, outcome, fields["code"]),
         "message": _message(operation_id, kind, fields),
         "uid": str(record["hash"]),
-        "correlation_uid": fields["correlation_id"],
+        # An operation is the unit every record of one chain correlates on; an event's
+        # own correlation id is more precise when the record has one.
+        "correlation_uid": str(_first(fields["correlation_id"], operation_id)),
         "kind": kind,
         "actor": str(fields["actor"] or PRODUCT_NAME),
         "operation": str(fields["event_type"] or kind),
-        "request_uid": fields["event_id"],
+        # The event the record is about; a record no event caused (a lineage change, a
+        # dead letter without an event id) names itself by its deterministic record id.
+        "request_uid": str(_first(fields["event_id"], f"audit:{operation_id}:{sequence}")),
         "operation_id": operation_id,
         "resource_name": None if name is None else f"{name}@{version}",
         "state_before": fields["state_before"],
@@ -273,6 +294,19 @@ def _event(v: Mapping[str, Any]) -> dict[str, Any]:
             }
         },
     }
+
+
+def _first(value: Any, fallback: str) -> Any:
+    return fallback if value is None else value
+
+
+def _status_code(kind: str, outcome: Any, code: Any) -> str:
+    """The decision outcome, else the record's own code (a dead letter's reason, a
+    lineage record's kind), else the audit kind: never empty."""
+    for value in (outcome, code):
+        if isinstance(value, str) and value:
+            return value
+    return {"operation-opened": "opened", "event-conflict": "event-id-conflict"}.get(kind, kind)
 
 
 def _message(operation_id: str, kind: str, fields: Mapping[str, Any]) -> str:

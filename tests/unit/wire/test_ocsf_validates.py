@@ -1,0 +1,112 @@
+"""Every audit record kind the controller writes is a valid OCSF 1.3 API Activity
+(class 6003) event, checked with pydantic-ocsf's own model rather than our reading of
+the schema. The records come from the controller's batch pipeline (intake, decision,
+lineage, commit) over the in-memory ledger, which the parity tests hold equal to
+PostgreSQL; an audit kind this test does not know fails it, so a new kind cannot reach
+`recovery.audit` unvalidated."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any, Final
+
+from ocsf.v1_3_0.events import ApiActivity
+
+from consumer import Intake, decide_batch
+from consumer.batch import openings, operation_ids, positions_for
+from ledger import AuditRecord, MemoryLedger
+from machines import Event, Lineage
+from schemas import audit_to_ocsf
+from tests.unit.consumer.support import (
+    CONTROLLER,
+    FOUND,
+    GROUP,
+    TOPIC,
+    encoded,
+    event,
+    pinned,
+    record,
+)
+
+# Every kind the ledger writes (ledger/records.py, ledger/lineage_step.py,
+# ledger/deadletters.py). Add a kind here only together with a record of it below.
+KINDS: Final = frozenset(
+    {"decision", "operation-opened", "event-conflict", "lineage", "dead-letter"}
+)
+
+
+def _commit(ledger: MemoryLedger, raws: list[Any], first_time: Event) -> None:
+    machines, rules = pinned()
+    epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], CONTROLLER)[0].epoch}
+    outcomes = [Intake(machines, max_record_bytes=65536).examine(r) for r in raws]
+    views = ledger.load_views(operation_ids(outcomes))
+    planned = decide_batch(
+        outcomes,
+        views,
+        rules,
+        group=GROUP,
+        controller=CONTROLLER,
+        positions=positions_for(raws, epochs),
+        now=first_time.event_time + timedelta(minutes=1),
+        arrivals=ledger.arrival_lineage(openings(outcomes, views)),
+    )
+    ledger.commit(planned.batch)
+
+
+def _child(ev: Event) -> Event:
+    lineage = Lineage(
+        agent="agent-child",
+        task="task-child",
+        initiating_principal="alice",
+        origin_operation="op-parent",
+        parent_operation="op-parent",
+    )
+    return replace(ev, lineage=lineage)
+
+
+def _every_kind() -> list[AuditRecord]:
+    ledger = MemoryLedger()
+    timeout = event("TOOL_TIMEOUT")
+    batches = [
+        # operation-opened + decision (transitioned)
+        [encoded(timeout, 0)],
+        # decisions refused (an approval of no pending request) and rejected (a second
+        # timeout, which no transition from the new state accepts)
+        [encoded(event("HUMAN_APPROVED", event_id="op-1-approved"), 1)],
+        [encoded(event("TOOL_TIMEOUT", event_id="op-1-timeout-2"), 2)],
+        # event-conflict: the first event's id reused with another payload
+        [
+            encoded(
+                replace(event("VERIFICATION_FOUND", evidence=FOUND), event_id=timeout.event_id), 3
+            )
+        ],
+        # dead-letter: bytes that are no event at all
+        [record(b"\x00not an event", 4)],
+        # lineage: a parent contained, then a child arriving below it
+        [encoded(event("AUTHORIZATION_DENIED", "op-parent"), 5)],
+        [encoded(_child(event("TOOL_TIMEOUT", "op-child")), 6)],
+    ]
+    for raws in batches:
+        _commit(ledger, raws, timeout)
+    records: list[AuditRecord] = []
+    for operation_id in ledger.audit_operation_ids():
+        chain, _ = ledger.audit_chain(operation_id)
+        records.extend(chain)
+    return records
+
+
+def test_every_audit_record_kind_validates_as_ocsf_api_activity() -> None:
+    records = _every_kind()
+    kinds = {r.kind for r in records}
+    assert kinds - KINDS == set(), f"audit kinds without an OCSF check: {sorted(kinds - KINDS)}"
+    assert kinds == KINDS, f"kinds this test no longer produces: {sorted(KINDS - kinds)}"
+    outcomes = {r.record.get("outcome") for r in records if r.kind == "decision"}
+    assert {"transitioned", "refused", "rejected"} <= outcomes, outcomes
+    for audit in records:
+        published = audit_to_ocsf({**audit.to_dict(), "occurred_at": "2026-11-30T12:00:00Z"})
+        ApiActivity.model_validate(published)
+        where = f"{audit.kind} {audit.operation_id}#{audit.sequence}"
+        assert published["api"]["request"]["uid"], where
+        assert published["status_code"], where
+        assert published["metadata"]["correlation_uid"], where
