@@ -86,6 +86,10 @@ class Entry:
     decision: Decision
     source: Source | None = None
     trace: Mapping[str, str] = field(default_factory=dict)
+    # For a CONFLICT decision: the `recovery.DeadLetter` record of the consumed record
+    # (its original key, value and headers, base64), which the conflict's dead letter
+    # carries; without it the dead letter holds the envelope re-rendered as JSON.
+    dead_letter: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,12 +417,16 @@ def _conflict(view: OperationView, entry: Entry) -> AuditItem:
         "offered_digest": event.payload_digest,
         "reason": reason,
     }
-    dead_letter = {
-        "reason": reason,
-        "code": "event-id-conflict",
-        "envelope": event.to_dict(),
-        "source": None if entry.source is None else _source_json(entry.source),
-    }
+    dead_letter: dict[str, Any]
+    if entry.dead_letter is not None:
+        dead_letter = {**entry.dead_letter, "reason_code": "event-id-conflict", "reason": reason}
+    else:
+        dead_letter = {
+            "reason": reason,
+            "code": "event-id-conflict",
+            "envelope": event.to_dict(),
+            "source": None if entry.source is None else _source_json(entry.source),
+        }
     return AuditItem(view.operation_id, "event-conflict", body, dumps(body), dead_letter)
 
 
