@@ -184,7 +184,11 @@ class Controller:
         self._clock = clock
         names = settings.topics
         self._topics = Topics(
-            commands=names.commands, audit=names.audit, dead_letters=names.dlq, events=names.events
+            commands=names.commands,
+            audit=names.audit,
+            dead_letters=names.dlq,
+            events=names.events,
+            evidence=names.evidence,
         )
         self._backoff = _Backoff(settings.backoff_initial_ms, settings.backoff_max_ms)
         # Owned partitions: their epoch and the next offset the ledger stores for them.
