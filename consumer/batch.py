@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from consumer.deadletter import dead_letter
+from consumer.deadletter import dead_letter, dead_letter_record
 from consumer.intake import Accepted, IntakeResult, RawRecord, Refusal, RefusalCode, Rejected
 from ledger import Batch, DeadLetter, Entry, Position, Source
 from machines import Arrival, BatchFold, Decision, OperationView, Outcome, Rules
@@ -127,8 +127,9 @@ def positions_for(
 class _Decided:
     """What deciding one batch collects besides the fold (kept inside `decide_batch`)."""
 
-    def __init__(self, fold: BatchFold) -> None:
+    def __init__(self, fold: BatchFold, controller: str) -> None:
         self.fold = fold
+        self.controller = controller
         self.event_owner: dict[str, str] = {}
         self.entries: list[Entry] = []
         self.decisions: list[Decision] = []
@@ -183,7 +184,7 @@ def decide_batch(
     coordinates to a refusal the ledger reported for them on an earlier attempt;
     `topics` names the output topics the outbox rows go to (default: the standard
     names)."""
-    decided = _Decided(BatchFold(stored, rules, arrivals))
+    decided = _Decided(BatchFold(stored, rules, arrivals), controller)
     letters: list[DeadLetter] = []
     excluded = excluded or {}
     for result in results:
@@ -231,7 +232,18 @@ def _decide(decided: _Decided, item: Accepted, now: datetime, observe: Observer)
             event.operation_id,
         )
     source = Source(record.topic, record.partition, record.offset)
-    decided.entries.append(Entry(event, decision, source, dict(trace)))
+    original = None
+    if decision.outcome is Outcome.CONFLICT:
+        # The ledger audits the conflict and dead-letters it; the dead letter must hold
+        # the bytes as consumed, which only the consumer still has.
+        refusal = Refusal(
+            RefusalCode.EVENT_ID_CONFLICT,
+            f"record {record.coordinates}: event id {event.event_id} reused with a new payload",
+            event.event_id,
+            event.operation_id,
+        )
+        original = dead_letter_record(decided.controller, record, refusal, now)
+    decided.entries.append(Entry(event, decision, source, dict(trace), original))
     decided.decisions.append(decision)
     decided.fold.fold(event, decision)
     forged = [n for n in decision.refusals if n.code in FORGED_REFUSALS]

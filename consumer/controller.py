@@ -2,10 +2,13 @@
 
 One loop, one thread: `consume` up to N records or T milliseconds, turn them into plain
 values, plan the batch (`consumer.batch`), commit it in one ledger transaction with the
-next offsets, repeat. Kafka stores no offsets for this group (`enable.auto.commit` and
-`enable.auto.offset.store` are off): PostgreSQL holds them, written in the same
+next offsets, repeat. PostgreSQL holds the authoritative offsets, written in the same
 transaction as the decisions they caused, so an offset is never ahead of durable state
-and a crash at any point replays exactly the batches that did not commit.
+and a crash at any point replays exactly the batches that did not commit. After each
+ledger commit the same offsets are also committed to Kafka, asynchronously and only as
+advice, so Kafka's tools (`kafka-consumer-groups --describe`) show the group's lag; the
+controller never reads them back (`on_assign` starts from the ledger's offsets), and a
+failed advisory commit is logged at DEBUG and counted, never fatal.
 
 Assignment uses the cooperative-sticky protocol: a rebalance moves only the partitions
 that change owner, so the other partitions' batches keep flowing while a member joins or
@@ -100,7 +103,8 @@ def consumer_config(settings: ControllerSettings) -> dict[str, Any]:
     }
     config.update(
         {
-            # Offsets live in the ledger only, written with the decisions they caused.
+            # The ledger's offsets are authoritative, written with the decisions they
+            # caused; Kafka gets them afterwards, as advice (`Controller._advise`).
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "partition.assignment.strategy": "cooperative-sticky",
@@ -196,6 +200,8 @@ class Controller:
         # When the loop last turned (monotonic), for the liveness probe.
         self.last_step = time.monotonic()
         self.committed_batches = 0
+        # Advisory offset commits to Kafka that the broker refused (never fatal).
+        self.advisory_commit_failures = 0
 
     # -- the loop -------------------------------------------------------------------
 
@@ -203,7 +209,7 @@ class Controller:
         """Consume, decide and commit until `stop` is set; then close the consumer, which
         leaves the group (its partitions move to the other members at once)."""
         self._stop = stop
-        consumer = Consumer(consumer_config(self.settings))
+        consumer = Consumer({**consumer_config(self.settings), "on_commit": self._advised})
         settle_heap("controller")
         topic = self.settings.topics.events
         log.info(
@@ -279,6 +285,7 @@ class Controller:
             result, planned = self._attempt(outcomes, positions, excluded)
             if result == "committed" and planned is not None:
                 self._committed(planned, positions, time.monotonic() - started)
+                self._advise(consumer, positions)
                 return
             self.metrics.batch(result)
             if result == "fenced":
@@ -346,6 +353,32 @@ class Controller:
         self.metrics.committed(planned, seconds)
         self._backoff.reset()
         self.committed_batches += 1
+
+    def _advise(self, consumer: Consumer, positions: Sequence[Position]) -> None:
+        """Commit the offsets the ledger just stored to Kafka too, asynchronously, so
+        Kafka's tools see the group's lag. Advice only: the ledger's offsets stay the
+        ones the controller starts from, so a lost or late commit changes nothing."""
+        offsets = [
+            KafkaPartition(p.topic, p.partition, p.next_offset)
+            for p in positions
+            if (p.topic, p.partition) in self._epochs
+        ]
+        if not offsets:
+            return
+        try:
+            consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as exc:
+            self._advice_failed(exc)
+
+    def _advised(self, error: KafkaError | None, partitions: list[KafkaPartition]) -> None:
+        """librdkafka's `on_commit` callback (run inside `consume`)."""
+        failed = [p for p in partitions if p.error is not None]
+        if error is not None or failed:
+            self._advice_failed(error or failed[0].error)
+
+    def _advice_failed(self, error: object) -> None:
+        self.advisory_commit_failures += 1
+        log.debug("advisory offset commit to Kafka failed (the ledger's offsets stand): %s", error)
 
     def _rewind(self, consumer: Consumer, records: Sequence[RawRecord]) -> None:
         """Seek each partition of an abandoned batch back to its first record, so the

@@ -19,7 +19,7 @@ from consumer.intake import RawRecord, Refusal
 from ledger import DeadLetter, intake_chain_id
 from schemas import record_id
 
-__all__ = ["dead_letter", "dead_letter_id"]
+__all__ = ["dead_letter", "dead_letter_id", "dead_letter_record"]
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -40,13 +40,12 @@ def _key_text(record: RawRecord) -> str | None:
         return None
 
 
-def dead_letter(
-    group: str, controller: str, record: RawRecord, refusal: Refusal, now: datetime
-) -> DeadLetter:
-    """The ledger's `DeadLetter` for `record`, refused for `refusal` by `controller`."""
-    rid = dead_letter_id(group, record)
-    chain = intake_chain_id(group, record.topic, record.partition)
-    payload: dict[str, Any] = {
+def dead_letter_record(
+    controller: str, record: RawRecord, refusal: Refusal, now: datetime
+) -> dict[str, Any]:
+    """The `recovery.DeadLetter` record of `record` (bytes base64, time ISO-8601): the
+    original key, value and headers exactly as consumed, whichever path refuses it."""
+    return {
         "reason_code": refusal.code,
         "reason": refusal.reason,
         "source_topic": record.topic,
@@ -61,6 +60,15 @@ def dead_letter(
         "dead_lettered_at": now.isoformat(),
         "controller": controller,
     }
+
+
+def dead_letter(
+    group: str, controller: str, record: RawRecord, refusal: Refusal, now: datetime
+) -> DeadLetter:
+    """The ledger's `DeadLetter` for `record`, refused for `refusal` by `controller`."""
+    rid = dead_letter_id(group, record)
+    chain = intake_chain_id(group, record.topic, record.partition)
+    payload = dead_letter_record(controller, record, refusal, now)
     value = record.value or b""
     audit = {
         "reason_code": refusal.code,

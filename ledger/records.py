@@ -88,6 +88,10 @@ class Entry:
     decision: Decision
     source: Source | None = None
     trace: Mapping[str, str] = field(default_factory=dict)
+    # For a CONFLICT decision: the `recovery.DeadLetter` record of the consumed record
+    # (its original key, value and headers, base64), which the conflict's dead letter
+    # carries; without it the dead letter holds the envelope re-rendered as JSON.
+    dead_letter: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +245,8 @@ class BatchRows:
     containments: tuple[Containment, ...] = ()
     # Cascade events planned by `with_lineage_plan`; inserted unless already stored.
     cascade: tuple[OutboxRow, ...] = ()
+    # `recovery.EvidenceEvent` rows: the trusted evidence each decision accepted.
+    published_evidence: tuple[OutboxRow, ...] = ()
 
     @property
     def needs_lineage(self) -> bool:
@@ -279,6 +285,7 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
     approvals: list[ApprovalRow] = []
     audit: list[AuditItem] = []
     commands: list[OutboxRow] = []
+    published: list[OutboxRow] = []
     containments: list[Containment] = []
     for entry in batch.entries:
         event, decision = entry.event, entry.decision
@@ -306,6 +313,7 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
         decisions.append(row)
         offered, approval = _offered(event, decision, row.decision["evidence"])
         evidence.extend(offered)
+        published.extend(_evidence_events(event, decision, topics))
         if approval is not None:
             approvals.append(approval)
         body = {
@@ -334,6 +342,7 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
         commands=tuple(commands),
         new_event_ids=frozenset(e.event_id for e in events),
         containments=tuple(containments),
+        published_evidence=tuple(published),
     )
 
 
@@ -363,6 +372,64 @@ def _counters(view: OperationView) -> dict[str, int]:
         "recovery_attempts": view.recovery_attempts,
         "budget_spent": view.budget_spent,
     }
+
+
+def _evidence_events(event: Event, decision: Decision, topics: TopicNames) -> list[OutboxRow]:
+    """One `recovery.EvidenceEvent` outbox row per piece of trusted evidence `decision`
+    accepted (a verification, a validated checkpoint, a contained ancestor), keyed by
+    the operation, for other controllers and agents. Approvals and classifier output are
+    not republished: an approval is a signed human decision, not evidence of an effect,
+    and classifier output is never trusted (SPEC §11)."""
+    ev = decision.evidence
+    if ev.verification is None and ev.checkpoint is None and ev.contained_ancestor is None:
+        return []  # most decisions
+    op, seq = decision.operation_id, decision.sequence
+    parts: list[tuple[str, dict[str, Any]]] = []
+    if ev.verification is not None:
+        v = ev.verification
+        parts.append(
+            (
+                "verification",
+                {"outcome": v.outcome, "verifier": v.verifier, "reference": v.reference},
+            )
+        )
+    if ev.checkpoint is not None and ev.checkpoint.validated:
+        c = ev.checkpoint
+        parts.append(
+            (
+                "checkpoint",
+                {
+                    "verifier": c.validator,
+                    "reference": c.reference,
+                    "checkpoint_id": c.checkpoint_id,
+                },
+            )
+        )
+    if ev.contained_ancestor is not None:
+        parts.append(("contained-ancestor", {"ancestor_operation": ev.contained_ancestor}))
+    rows: list[OutboxRow] = []
+    for kind, fields in parts:
+        record_id = f"evidence:{op}:{seq}:{kind}"
+        payload = {
+            "evidence_id": record_id,
+            "operation_id": op,
+            "correlation_id": event.correlation_id,
+            "sequence": seq,
+            "source_event_id": event.event_id,
+            "machine_name": event.machine_name,
+            "machine_version": event.machine_version,
+            "outcome": None,
+            "verifier": None,
+            "reference": event.evidence_ref,
+            "checkpoint_id": None,
+            "ancestor_operation": None,
+            "recorded_at": decision.decided_at.isoformat(),
+            "producer": event.producer,
+            **fields,
+        }
+        headers = {"record_id": record_id, "operation_id": op, "kind": kind}
+        rows.append(OutboxRow(record_id, topics.evidence, op, headers, dumps(payload)))
+    return rows
 
 
 def _check_entry(batch: Batch, entry: Entry) -> str:
@@ -448,12 +515,16 @@ def _conflict(view: OperationView, entry: Entry) -> AuditItem:
         "offered_digest": event.payload_digest,
         "reason": reason,
     }
-    dead_letter = {
-        "reason": reason,
-        "code": "event-id-conflict",
-        "envelope": event.to_dict(),
-        "source": None if entry.source is None else _source_json(entry.source),
-    }
+    dead_letter: dict[str, Any]
+    if entry.dead_letter is not None:
+        dead_letter = {**entry.dead_letter, "reason_code": "event-id-conflict", "reason": reason}
+    else:
+        dead_letter = {
+            "reason": reason,
+            "code": "event-id-conflict",
+            "envelope": event.to_dict(),
+            "source": None if entry.source is None else _source_json(entry.source),
+        }
     return AuditItem(view.operation_id, "event-conflict", body, dumps(body), dead_letter)
 
 
@@ -615,7 +686,7 @@ def finish_outbox(
     Without `audit_payloads` an audit record's row has an empty `payload_json`: a ledger
     that stores the row as a reference to the record (PostgreSQL, migration 0004) does
     not need the record encoded a second time."""
-    rows = list(plan.commands)
+    rows = [*plan.commands, *plan.published_evidence]
     cursor = {op: 0 for op in chained}
     for item in plan.audit:
         record = chained[item.operation_id][cursor[item.operation_id]]

@@ -7,9 +7,10 @@ The ledger stores outbox payloads as JSON; each topic has its own wire format:
   and the causing event; the operation's lineage comes from the payload when present,
   otherwise from the ledger's operation row (looked up once per operation per lease).
 - `recovery.evidence`: a `recovery.EvidenceEvent` Avro single object.
-- `recovery.dlq`: a `recovery.DeadLetter` Avro single object. Either the payload is the
-  record already (it has `reason_code`), or it is the ledger's conflict form
-  (`reason`, `code`, `envelope`, `source`).
+- `recovery.dlq`: a `recovery.DeadLetter` Avro single object. The payload is the record
+  already (it has `reason_code`), with the original key, value and headers as consumed;
+  rows written before conflicts carried the original bytes hold the ledger's older
+  conflict form (`reason`, `code`, `envelope`, `source`), still published as before.
 - `recovery.events`: a `recovery.EventEnvelope` Avro single object: the cascade events
   the ledger plans when an operation is contained (`ledger.cascade`), keyed by the
   descendant operation, read by the controller like any producer's event.

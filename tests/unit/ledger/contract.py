@@ -75,11 +75,16 @@ class LedgerContract(abc.ABC):
         assert (result.events, result.decisions, result.evidence) == (3, 3, 1)
         # One audit record opens the operation, then one per decision.
         assert result.audit_records == 4
-        assert result.outbox_rows == len(commands) + 4
+        # The commands, the accepted verification as an evidence event, the audit.
+        assert result.outbox_rows == len(commands) + 1 + 4
         with ledger.lease_outbox(100) as lease:
             ids = [r.record_id for r in lease.records]
+            evidence = [r for r in lease.records if r.topic == "recovery.evidence"]
         assert ids[: len(commands)] == commands
-        assert ids[len(commands) :] == [f"audit:op-1:{n}" for n in range(1, 5)]
+        verified = next(d for d in ledger.decisions("op-1") if d["evidence"].get("verification"))
+        assert ids[len(commands)] == f"evidence:op-1:{verified['sequence']}:verification"
+        assert evidence[0].payload["outcome"] == verified["evidence"]["verification"]["outcome"]
+        assert ids[len(commands) + 1 :] == [f"audit:op-1:{n}" for n in range(1, 5)]
 
     def test_operation_row_keeps_identity_and_lineage(self, ledger: Ledger) -> None:
         (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
