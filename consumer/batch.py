@@ -30,13 +30,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Final
 
 from consumer.deadletter import dead_letter, dead_letter_record
-from consumer.intake import Accepted, IntakeResult, RawRecord, Refusal, RefusalCode, Rejected
-from ledger import Batch, DeadLetter, Entry, Position, Source
+from consumer.intake import (
+    Accepted,
+    IntakeResult,
+    RawRecord,
+    Refusal,
+    RefusalCode,
+    Rejected,
+    failed,
+)
+from ledger import Batch, DeadLetter, Entry, Position, Source, batch_rows
 from machines import Arrival, BatchFold, Decision, OperationView, Outcome, Rules
 from schemas import DEFAULT_TOPICS, TopicNames
 
@@ -51,6 +59,7 @@ __all__ = [
     "operation_ids",
     "positions_for",
     "run_unobserved",
+    "unbuildable",
 ]
 
 # Refusal codes of `machines.approvals` that mean a hostile human decision rather than a
@@ -195,7 +204,7 @@ def decide_batch(
         if refusal is None and isinstance(result, Rejected):
             refusal = result.refusal
         if refusal is None and isinstance(result, Accepted):
-            refusal = decided.precheck(result) or _decide(decided, result, now, observe)
+            refusal = _guarded(decided, result, now, observe)
         if refusal is not None:
             decided.refused.append((record, refusal))
             letters.append(dead_letter(group, controller, record, refusal, now))
@@ -212,10 +221,47 @@ def decide_batch(
     return DecidedBatch(batch, tuple(decided.decisions), tuple(decided.refused))
 
 
-def _decide(decided: _Decided, item: Accepted, now: datetime, observe: Observer) -> Refusal | None:
+def _guarded(decided: _Decided, item: Accepted, now: datetime, observe: Observer) -> Refusal | None:
+    """Check, open, decide and fold one accepted event, in one guard: whatever raises on
+    this record (a bug met by odd input) refuses it as `record-failed`, naming the stage,
+    and leaves the fold and the batch as they were before it, so the batch goes on."""
+    op = item.event.operation_id
+    before = decided.fold.current.get(op)
+    owned = item.event.event_id in decided.event_owner
+    entries = len(decided.entries)
+    stage = "checking"
+    try:
+        refusal = decided.precheck(item)
+        if refusal is not None:
+            return refusal
+        stage = "opening"
+        run = decided.fold.decider(item.event, item.machine, now)
+        stage = "deciding"
+        refusal = _decide(decided, item, run, observe, now)
+    except Exception as exc:
+        refusal = failed(item.record, stage, exc, item.event)
+    if refusal is not None and refusal.code in _UNDONE:
+        decided.fold.restore(op, before)
+        del decided.entries[entries:]
+        del decided.decisions[entries:]
+        if not owned:
+            decided.event_owner.pop(item.event.event_id, None)
+    return refusal
+
+
+# Refusals of an event whose decision is not recorded: the fold forgets it.
+_UNDONE: Final = frozenset({RefusalCode.DECISION_FAILED, RefusalCode.RECORD_FAILED})
+
+
+def _decide(
+    decided: _Decided,
+    item: Accepted,
+    run: Callable[[], Decision],
+    observe: Observer,
+    now: datetime,
+) -> Refusal | None:
     """Decide one accepted event; returns a refusal when it must also be dead-lettered."""
     event = item.event
-    run = decided.fold.decider(event, item.machine, now)
     record = item.record
     try:
         decision, trace = observe(item, run)
@@ -231,6 +277,7 @@ def _decide(decided: _Decided, item: Accepted, now: datetime, observe: Observer)
             event.event_id,
             event.operation_id,
         )
+    decided.fold.fold(event, decision)
     source = Source(record.topic, record.partition, record.offset)
     original = None
     if decision.outcome is Outcome.CONFLICT:
@@ -245,7 +292,6 @@ def _decide(decided: _Decided, item: Accepted, now: datetime, observe: Observer)
         original = dead_letter_record(decided.controller, record, refusal, now)
     decided.entries.append(Entry(event, decision, source, dict(trace), original))
     decided.decisions.append(decision)
-    decided.fold.fold(event, decision)
     forged = [n for n in decision.refusals if n.code in FORGED_REFUSALS]
     if not forged:
         return None
@@ -255,3 +301,37 @@ def _decide(decided: _Decided, item: Accepted, now: datetime, observe: Observer)
         event.event_id,
         event.operation_id,
     )
+
+
+def unbuildable(planned: DecidedBatch, exc: BaseException) -> tuple[str, Refusal] | None:
+    """The record whose ledger rows cannot be built, when committing `planned` raised
+    `exc` outside the ledger's own errors: the first entry at which `ledger.batch_rows`
+    of the batch's entries so far raises (found by bisection, so only a failed commit
+    pays for it), with its `record-failed` refusal (stage `row building`) for the next
+    plan's `excluded`. None when every prefix builds (the failure is elsewhere)."""
+    batch = planned.batch
+    entries = batch.entries
+
+    def builds(n: int) -> bool:
+        try:
+            batch_rows(replace(batch, entries=entries[:n]))
+        except Exception:
+            return False
+        return True
+
+    if builds(len(entries)):
+        return None
+    low, high = 0, len(entries)  # builds(low), not builds(high)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if builds(mid):
+            low = mid
+        else:
+            high = mid
+    entry = entries[high - 1]
+    src = entry.source
+    if src is None:  # pragma: no cover - the controller's entries all have a source
+        return None
+    record = RawRecord(src.topic, src.partition, src.offset, None, None)
+    refusal = failed(record, "row building", exc, entry.event)
+    return record.coordinates, refusal

@@ -52,6 +52,7 @@ from consumer.batch import (
     openings,
     operation_ids,
     positions_for,
+    unbuildable,
 )
 from consumer.errors import ControllerError
 from consumer.heap import settle_heap
@@ -343,6 +344,15 @@ class Controller:
             except LedgerError as exc:
                 log.error("batch abandoned, will replay from the stored offsets: %s", exc)
                 return "unavailable", planned
+            except Exception as exc:
+                # Rows one record's decision cannot be built from: dead-letter that
+                # record and plan again; anything else is not a record's fault.
+                found = None if planned is None else unbuildable(planned, exc)
+                if found is None:
+                    raise
+                log.error("dead-lettering %s: %s", found[0], found[1].reason)
+                excluded[found[0]] = found[1]
+                return "conflict", planned
         return "committed", planned
 
     def _committed(

@@ -16,7 +16,13 @@ Checks, in order (each failure is a `Refusal` whose code is the dead-letter reas
    too, through `machines.applies` (the rule `select_machine` uses). An envelope without
    `scope` (schema v1/v2 producers) is checked on the agent only. The machine named by
    an operation's first event governs it for good; a later event naming another
-   machine is refused by `consumer.batch`.
+   machine is refused by `consumer.batch`;
+6. the event time must lie in `EVENT_TIME_WINDOW` (`event-time-out-of-range`): a time
+   like 9999-12-31 is no event's, and a deadline computed from it would overflow.
+
+Whatever else goes wrong on one record (a bug met by odd input) is caught too: the
+record is refused as `record-failed` with the stage (`intake`) and the exception, so no
+record can stop the partition (`consumer.batch` guards the later stages the same way).
 
 `IntakeResult` is what intake makes of one record: `Accepted` or `Rejected`. The dead
 letters of a partition, intake's refusals and the batch's, are audited on the ledger's
@@ -25,8 +31,10 @@ intake chain of that partition (`ledger.intake_chain_id`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Final
 
 from machines import Event, Machine, OperationScope, applies
@@ -34,6 +42,7 @@ from schemas import CONTENT_TYPE, EVENT_ENVELOPE, WireDecoder, WireError, header
 from schemas import record_to_event as _record_to_event
 
 __all__ = [
+    "EVENT_TIME_WINDOW",
     "Accepted",
     "Intake",
     "IntakeResult",
@@ -41,7 +50,10 @@ __all__ = [
     "Refusal",
     "RefusalCode",
     "Rejected",
+    "failed",
 ]
+
+log = logging.getLogger("consumer")
 
 Header = tuple[str, bytes | None]
 
@@ -59,6 +71,18 @@ class RefusalCode:
     FORGED_SIGNATURE: Final = "forged-signature"
     NONCE_REPLAYED: Final = "approval-nonce-replayed"
     DECISION_FAILED: Final = "decision-failed"
+    EVENT_TIME_OUT_OF_RANGE: Final = "event-time-out-of-range"
+    # An exception met while handling one record, at any stage (the reason names it).
+    RECORD_FAILED: Final = "record-failed"
+
+
+# The event times intake accepts: generous for clock skew and replays of old streams,
+# far enough from `datetime.max` that every deadline and lease computed from an event
+# time (days to years ahead) fits.
+EVENT_TIME_WINDOW: Final = (
+    datetime(2000, 1, 1, tzinfo=UTC),
+    datetime(2200, 1, 1, tzinfo=UTC),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +157,14 @@ class Intake:
         self._decoder = decoder or WireDecoder(max_bytes=max_record_bytes)
 
     def examine(self, record: RawRecord) -> IntakeResult:
-        """The intake verdict on one record; never raises for bad input."""
+        """The intake verdict on one record; never raises: an exception met on it is the
+        record's refusal (`record-failed`, stage `intake`)."""
+        try:
+            return self._examine(record)
+        except Exception as exc:
+            return Rejected(record, failed(record, "intake", exc))
+
+    def _examine(self, record: RawRecord) -> IntakeResult:
         if record.size > self._max:
             return Rejected(
                 record,
@@ -163,7 +194,7 @@ class Intake:
             )
         ref = f"{event.machine_name}@{event.machine_version}"
         machine = self._machines.get(ref)
-        refusal = self._check_key(record, event)
+        refusal = self._check_key(record, event) or _check_time(record, event)
         if refusal is None:
             if machine is None:
                 refusal = self._unpinned(record, event, ref)
@@ -243,6 +274,35 @@ class Intake:
             event.event_id,
             event.operation_id,
         )
+
+
+def failed(
+    record: RawRecord, stage: str, exc: BaseException, event: Event | None = None
+) -> Refusal:
+    """The refusal of a record whose handling raised `exc` at `stage` (a bug met by this
+    record: dead-lettered with the exception so it can be reported, never retried)."""
+    log.error("record %s failed at %s", record.coordinates, stage, exc_info=exc)
+    what = "" if event is None else f" (event {event.event_id}, operation {event.operation_id})"
+    return Refusal(
+        RefusalCode.RECORD_FAILED,
+        f"record {record.coordinates}{what}: {stage} failed: {type(exc).__name__}: "
+        f"{str(exc)[:500]}; the record is dead-lettered, report it with this record",
+        None if event is None else event.event_id,
+        None if event is None else event.operation_id,
+    )
+
+
+def _check_time(record: RawRecord, event: Event) -> Refusal | None:
+    low, high = EVENT_TIME_WINDOW
+    if low <= event.event_time < high:
+        return None
+    return Refusal(
+        RefusalCode.EVENT_TIME_OUT_OF_RANGE,
+        f"{_where(record, event)} has event_time {event.event_time.isoformat()}, outside "
+        f"{low.date()} .. {high.date()}; send the time the event happened, in UTC",
+        event.event_id,
+        event.operation_id,
+    )
 
 
 def _where(record: RawRecord, event: Event) -> str:

@@ -110,6 +110,16 @@ class BatchFold:
         self.base.setdefault(view.operation_id, view)
         self.current[view.operation_id] = view
 
+    def restore(self, operation_id: str, before: OperationView | None) -> None:
+        """Put an operation back as it was folded before one event (`before`: its
+        `current` view then, None if the fold had not opened it), for an event the
+        caller refuses after `view_of` opened it or after a fold."""
+        if before is not None:
+            self.current[operation_id] = before
+            return
+        for table in (self.base, self.current, self.opened, self.containing):
+            table.pop(operation_id, None)
+
     def known(self, operation_id: str) -> OperationView | None:
         """The operation's view as folded so far, or as stored; None if neither."""
         return self.current.get(operation_id) or self.stored.get(operation_id)
@@ -121,12 +131,14 @@ class BatchFold:
             view = self.stored.get(op)
             if view is None:
                 # The lineage it is linked into on commit: a new child of a contained
-                # parent is decided as contained from its first event (L5.5).
+                # parent is decided as contained from its first event (L5.5). Nothing
+                # is recorded until the view is built, so an event that fails to open
+                # its operation leaves the fold as it was.
                 arrival = self.arrival_in_batch(event)
-                self.opened[op] = (event, arrival)
                 setup = OperationSetup(operation_id=op, agent=event.lineage.agent)
                 opened = open_view(machine, self.rules.policy, setup, event.event_time)
                 view = arrival.applied_to(opened)
+                self.opened[op] = (event, arrival)
             self.base[op] = view
             self.current[op] = view
         return self.current[op]
@@ -153,15 +165,18 @@ class BatchFold:
 
     def fold(self, event: Event, decision: Decision) -> None:
         """Fold `decision` (made on `event` by the call `decider` returned) into its
-        operation's view; a duplicate or a conflict changes nothing."""
+        operation's view; a duplicate or a conflict changes nothing, and neither does a
+        fold that raises."""
         if decision.outcome in (Outcome.DUPLICATE, Outcome.CONFLICT):
             return
         op = event.operation_id
-        self.current[op] = apply(self.current[op], decision)
-        if op in self.opened:
-            change = containment_of(event, decision)
-            if change is not None:
-                self.containing[op] = change.change is Change.CONTAIN
+        # Everything is computed before anything is recorded: a fold that raises leaves
+        # the views as they were, so the caller can refuse this one event and go on.
+        view = apply(self.current[op], decision)
+        change = containment_of(event, decision) if op in self.opened else None
+        self.current[op] = view
+        if change is not None:
+            self.containing[op] = change.change is Change.CONTAIN
 
     def arrival_in_batch(self, event: Event) -> Arrival:
         """The lineage a new operation is opened with: the ledger's (`arrivals`), extended
