@@ -27,7 +27,7 @@ from consumer.intake import (
     Rejected,
 )
 from consumer.metrics import ControllerMetrics
-from consumer.service import load_rules, run_controller
+from consumer.service import load_rules, redact_url, run_controller
 from consumer.settings import ControllerSettings
 from consumer.telemetry import CONTROLLER_SERVICE, RELAY_SERVICE, Telemetry, build_telemetry
 from consumer.tracing import BatchTracer, extract_context, trace_headers
@@ -65,6 +65,7 @@ __all__ = [
     "openings",
     "operation_ids",
     "positions_for",
+    "redact_url",
     "run_controller",
     "trace_headers",
 ]

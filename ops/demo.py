@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
+from consumer import redact_url
 from ledger import (
     LOGIN_ROLES,
     Ledger,
@@ -188,7 +189,7 @@ def run_demo(
     run_id = uuid.uuid4().hex[:6]
     _check_policy_key()
     say = _Progress(progress)
-    say.line(f"ledger: roles and migrations on {_redact(services.database_url)}")
+    say.line(f"ledger: roles and migrations on {redact_url(services.database_url)}")
     report_m = ensure_roles(services.database_url).migrations
     say.line(f"ledger: {len(report_m.applied)} migration(s) applied, now at {report_m.current}")
     # The controller and the relay connect as their login roles (docs/ledger.md, Roles);
@@ -447,12 +448,3 @@ def _read_back(
         records, _head = ledger.audit_chain(item.operation_id)
         entry.audit_records = len(records)
         entry.audit_intact = not ledger.verify_audit(item.operation_id)
-
-
-def _redact(url: str) -> str:
-    # Never print a password that may be in the URL.
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.split("@", 1)
-        return f"{scheme}://{creds.split(':')[0]}@{host}"
-    return url
