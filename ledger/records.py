@@ -329,8 +329,15 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
         if change is not None:
             containments.append(change)
     final = views if folded is None else folded
+    # An operation whose events were all redelivered records nothing, so its row is not
+    # rewritten either: the view it was loaded with carries the lineage columns laid
+    # over it, and storing that without an audit record would leave the row differing
+    # from what its newest audit record commits to (audit/2).
+    recorded = {item.operation_id for item in audit}
     operations = tuple(
-        _operation_row(batch.views[op], final[op], firsts[op], batch.runtime) for op in firsts
+        _operation_row(batch.views[op], final[op], firsts[op], batch.runtime)
+        for op in firsts
+        if op in recorded
     )
     return BatchRows(
         operations=operations,
