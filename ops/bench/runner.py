@@ -128,7 +128,13 @@ class _Run:
         )
         self.controller = RoleProcess(
             "controller",
-            {**self.env(), "RECOVERY_CONTROLLER_INSTANCE_ID": f"bench-{self.run_id}-{label}"},
+            {
+                **self.env(),
+                "RECOVERY_CONTROLLER_INSTANCE_ID": f"bench-{self.run_id}-{label}",
+                # The benchmark's scratch database is reached with the URL it was given,
+                # usually a superuser's; the controller refuses that unless told to.
+                "RECOVERY_CONTROLLER_ALLOW_SUPERUSER": "1",
+            },
             self.config.log_dir / f"{self.run_id}-{label}-controller.log",
         )
         self.relay.start()
