@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import create_database, migrate_database
+from ledger import create_database, ensure_roles, migrate_database
 from ops.postgres import PostgresServer, start_postgres
 from tests.faults.stream import FaultRun, Feeder, drain, workload
 from tests.faults.verify import progress, verify_run
@@ -49,6 +49,7 @@ def test_a_database_restart_under_load_is_ridden_out_without_loss_or_duplicate(
     create_database(own_server.url, "recovery")
     url = own_server.url_for("recovery")
     migrate_database(url)
+    ensure_roles(url)  # the runtime connects as its roles, as on the session server
     records, _ = workload(EVENTS, seed=21)
     run = FaultRun(kafka_bootstrap, url, topic_factory, tmp_path, partitions=4)
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import create_database, migrate_database
+from ledger import create_database, ensure_roles, migrate_database
 from ops.ports import free_ports
 from ops.postgres import PostgresServer, start_postgres
 from tests.faults.processes import wait_until
@@ -66,6 +66,7 @@ def test_metrics_are_scraped_and_readyz_follows_the_database(
     create_database(own_server.url, "recovery")
     url = own_server.url_for("recovery")
     migrate_database(url)
+    ensure_roles(url)  # the runtime connects as its roles, as on the session server
     records, _ = workload(300, seed=19)
     run = FaultRun(kafka_bootstrap, url, topic_factory, tmp_path, partitions=2)
     c_port, r_port = free_ports(2)

@@ -127,6 +127,9 @@ def deployment(
     )
     env = {
         "RECOVERY_DATABASE_URL": database_url,
+        # `recoveryctl run` runs both roles on this one administrative URL of the test
+        # server; the controller refuses a superuser unless told to.
+        "RECOVERY_CONTROLLER_ALLOW_SUPERUSER": "1",
         "RECOVERY_CONTROLLER_GROUP_ID": f"otel-{uuid.uuid4().hex[:8]}",
         "RECOVERY_CONTROLLER_POLICY_PATH": str(
             write_policy(tmp_path, Ed25519PrivateKey.generate())
