@@ -77,6 +77,13 @@ from machines.event import (
 )
 from machines.guards import STANDARD_GUARDS, GuardContext, GuardResult
 from machines.invariants import ANSWERED_KINDS, Notice
+from machines.keys import (
+    KeyFileError,
+    key_id_of_text,
+    load_private_key,
+    public_key_from_text,
+    write_private_key,
+)
 from machines.loader import (
     CATALOGUE,
     ValidationReport,
@@ -104,6 +111,7 @@ from machines.policy import (
     PolicyError,
     check_policy_against_registry,
     load_policy,
+    load_roster,
     parse_policy,
 )
 from machines.provenance import (
@@ -120,6 +128,16 @@ from machines.provenance import (
     signature_path,
 )
 from machines.registry import DEFAULT_REGISTRY, load_registry, parse_registry
+from machines.roster import (
+    ANY,
+    AuthenticationError,
+    AuthRefusal,
+    Grant,
+    ProducerEntry,
+    ProducerKey,
+    Role,
+    Roster,
+)
 from machines.simulation import Simulation, SimulationError
 from machines.view import (
     LineageStatus,
@@ -132,6 +150,7 @@ from machines.view import (
 
 __all__ = [
     "ANSWERED_KINDS",
+    "ANY",
     "CANONICAL_FORM",
     "CATALOGUE",
     "DEFAULT_REGISTRY",
@@ -144,6 +163,8 @@ __all__ = [
     "ApprovalRejection",
     "Arrival",
     "AuditSpec",
+    "AuthRefusal",
+    "AuthenticationError",
     "BatchFold",
     "CapabilityKind",
     "CapabilitySpec",
@@ -159,12 +180,14 @@ __all__ = [
     "Event",
     "EventError",
     "EvidencePayload",
+    "Grant",
     "GuardContext",
     "GuardEvaluation",
     "GuardResult",
     "GuardSpec",
     "HumanDecision",
     "Invocation",
+    "KeyFileError",
     "Lineage",
     "LineageRow",
     "LineageStatus",
@@ -182,9 +205,13 @@ __all__ = [
     "Policy",
     "PolicyError",
     "Problem",
+    "ProducerEntry",
+    "ProducerKey",
     "ProvenanceError",
     "Registry",
     "RegistryInvalid",
+    "Role",
+    "Roster",
     "Rules",
     "Scope",
     "Severity",
@@ -213,6 +240,7 @@ __all__ = [
     "dump_model",
     "insecure_test_key",
     "key_id",
+    "key_id_of_text",
     "lineage_below",
     "load_case",
     "load_catalogue",
@@ -221,7 +249,9 @@ __all__ = [
     "load_machine",
     "load_pinned_machine",
     "load_policy",
+    "load_private_key",
     "load_registry",
+    "load_roster",
     "load_trusted_publishers",
     "lock_entry",
     "new_view",
@@ -232,6 +262,7 @@ __all__ = [
     "parse_policy",
     "parse_registry",
     "public_key_b64",
+    "public_key_from_text",
     "public_key_text",
     "redact",
     "run_case",
@@ -244,4 +275,5 @@ __all__ = [
     "view_from_json",
     "view_to_json",
     "with_lineage",
+    "write_private_key",
 ]

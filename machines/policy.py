@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from machines.event import sha256_digest
 from machines.model import CapabilityKind, Registry
+from machines.roster import ProducerEntry, Roster
 
 # Keys an operator might reach for to loosen an invariant. Each is refused by name so
 # the message says why, instead of a bare "extra field not permitted".
@@ -138,6 +139,10 @@ class Policy(BaseModel):
     approvers: tuple[Approver, ...] = ()
     approval_roles: tuple[str, ...] = ("recovery-approver",)
     classifier: ClassifierPolicy = ClassifierPolicy()
+    producers: tuple[ProducerEntry, ...] = Field(
+        default=(),
+        description="the producer roster (machines.roster): who may write which records",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -157,7 +162,13 @@ class Policy(BaseModel):
         dupes = sorted({i for i in ids if ids.count(i) > 1})
         if dupes:
             raise ValueError(f"approver ids listed twice: {', '.join(dupes)}")
+        Roster(producers=self.producers)  # refuses producer ids listed twice
         return self
+
+    @property
+    def roster(self) -> Roster:
+        """The producer roster of this policy (empty: no record is accepted)."""
+        return _roster(self)
 
     @property
     def digest(self) -> str:
@@ -180,11 +191,29 @@ def _policy_digest(policy: Policy) -> str:
     cached = _DIGESTS.get(id(policy))
     if cached is not None and cached[0] is policy:
         return cached[1]
-    digest = sha256_digest(policy.model_dump(mode="json"))
+    data = policy.model_dump(mode="json")
+    if not data["producers"]:
+        # Policies written before the roster existed keep the digest they had.
+        del data["producers"]
+    digest = sha256_digest(data)
     if len(_DIGESTS) > 256:
         _DIGESTS.clear()
     _DIGESTS[id(policy)] = (policy, digest)
     return digest
+
+
+_ROSTERS: dict[int, tuple[Policy, Roster]] = {}
+
+
+def _roster(policy: Policy) -> Roster:
+    cached = _ROSTERS.get(id(policy))
+    if cached is not None and cached[0] is policy:
+        return cached[1]
+    roster = Roster(producers=policy.producers)
+    if len(_ROSTERS) > 256:
+        _ROSTERS.clear()
+    _ROSTERS[id(policy)] = (policy, roster)
+    return roster
 
 
 def parse_policy(data: Any, *, source: str = "<policy>") -> Policy:
@@ -200,6 +229,19 @@ def load_policy(path: str | Path) -> Policy:
     text = Path(path).read_text(encoding="utf-8")
     data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
     return parse_policy(data, source=str(path))
+
+
+def load_roster(path: str | Path) -> Roster:
+    """The producer roster in `path`: a policy file's `producers`, or a file holding only
+    `producers:` (what a worker needs to verify the controller's commands)."""
+    text = Path(path).read_text(encoding="utf-8")
+    data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    if isinstance(data, dict) and "id" in data:
+        return parse_policy(data, source=str(path)).roster
+    try:
+        return Roster.model_validate(data)
+    except ValidationError as exc:
+        raise PolicyError(f"roster {path}: {exc}") from exc
 
 
 def check_policy_against_registry(policy: Policy, registry: Registry) -> None:

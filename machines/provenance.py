@@ -20,18 +20,17 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from machines.digest import DIGEST_PATTERN, canonical_json
 from machines.errors import Code, Location, Problem, ProvenanceError
+from machines.keys import key_id, public_key_text
 from machines.loader import load_machine
 from machines.model import Machine, Registry
 from machines.yamlsafe import parse_yaml, read_bytes
@@ -104,18 +103,6 @@ def signed_message(name: str, version: str, digest: str, publisher: str) -> byte
             "version": version,
         }
     )
-
-
-def key_id(public_key: Ed25519PublicKey) -> str:
-    """A short, stable id of a public key: `ed25519:` and 16 hex digits of its SHA-256."""
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return "ed25519:" + hashlib.sha256(raw).hexdigest()[:16]
-
-
-def public_key_text(public_key: Ed25519PublicKey) -> str:
-    """The base64 raw form used in the trusted-publishers configuration."""
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return base64.b64encode(raw).decode("ascii")
 
 
 def sign_machine(machine: Machine, publisher: str, private_key: Ed25519PrivateKey) -> SignatureFile:

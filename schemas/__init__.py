@@ -53,6 +53,16 @@ from schemas.headers import (
 )
 from schemas.kafka_log import LOGGER_PREFIX, KafkaLog, librdkafka_logger
 from schemas.ocsf import OCSF_VERSION, audit_to_ocsf, audit_to_ocsf_json
+from schemas.signing import (
+    HEADER_KEY_ID,
+    HEADER_PRODUCER,
+    HEADER_SIGNATURE,
+    RECORD_SIGNATURE_DOMAIN,
+    SIGNED_HEADERS,
+    RecordSigner,
+    record_signing_message,
+    verify_record,
+)
 
 __all__ = [
     "AVRO_DIR",
@@ -70,10 +80,15 @@ __all__ = [
     "EVENT_SCHEMA",
     "EVIDENCE_EVENT",
     "HEADER_COMMAND_ID",
+    "HEADER_KEY_ID",
+    "HEADER_PRODUCER",
     "HEADER_RECORD_ID",
     "HEADER_SCHEMA",
+    "HEADER_SIGNATURE",
     "LOGGER_PREFIX",
     "OCSF_VERSION",
+    "RECORD_SIGNATURE_DOMAIN",
+    "SIGNED_HEADERS",
     "TRACEPARENT",
     "TRACESTATE",
     "AvroSingleObjectCodec",
@@ -81,6 +96,7 @@ __all__ = [
     "Codec",
     "JsonCodec",
     "KafkaLog",
+    "RecordSigner",
     "SchemaCatalog",
     "SchemaVersion",
     "TopicNames",
@@ -96,5 +112,7 @@ __all__ = [
     "librdkafka_logger",
     "rabin_fingerprint",
     "record_id",
+    "record_signing_message",
     "record_to_event",
+    "verify_record",
 ]
