@@ -15,9 +15,14 @@ from ops.commands import (
     audit,
     db,
     demo,
+    dlq,
+    keys,
     lineage,
     machines,
+    operations,
     outbox,
+    policy,
+    review,
     run,
     simulate,
     stack,
@@ -42,3 +47,5 @@ COMMANDS.append(demo.register)
 COMMANDS.append(bench.register)
 COMMANDS.append(lineage.register)
 COMMANDS.append(outbox.register)
+COMMANDS.extend([operations.register, review.register, keys.register])
+COMMANDS.extend([dlq.register, policy.register])
