@@ -33,7 +33,7 @@ from machines.approvals import insecure_test_key, public_key_b64, sign_decision
 from machines.decision import Decision, decide
 from machines.digest import digest_of
 from machines.event import Event, HumanDecision, Lineage, Verdict
-from machines.model import Machine, Registry
+from machines.model import CapabilityKind, Machine, Registry
 from machines.policy import Approver, Policy
 from machines.view import OperationView
 
@@ -105,13 +105,31 @@ def human_targets(machine: Machine, state: str, event_type: str) -> tuple[str, .
     return tuple(t.target for t in machine.transitions_for(state, event_type))
 
 
-def awaits_human(machine: Machine, state: str) -> bool:
+def awaits_human(machine: Machine, state: str, registry: Registry) -> bool:
     """Whether an operation in `state` waits for a human: the state is not final and
-    accepts HUMAN_APPROVED or HUMAN_REJECTED."""
+    either accepts HUMAN_APPROVED (an approval is what moves it on) or accepts
+    HUMAN_REJECTED and is entered by a transition that escalates to a human (a
+    capability of kind `escalate`). A resume gate a human *may* still reject, entered
+    without escalating, does not wait for anyone."""
     found = machine.states.get(state)
     if found is None or found.final:
         return False
-    return any(event in found.on for event in HUMAN_DECISION_EVENTS)
+    if "HUMAN_APPROVED" in found.on:
+        return True
+    if "HUMAN_REJECTED" not in found.on:
+        return False
+    return any(
+        transition.target == state
+        and any(_escalates(action.capability, registry) for action in transition.actions)
+        for source in machine.states.values()
+        for transitions in source.on.values()
+        for transition in transitions
+    )
+
+
+def _escalates(capability: str, registry: Registry) -> bool:
+    spec = registry.capabilities.get(capability)
+    return spec is not None and spec.kind == CapabilityKind.ESCALATE
 
 
 @dataclass(frozen=True, slots=True)

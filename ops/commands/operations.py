@@ -91,7 +91,7 @@ def _waiting(rules: LoadedRules, op: OperationSummary | Mapping[str, Any]) -> bo
         else (row["machine_name"], row["machine_version"], row["machine_digest"])
     )
     pinned = rules.machine_for(str(name), str(version), str(digest))
-    return None if pinned is None else awaits_human(pinned, str(row["state"]))
+    return None if pinned is None else awaits_human(pinned, str(row["state"]), rules.rules.registry)
 
 
 def run_list(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:

@@ -164,10 +164,14 @@ def test_a_state_without_human_events_has_no_consequences(
 ) -> None:
     policy = Policy(id="default")
     view = open_view(email, policy, OperationSetup(operation_id=OP, agent="agent-9"), T0)
-    assert not awaits_human(email, view.state)
-    assert awaits_human(email, "unresolved")
-    assert awaits_human(email, "contained")
-    assert not awaits_human(email, "resumed")
+    assert not awaits_human(email, view.state, registry)
+    assert awaits_human(email, "unresolved", registry)
+    assert awaits_human(email, "contained", registry)
+    # Entered through human.escalate after failed containment; only a rejection leaves.
+    assert awaits_human(email, "containment-escalated", registry)
+    # The resume gate: a human may still reject, but it waits for RESUME_REQUESTED.
+    assert not awaits_human(email, "resume-pending", registry)
+    assert not awaits_human(email, "resumed", registry)
     packet = review_packet(
         machine=email,
         policy=policy,
