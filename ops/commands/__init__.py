@@ -22,6 +22,7 @@ from ops.commands import (
     operations,
     outbox,
     policy,
+    replay,
     review,
     run,
     simulate,
@@ -48,4 +49,4 @@ COMMANDS.append(bench.register)
 COMMANDS.append(lineage.register)
 COMMANDS.append(outbox.register)
 COMMANDS.extend([operations.register, review.register, keys.register])
-COMMANDS.extend([dlq.register, policy.register])
+COMMANDS.extend([dlq.register, policy.register, replay.register])
