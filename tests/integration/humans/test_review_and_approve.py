@@ -161,6 +161,18 @@ def test_escalated_operation_is_approved_with_recoveryctl_and_moves_on(
     listing = recoveryctl("ops", "list", "--database-url", reader, *rules)
     assert "op-h1" in listing.stdout
     assert "resume-pending" in listing.stdout
+    for filters, expected in [
+        (("--state", "resume-pending"), ["op-h1"]),
+        (("--state", "unresolved"), []),
+        (("--machine", "email-send@1.0.0"), ["op-h1"]),
+        (("--machine", "payment-refund"), []),
+        (("--older-than", "1h"), []),
+        (("--waiting-for-human",), []),
+    ]:
+        found = recoveryctl("ops", "list", *filters, "--json", "--database-url", reader, *rules)
+        assert found.returncode == 0, found.stderr
+        ids = [o["operation_id"] for o in json.loads(found.stdout)["operations"]]
+        assert ids == expected, filters
 
 
 def test_approval_of_a_packet_that_changed_after_display_is_refused(
