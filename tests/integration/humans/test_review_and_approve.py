@@ -140,6 +140,19 @@ def test_escalated_operation_is_approved_with_recoveryctl_and_moves_on(
         assert report["decision"]["outcome"] == "transitioned"
         assert ledger.operation("op-h1").state == "resume-pending"
 
+    # The resume gate accepts no second approval: refused before anything is signed.
+    again = json.loads(
+        recoveryctl("review", "op-h1", "--json", "--database-url", reader, *rules).stdout
+    )
+    assert again["consequences"]["approve"] is None
+    refused = recoveryctl(
+        "approve", "op-h1", "--key-file", str(key_file), "--packet-digest", again["digest"],
+        "--bootstrap", kafka_bootstrap, "--events-topic", topic, "--database-url", reader,
+        *rules,
+    )  # fmt: skip
+    assert refused.returncode == 1
+    assert "in state resume-pending, which does not accept HUMAN_APPROVED" in refused.stderr
+
     timeline = recoveryctl("ops", "show", "op-h1", "--json", "--database-url", reader, *rules)
     assert timeline.returncode == 0, timeline.stderr
     body = json.loads(timeline.stdout)
