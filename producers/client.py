@@ -16,7 +16,7 @@ a signed human decision (`publish_human_decision`).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Final
@@ -178,6 +178,44 @@ class EventPublisher:
             self._delivered(record_id, None, settled=False)
             raise ProducersError(
                 f"record {record_id}: the producer queue stayed full; the broker is slow or "
+                "down, flush and retry later"
+            )
+        self._producer.poll(0)
+
+    def republish(
+        self,
+        topic: str,
+        *,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+        tracking_id: str,
+    ) -> None:
+        """Produce a record exactly as it was once consumed: the same key, value bytes
+        and headers, nothing added (no trace context, no record id), so whatever its
+        producer signed still verifies. `recoveryctl dlq redrive` sends a dead letter's
+        original record back through here; `tracking_id` (the dead letter's id) is what
+        `flush` reports it under. Raises `ProducersError` when the local queue stays full."""
+        if self._closed:
+            raise ProducersError(f"record {tracking_id}: the publisher is closed")
+        self._pending[tracking_id] = self._pending.get(tracking_id, 0) + 1
+
+        def on_delivery(error: KafkaError | None, _message: Message[Any, Any]) -> None:
+            self._delivered(tracking_id, error)
+
+        kafka_headers: list[tuple[str, str | bytes | None]] = list(headers)
+        for _ in range(_BUFFER_RETRIES):
+            try:
+                self._producer.produce(
+                    topic, value=value, key=key, headers=kafka_headers, on_delivery=on_delivery
+                )
+                break
+            except BufferError:
+                self._producer.poll(0.1)
+        else:
+            self._delivered(tracking_id, None, settled=False)
+            raise ProducersError(
+                f"record {tracking_id}: the producer queue stayed full; the broker is slow or "
                 "down, flush and retry later"
             )
         self._producer.poll(0)

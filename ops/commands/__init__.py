@@ -15,9 +15,15 @@ from ops.commands import (
     audit,
     db,
     demo,
+    dlq,
+    keys,
     lineage,
     machines,
+    operations,
     outbox,
+    policy,
+    replay,
+    review,
     run,
     simulate,
     stack,
@@ -42,3 +48,5 @@ COMMANDS.append(demo.register)
 COMMANDS.append(bench.register)
 COMMANDS.append(lineage.register)
 COMMANDS.append(outbox.register)
+COMMANDS.extend([operations.register, review.register, keys.register])
+COMMANDS.extend([dlq.register, policy.register, replay.register])

@@ -1,0 +1,47 @@
+-- Operator reads (`ledger.inspection`, `recoveryctl ops|review|approve|dlq`): run in one
+-- read-only REPEATABLE READ transaction, so a packet or a timeline is one snapshot.
+-- Never on the event path.
+
+-- name: list_operations
+-- Filters are optional: a NULL parameter matches every row.
+SELECT operation_id, correlation_id, machine_name, machine_version, machine_digest,
+       policy_digest, state, version, initiating_principal, agent, task,
+       created_at, updated_at
+FROM operations
+WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(machine)s::text IS NULL OR machine_name = %(machine)s::text)
+  AND (%(version)s::text IS NULL OR machine_version = %(version)s::text)
+  AND (%(before)s::timestamptz IS NULL OR updated_at < %(before)s::timestamptz)
+ORDER BY updated_at, operation_id
+LIMIT %(limit)s;
+
+-- name: operation_record
+SELECT operation_id, correlation_id, machine_name, machine_version, machine_digest,
+       policy_digest, state, version, initiating_principal, agent, runtime, task,
+       origin_operation, parent_operation, depth, delegated_credentials, ancestors,
+       containing, containment_cause, created_at, updated_at
+FROM operations WHERE operation_id = %(id)s;
+
+-- name: events_of
+-- One operation's events come from one partition (its key), so the source offset
+-- orders them; rows without coordinates (none today) go last.
+SELECT event_id, event_type, envelope, source_topic, source_partition, source_offset,
+       recorded_at
+FROM events WHERE operation_id = %(id)s
+ORDER BY source_offset NULLS LAST, recorded_at, event_id;
+
+-- name: approvals_of
+SELECT event_id, approver, verdict, state, transition, expires_at, nonce
+FROM approvals WHERE operation_id = %(id)s ORDER BY expires_at, event_id;
+
+-- name: outbox_of
+SELECT id, record_id, topic, created_at, published_at, held_at, held_reason
+FROM outbox WHERE key = %(id)s ORDER BY id;
+
+-- name: dead_letters
+SELECT id, record_id, key, headers, payload, created_at, published_at
+FROM outbox WHERE topic = %(topic)s ORDER BY id;
+
+-- name: dead_letter
+SELECT id, record_id, key, headers, payload, created_at, published_at
+FROM outbox WHERE topic = %(topic)s AND record_id = %(record_id)s;
