@@ -17,7 +17,6 @@ from machines.applicability import (
 from machines.approvals import (
     ApprovalRejection,
     check_decision,
-    insecure_test_key,
     public_key_b64,
     sign_decision,
 )
@@ -102,9 +101,11 @@ from machines.model import (
 from machines.policy import (
     Policy,
     PolicyError,
+    PublicNameKey,
     check_policy_against_registry,
     load_policy,
     parse_policy,
+    public_name_keys,
 )
 from machines.provenance import (
     LockFile,
@@ -121,6 +122,7 @@ from machines.provenance import (
 )
 from machines.registry import DEFAULT_REGISTRY, load_registry, parse_registry
 from machines.simulation import Simulation, SimulationError
+from machines.testkeys import insecure_test_key
 from machines.view import (
     LineageStatus,
     OperationView,
@@ -183,6 +185,7 @@ __all__ = [
     "PolicyError",
     "Problem",
     "ProvenanceError",
+    "PublicNameKey",
     "Registry",
     "RegistryInvalid",
     "Rules",
@@ -233,6 +236,7 @@ __all__ = [
     "parse_registry",
     "public_key_b64",
     "public_key_text",
+    "public_name_keys",
     "redact",
     "run_case",
     "select_machine",
