@@ -4,8 +4,10 @@ against the real broker and a migrated ledger, so nothing but the policy stops t
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Final
@@ -71,6 +73,38 @@ def test_recoveryctl_run_refuses_to_start_without_a_policy(
     assert "controller-policy-missing" in done.stderr
     assert "ops/policy.production.yaml" in done.stderr
     assert "--demo" in done.stderr
+
+
+def test_recoveryctl_run_in_demo_mode_starts_and_names_each_public_name_key(
+    kafka_bootstrap: str, database_url: str, topic_factory: TopicFactory, tmp_path: Path
+) -> None:
+    log_path = tmp_path / "run.log"
+    env = {
+        "RECOVERY_TOPIC_EVENTS": topic_factory(),
+        "RECOVERY_CONTROLLER_GROUP_ID": uuid.uuid4().hex,
+    }
+    argv = [sys.executable, "-m", "ops.cli", "run", "--role", "controller", "--demo"]
+    argv += ["--policy", str(DEMO_POLICY), "--bootstrap", kafka_bootstrap]
+    argv += ["--database-url", with_user(database_url, "recovery_controller")]
+    with log_path.open("w", encoding="utf-8") as log:
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=role_env(env), stdin=subprocess.DEVNULL, stdout=log, stderr=log
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while " assigned " not in log_path.read_text() and time.monotonic() < deadline:
+            assert proc.poll() is None, log_path.read_text()
+            time.sleep(0.2)
+        text = log_path.read_text()
+        assert " assigned " in text, text
+        assert "RUNS IN DEMO MODE (RECOVERY_DEMO_MODE): policy demo" in text
+        assert "PUBLIC-NAME KEY" in text
+        assert "approvers[approver-dana]" in text
+        assert "starting IN DEMO MODE: policy demo" in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    assert code == 0, log_path.read_text()
 
 
 def test_python_m_consumer_refuses_a_public_name_key_with_status_2(

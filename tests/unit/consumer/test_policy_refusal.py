@@ -141,3 +141,15 @@ def test_recoveryctl_run_takes_the_policy_and_demo_mode_as_flags() -> None:
     assert (args.policy, args.demo) == ("/etc/recovery/policy.yaml", True)
     defaults = build_parser().parse_args(["run"])
     assert (defaults.policy, defaults.demo) == (None, False)
+
+
+def test_recoveryctl_run_help_says_how_to_give_the_policy(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for hint in ("--policy FILE", "RECOVERY_CONTROLLER_POLICY_PATH", "ops/policy.production.yaml"):
+        assert hint in text
+    assert "--demo" in text
+    assert "RECOVERY_DEMO_MODE=1" in text
