@@ -15,7 +15,7 @@ from consumer.batch import (
 )
 from consumer.controller import Controller, consumer_config
 from consumer.deadletter import dead_letter, dead_letter_id
-from consumer.errors import ControllerError, SettingsError, TelemetryError
+from consumer.errors import ControllerError, PolicyRefused, SettingsError, TelemetryError
 from consumer.health_server import ENV_METRICS_ADDRESS, HealthServer, Probe
 from consumer.intake import (
     Accepted,
@@ -27,13 +27,14 @@ from consumer.intake import (
     Rejected,
 )
 from consumer.metrics import ControllerMetrics
-from consumer.service import load_rules, redact_url, run_controller
-from consumer.settings import ControllerSettings
+from consumer.service import controller_policy, load_rules, redact_url, run_controller
+from consumer.settings import ENV_DEMO_MODE, ControllerSettings
 from consumer.telemetry import CONTROLLER_SERVICE, RELAY_SERVICE, Telemetry, build_telemetry
 from consumer.tracing import BatchTracer, extract_context, trace_headers
 
 __all__ = [
     "CONTROLLER_SERVICE",
+    "ENV_DEMO_MODE",
     "ENV_METRICS_ADDRESS",
     "FORGED_REFUSALS",
     "RELAY_SERVICE",
@@ -47,6 +48,7 @@ __all__ = [
     "HealthServer",
     "Intake",
     "IntakeResult",
+    "PolicyRefused",
     "Probe",
     "RawRecord",
     "Refusal",
@@ -57,6 +59,7 @@ __all__ = [
     "TelemetryError",
     "build_telemetry",
     "consumer_config",
+    "controller_policy",
     "dead_letter",
     "dead_letter_id",
     "decide_batch",

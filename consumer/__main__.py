@@ -1,9 +1,11 @@
 """`python -m consumer`: one controller group member, configured from the environment
 (`consumer.settings`), stopped cleanly by SIGTERM or SIGINT: the batch in hand is
 committed or abandoned (and replayed by the next owner), then the member leaves the
-group and closes the ledger. Exit status 0 on a clean stop, 2 on bad settings, 1 when
-the controller could not start or failed. With `RECOVERY_METRICS_ADDRESS` set (host:port)
-it serves /metrics, /healthz and /readyz there (`consumer.health_server`)."""
+group and closes the ledger. Exit status 0 on a clean stop, 2 on bad settings (a
+missing policy, RECOVERY_CONTROLLER_POLICY_PATH, or one refused outside demo mode,
+RECOVERY_DEMO_MODE=1, included), 1 when the controller could not start or failed.
+With `RECOVERY_METRICS_ADDRESS` set (host:port) it serves /metrics, /healthz and
+/readyz there (`consumer.health_server`)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import sys
 import threading
 from types import FrameType
 
-from consumer.errors import ControllerError, SettingsError
+from consumer.errors import ControllerError, PolicyRefused, SettingsError
 from consumer.health_server import ENV_METRICS_ADDRESS, HealthServer
 from consumer.service import run_controller
 from consumer.settings import ControllerSettings
@@ -42,6 +44,9 @@ def main() -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         run_controller(settings, stop, health=health)
+    except PolicyRefused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except ControllerError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -388,6 +388,7 @@ class Controller:
 
     def _advice_failed(self, error: object) -> None:
         self.advisory_commit_failures += 1
+        self.metrics.advisory_commit_failed(_error_name(error))
         log.debug("advisory offset commit to Kafka failed (the ledger's offsets stand): %s", error)
 
     def _rewind(self, consumer: Consumer, records: Sequence[RawRecord]) -> None:
@@ -541,3 +542,14 @@ def _named_record(
             continue
         return coords, Refusal(code, f"record {coords}: {exc}", event.event_id, event.operation_id)
     return None
+
+
+def _error_name(error: object) -> str:
+    """The name of a Kafka error (`REBALANCE_IN_PROGRESS`, `_TRANSPORT`, ...), from a
+    `KafkaError` or a `KafkaException` holding one; `unknown` otherwise. Bounded, so fit
+    for a metric label."""
+    if isinstance(error, KafkaException) and error.args:
+        error = error.args[0]
+    if isinstance(error, KafkaError):
+        return str(error.name())
+    return "unknown"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ControllerError", "SettingsError", "TelemetryError"]
+__all__ = ["ControllerError", "PolicyRefused", "SettingsError", "TelemetryError"]
 
 
 class ControllerError(Exception):
@@ -19,3 +19,8 @@ class SettingsError(ControllerError):
 class TelemetryError(ControllerError):
     """The configured telemetry exporter cannot be used; pick `console` or `none`, or
     install the exporter package."""
+
+
+class PolicyRefused(ControllerError):
+    """The controller will not run under this policy (none given, or it holds a key
+    derived from a public name) outside demo mode; the message says which and what to do."""

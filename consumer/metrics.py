@@ -5,8 +5,11 @@ Instruments (all prefixed `recovery.controller.`; the table is in docs/controlle
 `events.processed`, `events.rejected` (decisions that changed nothing: rejected, refused,
 final), `events.duplicated`, `events.dead_lettered` (by `reason`), `batches` (attempts
 by `result`: committed, fenced, conflict, unavailable), `decision.latency` and
-`batch.latency` (seconds), and the `consumer.lag` gauge per owned partition (high
-watermark minus the stored next offset).
+`batch.latency` (seconds), the `consumer.lag` gauge per owned partition (high
+watermark minus the stored next offset), and `advisory_commit.failures` (by `reason`,
+the Kafka error's name): offset commits to Kafka that failed. Those are advice only (the
+ledger's offsets are authoritative), so a failure loses nothing, but while they fail
+Kafka's tools show a stale lag.
 
 Counts are recorded only after the batch transaction commits, so a replayed batch is
 never counted twice.
@@ -61,6 +64,11 @@ class ControllerMetrics:
         self._batch_latency = meter.create_histogram(
             "recovery.controller.batch.latency", unit="s", description="consume to commit"
         )
+        self._advice_failures = meter.create_counter(
+            "recovery.controller.advisory_commit.failures",
+            unit="{commit}",
+            description="advisory offset commits to Kafka that failed (the ledger's stand)",
+        )
         self._lag_lock = threading.Lock()
         self._lag: dict[tuple[str, int], int] = {}
         meter.create_observable_gauge(
@@ -90,6 +98,10 @@ class ControllerMetrics:
             self._dead.add(1, {**self._group, "reason": refusal.code})
         self._batch_latency.record(seconds, self._group)
         self.batch("committed")
+
+    def advisory_commit_failed(self, reason: str) -> None:
+        """One advisory offset commit to Kafka failed with the error named `reason`."""
+        self._advice_failures.add(1, {**self._group, "reason": reason})
 
     def set_lag(self, lags: Mapping[tuple[str, int], int]) -> None:
         """Replace the lag of the partitions this controller owns."""

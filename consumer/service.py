@@ -4,6 +4,10 @@ build telemetry, run until stopped, close everything it opened.
 `run_controller(settings, stop)` is what `python -m consumer`, `recoveryctl run` and the
 fault tests call; it returns when `stop` is set (after leaving the group) and raises
 `ControllerError` when the controller cannot start or fails fatally.
+
+The policy is explicit (`controller_policy`): without a policy file, or with a key in it
+that `machines.insecure_test_key` derives from a public name, the controller refuses to
+start (`PolicyRefused`) unless `demo_mode` is set, and then logs a WARNING for each.
 """
 
 from __future__ import annotations
@@ -13,10 +17,10 @@ import threading
 from urllib.parse import urlsplit, urlunsplit
 
 from consumer.controller import Controller
-from consumer.errors import ControllerError
+from consumer.errors import ControllerError, PolicyRefused
 from consumer.health import controller_probes
 from consumer.health_server import HealthServer
-from consumer.settings import ControllerSettings
+from consumer.settings import ENV_DEMO_MODE, ControllerSettings
 from consumer.telemetry import CONTROLLER_SERVICE, Telemetry, build_telemetry
 from ledger import LedgerError, PostgresLedger, current_role, require_current_schema
 from machines import (
@@ -30,26 +34,85 @@ from machines import (
     load_policy,
     load_registry,
     load_trusted_publishers,
+    public_name_keys,
 )
 
-__all__ = ["check_database_role", "load_rules", "redact_url", "run_controller"]
+__all__ = [
+    "check_database_role",
+    "controller_policy",
+    "load_rules",
+    "redact_url",
+    "run_controller",
+]
 
 log = logging.getLogger("consumer")
+
+_TEMPLATE = "ops/policy.production.yaml"
+_DOCS = 'docs/controller.md, "Policy and demo mode"'
+
+
+def controller_policy(settings: ControllerSettings, *, warn: bool = True) -> Policy:
+    """The policy the controller runs under: the file `settings.policy_path`, checked.
+    Raises `PolicyRefused` when no file is given or the policy holds a key derived from
+    a public name (`machines.public_name_keys`), unless `settings.demo_mode`; in demo
+    mode it logs (with `warn`) a WARNING saying so and naming each such key. Raises
+    `ControllerError` when the file cannot be read or is invalid."""
+    if settings.policy_path is None:
+        if not settings.demo_mode:
+            raise PolicyRefused(
+                f"controller-policy-missing: controller {settings.instance_id} has no "
+                "policy file and will not run under the built-in one, which trusts no "
+                "verifier and lists no approver; give it one with "
+                "RECOVERY_CONTROLLER_POLICY_PATH=FILE (`recoveryctl run --policy FILE`), "
+                f"starting from the commented template {_TEMPLATE} ({_DOCS}), or set "
+                f"{ENV_DEMO_MODE}=1 (`recoveryctl run --demo`) to try it out"
+            )
+        policy = Policy(id="default")
+    else:
+        try:
+            policy = load_policy(settings.policy_path)
+        except (PolicyError, OSError) as exc:
+            raise ControllerError(f"controller cannot load its policy: {exc}") from exc
+    weak = public_name_keys(policy)
+    if weak and not settings.demo_mode:
+        raise PolicyRefused(
+            f"controller-public-name-key-refused: policy {policy.id} from "
+            f"{settings.policy_path} holds {len(weak)} key(s) derived from a public name, "
+            "so anyone who knows the name can sign as that holder: "
+            + "; ".join(k.describe() for k in weak)
+            + "; replace each with the public key of a private key only its holder has "
+            f"(see {_TEMPLATE}), or set {ENV_DEMO_MODE}=1 (`recoveryctl run --demo`) for a "
+            "demo"
+        )
+    if warn and settings.demo_mode:
+        log.warning(
+            "controller %s RUNS IN DEMO MODE (%s): policy %s from %s; never run a "
+            "production controller like this (%s)",
+            settings.instance_id,
+            ENV_DEMO_MODE,
+            policy.id,
+            settings.policy_path or "<built-in default: no trusted verifier, no approver>",
+            _DOCS,
+        )
+        for key in weak:
+            log.warning(
+                "DEMO MODE: policy %s trusts a PUBLIC-NAME KEY, anyone can sign as its holder: %s",
+                policy.id,
+                key.describe(),
+            )
+    return policy
 
 
 def load_rules(settings: ControllerSettings) -> tuple[dict[str, Machine], Rules]:
     """The pinned machines (each checked against the lock file and its publisher's
-    signature) and the registry and policy every decision is made under. Raises
-    `ControllerError` naming the file that was refused."""
+    signature) and the registry and policy (`controller_policy`) every decision is made
+    under. Raises `ControllerError` naming the file that was refused, `PolicyRefused`
+    when the policy is missing or holds a public-name key outside demo mode."""
     try:
         registry = load_registry(settings.registry_path)
         trust = load_trusted_publishers(settings.trusted_publishers_path)
         machines = load_locked_machines(settings.lock_path, registry, trust)
-        policy = (
-            load_policy(settings.policy_path)
-            if settings.policy_path is not None
-            else Policy(id="default")
-        )
+        policy = controller_policy(settings)
         check_policy_against_registry(policy, registry)
     except (MachineError, PolicyError, OSError) as exc:
         raise ControllerError(f"controller cannot load its machines or policy: {exc}") from exc
@@ -112,8 +175,9 @@ def run_controller(
     `health`, when given, serves this controller's metrics and probes."""
     machines, rules = load_rules(settings)
     log.info(
-        "controller %s starting: policy %s (%s) from %s, broker %s, database %s",
+        "controller %s starting%s: policy %s (%s) from %s, broker %s, database %s",
         settings.instance_id,
+        " IN DEMO MODE" if settings.demo_mode else "",
         rules.policy.id,
         rules.policy.digest,
         settings.policy_path or "<built-in default>",

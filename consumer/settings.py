@@ -3,6 +3,8 @@
 Every setting has an environment variable `RECOVERY_CONTROLLER_<NAME>` except the two
 the whole stack shares (`RECOVERY_KAFKA_BOOTSTRAP`, `RECOVERY_DATABASE_URL`, see
 `schemas.deployment`) and the topic names (`RECOVERY_TOPIC_*`, see `schemas.TopicNames`).
+Demo mode is also read from `RECOVERY_DEMO_MODE` (`ENV_DEMO_MODE`), the name the README
+and compose use; `RECOVERY_CONTROLLER_DEMO_MODE` works as well.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from consumer.errors import SettingsError
 from machines import DEFAULT_REGISTRY
 from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, TopicNames
 
-__all__ = ["ENV_PREFIX", "ControllerSettings", "Exporter"]
+__all__ = ["ENV_DEMO_MODE", "ENV_PREFIX", "ControllerSettings", "Exporter"]
 
 ENV_PREFIX: Final = "RECOVERY_CONTROLLER_"
+ENV_DEMO_MODE: Final = "RECOVERY_DEMO_MODE"
 _MACHINES = Path(DEFAULT_REGISTRY).resolve().parent
 
 Exporter = Literal["none", "console", "otlp"]
@@ -63,7 +66,15 @@ class ControllerSettings(BaseModel):
     registry_path: Path = Field(default=Path(DEFAULT_REGISTRY))
     lock_path: Path = Field(default=_MACHINES / "machines.lock")
     trusted_publishers_path: Path = Field(default=_MACHINES / "trusted-publishers.yaml")
+    # The operator policy (RECOVERY_CONTROLLER_POLICY_PATH, `recoveryctl run --policy`).
+    # Required: without one, or with a key derived from a public name in it, the
+    # controller refuses to start unless `demo_mode` is set (docs/controller.md,
+    # "Policy and demo mode"); start from ops/policy.production.yaml.
     policy_path: Path | None = None
+    # Demo mode (RECOVERY_DEMO_MODE=1, `recoveryctl run --demo`): run without a policy
+    # file (the built-in policy trusts no verifier and has no approver) or with
+    # public-name keys, logging a WARNING for each. Never in production.
+    demo_mode: bool = False
     # Health (docs/operations.md): the loop is wedged when it has not turned for this
     # long; the member is not ready while a partition is more records behind than this.
     stall_after_s: float = Field(default=60.0, gt=0)
@@ -91,6 +102,8 @@ class ControllerSettings(BaseModel):
         if env.get(ENV_DATABASE_URL):
             data["database_url"] = env[ENV_DATABASE_URL]
         data["topics"] = TopicNames.from_env(env)
+        if env.get(ENV_DEMO_MODE):
+            data["demo_mode"] = env[ENV_DEMO_MODE]
         for name in cls.model_fields:
             value = env.get(ENV_PREFIX + name.upper())
             if value and name not in {"topics", "consumer_config"}:
@@ -112,4 +125,6 @@ def _variable(loc: tuple[int | str, ...]) -> str:
         return ENV_KAFKA_BOOTSTRAP
     if name == "database_url":
         return ENV_DATABASE_URL
+    if name == "demo_mode":
+        return f"{ENV_DEMO_MODE} or {ENV_PREFIX}DEMO_MODE"
     return ENV_PREFIX + name.upper()

@@ -17,7 +17,6 @@ from machines.applicability import (
 from machines.approvals import (
     ApprovalRejection,
     check_decision,
-    insecure_test_key,
     public_key_b64,
     sign_decision,
 )
@@ -110,10 +109,12 @@ from machines.policy import (
     Approver,
     Policy,
     PolicyError,
+    PublicNameKey,
     check_policy_against_registry,
     load_policy,
     load_roster,
     parse_policy,
+    public_name_keys,
 )
 from machines.provenance import (
     LockFile,
@@ -151,6 +152,7 @@ from machines.roster import (
     Roster,
 )
 from machines.simulation import Simulation, SimulationError
+from machines.testkeys import insecure_test_key
 from machines.view import (
     LineageStatus,
     OperationView,
@@ -224,6 +226,7 @@ __all__ = [
     "ProducerEntry",
     "ProducerKey",
     "ProvenanceError",
+    "PublicNameKey",
     "Registry",
     "RegistryInvalid",
     "ReplayMismatch",
@@ -286,6 +289,7 @@ __all__ = [
     "public_key_b64",
     "public_key_from_text",
     "public_key_text",
+    "public_name_keys",
     "redact",
     "replay_decisions",
     "review_packet",

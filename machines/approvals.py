@@ -23,6 +23,9 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from machines.event import HumanDecision, canonical_bytes
 from machines.policy import Policy
+
+# Re-exported: test cases import it from here.
+from machines.testkeys import insecure_test_key as insecure_test_key
 from machines.view import OperationView
 
 SIGNATURE_DOMAIN = "agent-recovery/human-decision/v1"
@@ -60,15 +63,6 @@ def public_key_b64(private_key: Ed25519PrivateKey) -> str:
     """The raw public key of `private_key`, base64, as the policy roster stores it."""
     raw = private_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     return base64.b64encode(raw).decode("ascii")
-
-
-def insecure_test_key(seed_name: str) -> Ed25519PrivateKey:
-    """A deterministic private key derived from a name, for test cases and simulations
-    only: anyone who knows the name can sign, so a production roster never uses these."""
-    import hashlib
-
-    seed = hashlib.sha256(f"agent-recovery test key:{seed_name}".encode()).digest()
-    return Ed25519PrivateKey.from_private_bytes(seed)
 
 
 _KEYS: dict[str, Ed25519PublicKey] = {}

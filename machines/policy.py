@@ -12,6 +12,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from machines.event import sha256_digest
 from machines.model import CapabilityKind, Registry
 from machines.roster import ProducerEntry, Roster
+from machines.testkeys import public_name_key_b64
 
 # Keys an operator might reach for to loosen an invariant. Each is refused by name so
 # the message says why, instead of a bare "extra field not permitted".
@@ -276,3 +279,70 @@ def check_policy_against_registry(policy: Policy, registry: Registry) -> None:
             )
     if problems:
         raise PolicyError(f"policy {policy.id}: " + "; ".join(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class PublicNameKey:
+    """A public key in a policy that `machines.insecure_test_key(name)` derives from a
+    name: whoever knows the name holds the private key. `holder` is the roster entry
+    (e.g. `approvers[approver-dana]`), `name` the name it derives from."""
+
+    holder: str
+    public_key: str
+    name: str
+
+    def describe(self) -> str:
+        """One line for logs and refusals."""
+        return f"{self.holder} key {self.public_key} = insecure_test_key({self.name!r})"
+
+
+def policy_keys(policy: Policy) -> Iterator[tuple[str, str, str]]:
+    """Every public key the policy holds, as (holder, its own id, base64 key). A roster
+    added to the policy (producers, verifiers) adds its entries here, and
+    `public_name_keys` then checks them too."""
+    for approver in policy.approvers:
+        yield f"approvers[{approver.id}]", approver.id, approver.public_key
+    for producer in policy.producers:
+        for key in producer.keys:
+            yield f"producers[{producer.id}]", producer.id, key.public_key
+
+
+def policy_names(policy: Policy) -> set[str]:
+    """Every string the policy contains (ids, roles, capabilities, verifier names,
+    params): the names a key could be derived from that anyone reading the policy knows."""
+    names: set[str] = set()
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            names.add(value)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                names.add(str(key))
+                walk(item)
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item)
+
+    walk(policy.model_dump(mode="json"))
+    return names
+
+
+def public_name_keys(policy: Policy, extra_names: Iterable[str] = ()) -> tuple[PublicNameKey, ...]:
+    """The keys of `policy` that are derived from a public name: each listed key compared
+    with `insecure_test_key` of its holder's id and of every name in the policy (and of
+    `extra_names`). Pure; the controller refuses to start when this is not empty unless
+    it runs in demo mode (docs/controller.md). Ordered by holder."""
+    keys = list(policy_keys(policy))
+    if not keys:
+        return ()
+    candidates = policy_names(policy) | set(extra_names)
+    derived: dict[str, str] = {}
+    for name in sorted(candidates):
+        derived.setdefault(public_name_key_b64(name), name)
+    found: list[PublicNameKey] = []
+    for holder, own_id, key in keys:
+        if key == public_name_key_b64(own_id):
+            found.append(PublicNameKey(holder, key, own_id))
+        elif key in derived:
+            found.append(PublicNameKey(holder, key, derived[key]))
+    return tuple(sorted(found, key=lambda k: k.holder))

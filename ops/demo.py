@@ -211,6 +211,9 @@ def run_demo(
         topics=names,
         controller_overrides={
             "policy_path": DEMO_POLICY,
+            # Demo mode: the demo's approver key is derived from a public name, which
+            # the controller refuses anywhere else (docs/controller.md).
+            "demo_mode": True,
             # Stable groups: a demo run on a reused stack resumes where the last one
             # stopped instead of replaying every earlier run's events and commands.
             "group_id": "recovery-demo-controller",

@@ -339,6 +339,42 @@ class RecoveryClient:
         self.publisher.publish(event)
         return event
 
+    def action_result(
+        self,
+        command: CapabilityCommand,
+        succeeded: bool,
+        evidence: EvidencePayload | None = None,
+        *,
+        event_type: str | None = None,
+        evidence_ref: str | None = None,
+        event_time: datetime | None = None,
+    ) -> Event:
+        """The result event of `command`, built but not published (`report_action_result`
+        publishes it). Its causation is the command id (SPEC §6.4: an action never
+        advances state silently) and everything else is a function of the arguments:
+        the event id is `result:<command id>` and the event time, unless given, is the
+        command's `issued_at`, so reporting the same outcome of the same command twice
+        (a worker that crashed after reporting, before committing) builds the same
+        event, which the controller dedupes instead of refusing it as an event-id
+        conflict. Without `event_type`, the command's kind picks it (`RESULT_EVENTS`;
+        verification by the evidence outcome); a kind without a convention must name
+        one. Raises `ProducersError` for an outcome with no result event and
+        `WireError` for an envelope the controller would refuse."""
+        chosen = event_type or _result_event(command, succeeded, evidence)
+        return self.build_event(
+            chosen,
+            event_id=f"result:{command.command_id}",
+            operation_id=command.operation_id,
+            correlation_id=command.correlation_id,
+            machine_name=command.machine_name,
+            machine_version=command.machine_version,
+            lineage=command.lineage,
+            evidence_ref=evidence_ref or f"command:{command.command_id}",
+            event_time=event_time or command.issued_at,
+            evidence=evidence,
+            causation=command.command_id,
+        )
+
     def report_action_result(
         self,
         command: CapabilityCommand,
@@ -349,26 +385,19 @@ class RecoveryClient:
         evidence_ref: str | None = None,
         event_time: datetime | None = None,
     ) -> Event:
-        """Publish the result of `command` as an event whose causation is the command id
-        (SPEC §6.4: an action never advances state silently). The event id is derived
-        from the command id, so a worker that reports the same command twice produces
-        the same event id and the controller dedupes it. Without `event_type`, the
-        command's kind picks it (`RESULT_EVENTS`; verification by the evidence
-        outcome); a kind without a convention must name one."""
-        chosen = event_type or _result_event(command, succeeded, evidence)
-        return self.publish_event(
-            chosen,
-            event_id=f"result:{command.command_id}",
-            operation_id=command.operation_id,
-            correlation_id=command.correlation_id,
-            machine_name=command.machine_name,
-            machine_version=command.machine_version,
-            lineage=command.lineage,
-            evidence_ref=evidence_ref or f"command:{command.command_id}",
+        """Publish `action_result(...)` (see there: the same outcome of the same command
+        is the same event); returns it (flush to confirm delivery). Raises as
+        `action_result`, and `ProducersError` when the producer queue stays full."""
+        event = self.action_result(
+            command,
+            succeeded,
+            evidence,
+            event_type=event_type,
+            evidence_ref=evidence_ref,
             event_time=event_time,
-            evidence=evidence,
-            causation=command.command_id,
         )
+        self.publisher.publish(event)
+        return event
 
     def publish_human_decision(
         self,

@@ -5,10 +5,21 @@ It shows the contract a real worker keeps (DESIGN "Action results are events"):
 - it reads `recovery.commands` in a consumer group with auto-commit off, and commits a
   batch's offsets only after every result event of the batch is acknowledged by the
   broker, so a crash re-executes a command rather than losing its result;
-- it dedupes on the `recovery-command-id` header (bounded memory), and the result's
-  event id is derived from the command id, so a redelivered command that slips past the
-  in-memory window still produces the same event, which the controller dedupes;
+- it dedupes on the `recovery-command-id` header (bounded memory), and the result event
+  is a function of the command and the handler's answer (`RecoveryClient.action_result`:
+  event id `result:<command id>`, event time the command's `issued_at` unless the
+  handler says when the effect completed), so a redelivered command that slips past the
+  in-memory window, answered the same way, produces the same event, which the
+  controller dedupes;
+- a result it cannot hand to the producer (the queue stays full) stops the run without
+  committing, as a failed flush does, so the command is redelivered instead of its
+  result being lost;
 - it continues the command's trace (W3C headers) around the handler and the report.
+
+What it cannot do alone: a crash after the handler acted and before the result was
+acknowledged re-executes the command on redelivery. Only a durable store of executions
+by command id in the handler (docs/capability-worker.md) makes that harmless and makes
+the second answer equal to the first.
 
 The handlers in `demo_handlers` are in-memory fakes for the demo and the tests. `run`
 returns when its `stop` event is set; nothing here loops forever or prints.
@@ -22,6 +33,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, Message
@@ -59,12 +71,17 @@ _tracer = trace.get_tracer(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ActionResult:
-    """What a handler did. `event_type` overrides the conventional result event."""
+    """What a handler did. `event_type` overrides the conventional result event;
+    `completed_at` (UTC) is when the effect completed, the result's event time (the
+    command's `issued_at` when not given). A handler answering a repeated command from
+    its store returns the stored values, `completed_at` included, so the report is the
+    same event as the first."""
 
     succeeded: bool
     evidence: EvidencePayload | None = None
     event_type: str | None = None
     evidence_ref: str | None = None
+    completed_at: datetime | None = None
 
 
 # None means "nothing to report": the machine does not listen for this capability's
@@ -82,6 +99,8 @@ class WorkerStats:
     duplicates: int = 0
     skipped: int = 0
     undecodable: int = 0
+    # Handler answers no result event fits (logged, never retried: a fault of the handler).
+    unreportable: int = 0
 
 
 class CapabilityWorker:
@@ -130,26 +149,27 @@ class CapabilityWorker:
                 messages = consumer.consume(self._batch_size, self._poll_timeout)
                 consumed_before = stats.consumed
                 batch_ids: list[str] = []
-                for message in messages:
-                    self._handle(message, stats, batch_ids)
-                if stats.consumed == consumed_before:
-                    continue  # nothing but broker notices: no offset to commit
-                self._settle(consumer, batch_ids)
+                try:
+                    for message in messages:
+                        self._handle(message, stats, batch_ids)
+                    if stats.consumed == consumed_before:
+                        continue  # nothing but broker notices: no offset to commit
+                    self._settle(consumer)
+                except Exception:
+                    # Nothing of this batch is committed; forget its commands so that
+                    # their redelivery (to this worker or the next) runs them again.
+                    for command_id in batch_ids:
+                        self._seen.pop(command_id, None)
+                    raise
         finally:
             consumer.close()
         return stats
 
-    def _settle(self, consumer: Consumer, batch_ids: list[str]) -> None:
+    def _settle(self, consumer: Consumer) -> None:
         # Results first, offsets second: a crash between the two re-executes the batch,
-        # and the deterministic result ids make that harmless. If either step fails,
-        # the batch's commands are forgotten so that their redelivery runs them again.
-        try:
-            self._client.flush()
-            consumer.commit(asynchronous=False)
-        except Exception:
-            for command_id in batch_ids:
-                self._seen.pop(command_id, None)
-            raise
+        # and the deterministic result events make a re-report a duplicate.
+        self._client.flush()
+        consumer.commit(asynchronous=False)
 
     def _handle(self, message: Message[Any, Any], stats: WorkerStats, batch_ids: list[str]) -> None:
         error = message.error()
@@ -211,16 +231,21 @@ class CapabilityWorker:
         if result is None:
             return
         try:
-            self._client.report_action_result(
+            event = self._client.action_result(
                 command,
                 result.succeeded,
                 result.evidence,
                 event_type=result.event_type,
                 evidence_ref=result.evidence_ref,
+                event_time=result.completed_at,
             )
-        except ProducersError as exc:
+        except (ProducersError, WireError) as exc:
+            # The handler's answer fits no result event: retrying cannot fix it.
+            stats.unreportable += 1
             _log.error("command %s: result not reported: %s", command.command_id, exc)
             return
+        # A full queue raises here and stops the run uncommitted (see `run`).
+        self._client.publisher.publish(event)
         stats.reported += 1
 
     def _already_seen(self, command_id: str, batch_ids: list[str]) -> bool:

@@ -81,7 +81,8 @@ def build_outbox(events: int, seed: int) -> tuple[MemoryLedger, tuple[OutboxReco
     """A ledger holding the outbox of about `events` workload records decided by the
     controller's planning, and every unpublished row of it in insertion order."""
     settings = ControllerSettings(bootstrap="unused", database_url="unused")
-    settings = settings.model_copy(update={"policy_path": BENCH_POLICY})
+    # The bench policy is the demo's, with a public-name approver key: demo mode.
+    settings = settings.model_copy(update={"policy_path": BENCH_POLICY, "demo_mode": True})
     machines, rules = load_rules(settings)
     intake = Intake(machines, max_record_bytes=1024 * 1024)
     ledger = MemoryLedger()

@@ -113,6 +113,8 @@ class _Run:
             "RECOVERY_KAFKA_BOOTSTRAP": self.config.bootstrap,
             "RECOVERY_DATABASE_URL": self.url,
             "RECOVERY_CONTROLLER_POLICY_PATH": str(BENCH_POLICY),
+            # The bench policy is the demo's, with a public-name approver key.
+            "RECOVERY_DEMO_MODE": "1",
             "RECOVERY_CONTROLLER_GROUP_ID": self.group,
             "RECOVERY_CONTROLLER_BATCH_MAX_RECORDS": str(self.config.batch_max_records),
         }

@@ -2,8 +2,10 @@
 
 Starts the local stack (`recoveryctl stack up`, or uses the services named by
 --bootstrap/--database-url or RECOVERY_KAFKA_BOOTSTRAP/RECOVERY_DATABASE_URL), applies
-the ledger migrations, creates the topics, starts the controller, the outbox relay and
-the example capability worker, and plays seven failed agent operations through the
+the ledger migrations, creates the topics, starts the controller (in demo mode, under
+ops/demo_policy.yaml, whose approver key is derived from a public name: a WARNING says
+so; never run a deployment like this), the outbox relay and the example capability
+worker, and plays seven failed agent operations through the
 catalogue machines, with a signed human approval and rejection. Then it prints each
 operation's path through its states, the commands the controller emitted (read back
 from the commands topic) and whether its audit chain verifies. The stack keeps running

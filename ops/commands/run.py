@@ -10,7 +10,16 @@ with its own clients: the controller (`consumer.service.run_controller`) and `--
 outbox relay instances. SIGTERM or SIGINT sets one stop event: every role finishes or
 abandons its current batch without loss and the process exits 0. A role that dies
 stops the others and the process exits 1, so a supervisor (compose, systemd,
-Kubernetes) restarts it. Exit 2: no services known, or the schema is not current.
+Kubernetes) restarts it. Exit 2: no services known, the schema is not current, or the
+controller has no policy or a refused one.
+
+The controller needs an operator policy: `--policy FILE` (or
+RECOVERY_CONTROLLER_POLICY_PATH). Start from the commented template
+ops/policy.production.yaml (trusted verifiers, approvers' Ed25519 public keys, budgets).
+Without one, or with a policy whose keys are derived from public names, it refuses to
+start unless `--demo` (or RECOVERY_DEMO_MODE=1) runs it in demo mode, which logs a
+WARNING for each thing it lets through. `recoveryctl demo` runs in demo mode with
+ops/demo_policy.yaml. See docs/controller.md, "Policy and demo mode".
 
 `--metrics-address HOST:PORT` (or RECOVERY_METRICS_ADDRESS; off when neither is set)
 serves /metrics (Prometheus), /healthz and /readyz for every role of the process from
@@ -32,10 +41,12 @@ from types import FrameType
 from typing import Any, Final, TextIO
 
 from consumer import (
+    ENV_DEMO_MODE,
     ENV_METRICS_ADDRESS,
     RELAY_SERVICE,
     ControllerError,
     HealthServer,
+    PolicyRefused,
     SettingsError,
     Telemetry,
     build_telemetry,
@@ -92,6 +103,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=("notify", "poll"),
         default="notify",
         help="how an idle relay learns of new rows (default notify; see docs/relay.md)",
+    )
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="the controller's operator policy (default: $RECOVERY_CONTROLLER_POLICY_PATH); "
+        "required unless --demo; start from ops/policy.production.yaml",
+    )
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help=f"demo mode (also ${ENV_DEMO_MODE}=1): run without a policy or with "
+        "public-name keys, with a WARNING; never in production",
     )
     parser.add_argument(
         "--allow-superuser",
@@ -181,10 +204,15 @@ def run_roles(
     """Start `roles` (`controller`, `relay`) as threads against `services`; returns the
     running `Runtime`. `controller_overrides` are controller settings on top of the
     environment's (`consumer.settings.ControllerSettings`). Set `stop` and call `join`
-    to end them cleanly. Raises `ControllerError` for invalid controller settings.
+    to end them cleanly. Raises `ControllerError` for invalid controller settings and
+    `PolicyRefused` for a missing or refused policy, before any role starts.
     `health` serves every role's metrics and probes."""
     runtime = Runtime(stop)
     names = topics or TopicNames.from_env()
+    controller: Callable[[threading.Event], object] | None = None
+    if "controller" in roles:  # first: a refused policy starts nothing
+        overrides = {"topics": names, **(controller_overrides or {})}
+        controller = _controller_target(services, overrides, health)
     if "relay" in roles:
         relay_url = services.relay_url or services.database_url
         ledger = PostgresLedger(relay_url, max_size=max(2, relays + 1))
@@ -211,9 +239,8 @@ def run_roles(
             health.add("relay", live=live, ready=ready)
         for relay in built:
             runtime.start(relay.instance, relay.run)
-    if "controller" in roles:
-        overrides = {"topics": names, **(controller_overrides or {})}
-        runtime.start("controller", _controller_target(services, overrides, health))
+    if controller is not None:
+        runtime.start("controller", controller)
     return runtime
 
 
@@ -234,13 +261,16 @@ def _controller_target(
 ) -> Callable[[threading.Event], object]:
     # Imported here: the relay role must run even where the controller's dependencies
     # (the machine catalogue, the lock file) are not deployed.
-    from consumer import ControllerSettings, run_controller
+    from consumer import ControllerSettings, controller_policy, run_controller
 
     settings = ControllerSettings.from_env(
         bootstrap=services.bootstrap,
         database_url=services.controller_url or services.database_url,
         **overrides,
     )
+    # Refused before any role starts, so the process exits with the reason, not a
+    # traceback from the controller's thread (which checks again, and warns).
+    controller_policy(settings, warn=False)
 
     def target(stop: threading.Event) -> None:
         run_controller(settings, stop, health=health)
@@ -315,6 +345,18 @@ def _prepare(args: argparse.Namespace, err: TextIO) -> tuple[Services | None, in
     return services, 0
 
 
+def _controller_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The controller settings the flags set (the environment's stand otherwise)."""
+    flags: dict[str, Any] = {}
+    if args.allow_superuser:
+        flags["allow_superuser"] = True
+    if args.policy:
+        flags["policy_path"] = args.policy
+    if args.demo:
+        flags["demo_mode"] = True
+    return flags
+
+
 def _serve(args: argparse.Namespace, stop: threading.Event, err: TextIO) -> int:
     services, code = _prepare(args, err)
     if services is None:
@@ -333,14 +375,14 @@ def _serve(args: argparse.Namespace, stop: threading.Event, err: TextIO) -> int:
             stop,
             relays=args.relays,
             relay_settings=RelaySettings(wake=args.relay_wake),
-            controller_overrides={"allow_superuser": True} if args.allow_superuser else None,
+            controller_overrides=_controller_flags(args),
             health=health,
         )
     except (LedgerError, ControllerError, SettingsError) as exc:
         print(f"recoveryctl run: {exc}", file=err)
         if health is not None:
             health.close()
-        return 1
+        return 2 if isinstance(exc, PolicyRefused) else 1
     if health is not None:
         runtime.closers.insert(0, health.close)
     print(f"recoveryctl run: {', '.join(roles)} running; SIGTERM stops", file=err)

@@ -40,7 +40,9 @@ def _case_id(pair: tuple[Path, Path]) -> str:
 @pytest.fixture(scope="module")
 def locked() -> dict[str, Machine]:
     """The machines the controller runs: pinned by the lock file, signatures checked."""
-    settings = ControllerSettings(bootstrap="unused:9092", database_url="postgresql:///unused")
+    settings = ControllerSettings(
+        bootstrap="unused:9092", database_url="postgresql:///unused", demo_mode=True
+    )
     machines, _ = load_rules(settings)
     return machines
 

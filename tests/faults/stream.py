@@ -81,6 +81,8 @@ class FaultRun:
             "RECOVERY_DATABASE_URL": self.database_url,
             "RECOVERY_CONTROLLER_GROUP_ID": self.group,
             "RECOVERY_CONTROLLER_POLICY_PATH": str(BENCH_POLICY),
+            # The bench policy is the demo's, with a public-name approver key.
+            "RECOVERY_DEMO_MODE": "1",
             "RECOVERY_CONTROLLER_BATCH_MAX_RECORDS": "500",
             "RECOVERY_CONTROLLER_BATCH_MAX_WAIT_MS": "100",
             "RECOVERY_CONTROLLER_SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS),

@@ -231,7 +231,7 @@ def replay_matches_ledger(bootstrap: str, database_url: str, topics: TopicNames)
     """Replay the input through the core and compare with the ledger (module
     docstring); raises `FaultError` quoting the first mismatches."""
     settings = ControllerSettings(
-        bootstrap=bootstrap, database_url=database_url, policy_path=BENCH_POLICY
+        bootstrap=bootstrap, database_url=database_url, policy_path=BENCH_POLICY, demo_mode=True
     )
     machines, rules = load_rules(settings)
     intake = Intake(machines, max_record_bytes=settings.max_record_bytes)

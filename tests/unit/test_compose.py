@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from consumer import ENV_METRICS_ADDRESS
 from ops.cli import build_parser
 from ops.paths import repo_root
 from ops.settings import (
@@ -70,10 +71,12 @@ def test_runtime_services_read_the_project_env_vars_and_reach_the_services(
     command = service["command"]
     assert command[:4] == ["recoveryctl", "run", "--role", role]
     # Only flags `recoveryctl run` accepts, and the schema and topics are prepared.
-    assert set(command[4:]) == {"--migrate", "--create-topics"}
-    build_parser().parse_args(command[1:])
+    args = build_parser().parse_args(command[1:])
+    assert args.migrate
+    assert args.create_topics
+    assert not args.demo, "compose must not run the controller in demo mode"
     environment = service["environment"]
-    assert set(environment) == {ENV_KAFKA_BOOTSTRAP, ENV_DATABASE_URL}
+    assert set(environment) == {ENV_KAFKA_BOOTSTRAP, ENV_DATABASE_URL, ENV_METRICS_ADDRESS}
 
     kafka_host, kafka_port = environment[ENV_KAFKA_BOOTSTRAP].split(":")
     assert kafka_host == "kafka"
@@ -105,3 +108,29 @@ def test_the_runtime_image_ships_every_package_and_runs_recoveryctl() -> None:
     assert "constraints.txt" in dockerfile
     assert "USER recovery" in dockerfile
     assert 'CMD ["recoveryctl", "run"' in dockerfile
+
+
+def test_the_controller_runs_under_a_mounted_policy_file(services: dict[str, Any]) -> None:
+    service = services["controller"]
+    args = build_parser().parse_args(service["command"][1:])
+    assert args.policy, "the controller refuses to start without --policy"
+    # source:target:ro, where the source itself holds a ":-"
+    mounts = {str(v).rsplit(":", 2)[1]: str(v).rsplit(":", 2)[0] for v in service["volumes"]}
+    assert args.policy in mounts, f"--policy {args.policy} is not a mounted file"
+    # ${RECOVERY_POLICY_FILE:-default}: the default is the shipped template.
+    source = mounts[args.policy]
+    assert source.startswith("${RECOVERY_POLICY_FILE:-")
+    assert source.endswith("}")
+    default = source.removeprefix("${RECOVERY_POLICY_FILE:-").removesuffix("}")
+    assert Path(repo_root(), default).resolve() == Path(repo_root(), "ops/policy.production.yaml")
+
+
+@pytest.mark.parametrize("role", RUNTIME_ROLES)
+def test_runtime_services_are_health_checked_on_their_metrics_port(
+    services: dict[str, Any], role: str
+) -> None:
+    service = services[role]
+    port = int(service["environment"][ENV_METRICS_ADDRESS].rsplit(":", 1)[1])
+    probe = " ".join(service["healthcheck"]["test"])
+    assert f"http://127.0.0.1:{port}/healthz" in probe
+    assert _host_ports(service) == {port}

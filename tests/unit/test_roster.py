@@ -119,3 +119,16 @@ def test_policy_holds_the_roster_and_refuses_duplicates() -> None:
         parse_policy({"id": "x", "producers": [producer, producer]})
     with pytest.raises(ValueError, match="32"):
         parse_policy({"id": "x", "producers": [{**producer, "keys": [{"public_key": "AAAA"}]}]})
+
+
+def test_a_producer_key_derived_from_a_public_name_is_found() -> None:
+    from machines import insecure_test_key, public_name_keys
+
+    derived = public_key_text(insecure_test_key("tool.payments").public_key())
+    real = public_key_text(Ed25519PrivateKey.generate().public_key())
+    producers = [
+        {"id": "tool.payments", "keys": [{"public_key": derived}], "grants": [{"role": "tool"}]},
+        {"id": "tool.mail", "keys": [{"public_key": real}], "grants": [{"role": "tool"}]},
+    ]
+    found = public_name_keys(parse_policy({"id": "x", "producers": producers}))
+    assert [k.holder for k in found] == ["producers[tool.payments]"]

@@ -225,7 +225,9 @@ def test_forged_approval_is_recorded_as_refused_and_dead_lettered(
 def _digest(name: str) -> str:
     from consumer import ControllerSettings, load_rules
 
-    machines, _ = load_rules(ControllerSettings(bootstrap="unused", database_url="unused"))
+    machines, _ = load_rules(
+        ControllerSettings(bootstrap="unused", database_url="unused", demo_mode=True)
+    )
     return machines[f"{name}@1.0.0"].digest
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -14,11 +15,16 @@ from ledger.migrations import available_migrations, migrate_database
 
 pytestmark = pytest.mark.integration
 
+# The shipped template: an explicit policy, as the controller requires.
+POLICY = Path(__file__).resolve().parents[3] / "ops" / "policy.production.yaml"
+
 
 def test_controller_refuses_a_ledger_without_its_migrations_and_names_them(
     empty_database: str,
 ) -> None:
-    settings = ControllerSettings(bootstrap="127.0.0.1:9", database_url=empty_database)
+    settings = ControllerSettings(
+        bootstrap="127.0.0.1:9", database_url=empty_database, policy_path=POLICY
+    )
 
     with pytest.raises(ControllerError, match=r"lacks migrations 0001_ledger.*db migrate"):
         run_controller(settings, threading.Event())
@@ -32,7 +38,9 @@ def test_controller_refuses_a_ledger_missing_only_the_newest_migration(
     # As a ledger of the previous release records it: every migration but the newest.
     with psycopg.connect(empty_database, autocommit=True) as conn:
         conn.execute("DELETE FROM ledger_migrations WHERE version = %s", (newest.version,))
-    settings = ControllerSettings(bootstrap="127.0.0.1:9", database_url=empty_database)
+    settings = ControllerSettings(
+        bootstrap="127.0.0.1:9", database_url=empty_database, policy_path=POLICY
+    )
 
     label = f"{newest.version:04d}_{newest.name}"
     with pytest.raises(ControllerError, match=rf"lacks migrations {label};"):

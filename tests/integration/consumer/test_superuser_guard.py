@@ -30,7 +30,10 @@ def test_controller_refuses_to_start_as_a_superuser_and_says_what_to_do(
     database_url: str,
 ) -> None:
     settings = ControllerSettings(
-        bootstrap="127.0.0.1:9", database_url=database_url, instance_id="controller-su"
+        bootstrap="127.0.0.1:9",
+        database_url=database_url,
+        instance_id="controller-su",
+        policy_path=ROOT / "ops" / "policy.production.yaml",
     )
     with pytest.raises(ControllerError) as caught:
         run_controller(settings, threading.Event())

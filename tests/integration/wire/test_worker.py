@@ -4,15 +4,19 @@ ignores its redelivery, and reports the result as an event caused by the command
 from __future__ import annotations
 
 import threading
+import uuid
 from datetime import UTC, datetime
 
 import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka.admin import AdminClient
 from opentelemetry.sdk.trace import TracerProvider
 
 from machines.event import Lineage
 from producers import (
     CapabilityWorker,
     EventPublisher,
+    ProducersError,
     RecoveryClient,
     WorkerStats,
     demo_handlers,
@@ -164,3 +168,81 @@ def test_a_handler_that_raises_is_reported_as_a_failed_action(
     assert event.event_type == "CONTAINMENT_FAILED"
     assert event.causation == stop_task.command_id
     assert event.evidence_ref == "error:RuntimeError"
+
+
+def test_a_result_that_cannot_be_queued_stops_the_run_uncommitted_and_is_not_lost(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    topics = TopicNames(events=topic_factory(), commands=topic_factory())
+    commands = [
+        _command(f"op-refund-1/{n}/0", "payment.verify-refund", "verify", demo_outcome="found")
+        for n in (1, 2)
+    ]
+    with EventPublisher(kafka_bootstrap, topics=topics) as publisher:
+        for command in commands:
+            _send(publisher, topics.commands, command)
+    group = f"workers-{uuid.uuid4().hex[:8]}"
+
+    # The worker's producer holds one record and lingers 6 s before sending it: the
+    # first result is queued, the second cannot be while the client retries (5 s),
+    # though the first is delivered in the end (a slow broker, not a dead one).
+    stuck = EventPublisher(
+        kafka_bootstrap,
+        topics=topics,
+        producer_config={"queue.buffering.max.messages": 1, "linger.ms": 6000},
+    )
+    failures: list[BaseException] = []
+    worker = CapabilityWorker(
+        kafka_bootstrap,
+        group,
+        RecoveryClient(stuck, producer="worker-payments"),
+        demo_handlers(),
+        poll_timeout=0.2,
+    )
+
+    halt = threading.Event()
+
+    def run() -> None:
+        try:
+            worker.run(halt)
+        except ProducersError as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=30)
+    kept_running = thread.is_alive()
+    halt.set()  # so that a failing run still ends
+    thread.join(timeout=30)
+    assert not kept_running, "the worker kept running past a result it could not queue"
+    stuck.close(timeout=30)  # the first result is delivered
+    [failure] = failures
+    assert "producer queue stayed full" in str(failure)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
+    committed = [p.offset for p in listed.result(timeout=30).topic_partitions if p.offset >= 0]
+    assert committed == [], f"offsets committed past an unreported result: {committed}"
+
+    # The next worker of the group gets both commands again and reports both.
+    stop = threading.Event()
+    stats: list[WorkerStats] = []
+    with EventPublisher(kafka_bootstrap, topics=topics) as publisher:
+        again = CapabilityWorker(
+            kafka_bootstrap,
+            group,
+            RecoveryClient(publisher, producer="worker-payments"),
+            demo_handlers(),
+            poll_timeout=0.2,
+        )
+        thread = threading.Thread(target=lambda: stats.append(again.run(stop)))
+        thread.start()
+        try:
+            # The first worker's one delivered result, then this worker's two.
+            results = read_messages(kafka_bootstrap, topics.events, 3)
+        finally:
+            stop.set()
+            thread.join(timeout=30)
+    causes = [record_to_event(WireDecoder().decode(m.value(), None)[1]).causation for m in results]
+    first, second = (c.command_id for c in commands)
+    assert sorted(str(c) for c in causes) == [first, first, second]
+    assert stats[0].reported == 2

@@ -26,7 +26,9 @@ FOUND = EvidencePayload(outcome="applied", verifier="verifier-1", reference="v-1
 @cache
 def pinned() -> tuple[dict[str, Machine], Rules]:
     """The catalogue's pinned machines and rules trusting `verifier-1`."""
-    machines, rules = load_rules(ControllerSettings(bootstrap="unused", database_url="unused"))
+    machines, rules = load_rules(
+        ControllerSettings(bootstrap="unused", database_url="unused", demo_mode=True)
+    )
     policy = Policy(id="unit", trusted_verifiers=("verifier-1",))
     return machines, Rules(policy=policy, registry=rules.registry)
 
