@@ -122,6 +122,7 @@ from machines.provenance import (
     signature_path,
 )
 from machines.registry import DEFAULT_REGISTRY, load_registry, parse_registry
+from machines.replay import ReplayMismatch, compare_decisions, replay_decisions
 from machines.review import (
     HUMAN_DECISION_EVENTS,
     HYPOTHETICAL_APPROVER,
@@ -201,6 +202,7 @@ __all__ = [
     "ProvenanceError",
     "Registry",
     "RegistryInvalid",
+    "ReplayMismatch",
     "ReviewPacket",
     "Rules",
     "Scope",
@@ -224,6 +226,7 @@ __all__ = [
     "catalogue_packages",
     "check_decision",
     "check_policy_against_registry",
+    "compare_decisions",
     "containment_of",
     "decide",
     "digest_of",
@@ -254,6 +257,7 @@ __all__ = [
     "public_key_b64",
     "public_key_text",
     "redact",
+    "replay_decisions",
     "review_packet",
     "run_case",
     "select_machine",

@@ -23,6 +23,7 @@ from ops.commands import (
     operations,
     outbox,
     policy,
+    replay,
     review,
     run,
     simulate,
@@ -49,5 +50,5 @@ COMMANDS.append(bench.register)
 COMMANDS.append(lineage.register)
 COMMANDS.append(outbox.register)
 COMMANDS.extend([operations.register, review.register, keys.register])
-COMMANDS.extend([dlq.register, policy.register])
+COMMANDS.extend([dlq.register, policy.register, replay.register])
 COMMANDS.append(console.register)

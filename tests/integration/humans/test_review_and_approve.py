@@ -140,6 +140,19 @@ def test_escalated_operation_is_approved_with_recoveryctl_and_moves_on(
         assert report["decision"]["outcome"] == "transitioned"
         assert ledger.operation("op-h1").state == "resume-pending"
 
+    # The resume gate accepts no second approval: refused before anything is signed.
+    again = json.loads(
+        recoveryctl("review", "op-h1", "--json", "--database-url", reader, *rules).stdout
+    )
+    assert again["consequences"]["approve"] is None
+    refused = recoveryctl(
+        "approve", "op-h1", "--key-file", str(key_file), "--packet-digest", again["digest"],
+        "--bootstrap", kafka_bootstrap, "--events-topic", topic, "--database-url", reader,
+        *rules,
+    )  # fmt: skip
+    assert refused.returncode == 1
+    assert "in state resume-pending, which does not accept HUMAN_APPROVED" in refused.stderr
+
     timeline = recoveryctl("ops", "show", "op-h1", "--json", "--database-url", reader, *rules)
     assert timeline.returncode == 0, timeline.stderr
     body = json.loads(timeline.stdout)
@@ -161,6 +174,18 @@ def test_escalated_operation_is_approved_with_recoveryctl_and_moves_on(
     listing = recoveryctl("ops", "list", "--database-url", reader, *rules)
     assert "op-h1" in listing.stdout
     assert "resume-pending" in listing.stdout
+    for filters, expected in [
+        (("--state", "resume-pending"), ["op-h1"]),
+        (("--state", "unresolved"), []),
+        (("--machine", "email-send@1.0.0"), ["op-h1"]),
+        (("--machine", "payment-refund"), []),
+        (("--older-than", "1h"), []),
+        (("--waiting-for-human",), []),
+    ]:
+        found = recoveryctl("ops", "list", *filters, "--json", "--database-url", reader, *rules)
+        assert found.returncode == 0, found.stderr
+        ids = [o["operation_id"] for o in json.loads(found.stdout)["operations"]]
+        assert ids == expected, filters
 
 
 def test_approval_of_a_packet_that_changed_after_display_is_refused(
