@@ -31,7 +31,7 @@ from typing import TextIO
 
 import uvicorn
 
-from ops.commands.db import add_ledger_options, resolved_url_or_report
+from ops.commands.db import resolved_url_or_report
 from ops.commands.output import print_json, resolve_bootstrap, topics_with
 from ops.commands.rules import add_rules_options, load_rules_or_report, parse_duration
 from ops.console import ConsoleConfig, TokenError, TokenFile, console_app
@@ -86,7 +86,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="how long a sign-in lasts (default 8h)",
     )
     parser.add_argument("--tokens-file", type=Path, metavar="FILE", help="console tokens file")
-    add_ledger_options(parser)
+    parser.add_argument(
+        "--database-url", metavar="URL", help="ledger database URL (the recovery_reader role)"
+    )
     add_rules_options(parser)
     parser.set_defaults(handler=run_serve)
     actions = parser.add_subparsers(dest="console_action", metavar="ACTION")
