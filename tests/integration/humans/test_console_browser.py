@@ -3,8 +3,8 @@ against the real broker, database and a running controller: an escalated operati
 in the queue, the reviewer signs in with a console token, imports the Ed25519 key into
 WebCrypto (non-extractable), signs the approval in the page, and the operation moves
 on; a packet that changed after display is refused with nothing published; sign-in with
-a wrong token and posts without the session's CSRF token are refused; a dead letter is
-listed with its coded reason.
+a wrong token, a key outside the roster and posts without the session's CSRF token are
+refused; a dead letter is listed with its coded reason.
 
 One browser per module. In CI (CI=true) a missing /usr/bin/chromium fails the run;
 elsewhere it skips. Screenshots go to RECOVERY_CONSOLE_SCREENSHOTS when set
@@ -278,7 +278,7 @@ def test_reviewer_signs_an_escalated_operation_in_chromium_and_it_moves_on(
 
 def test_console_refuses_a_changed_packet_a_bad_token_and_a_post_without_csrf(
     browser: Any, console: Console, kafka_bootstrap: str, database_url: str, topic: str,
-    ledger: Ledger, policy: Path, key_file: Path, shots: Path,
+    ledger: Ledger, policy: Path, key_file: Path, shots: Path, tmp_path: Path,
 ) -> None:  # fmt: skip
     settings = settings_for(kafka_bootstrap, database_url, topic, policy, _group())
     context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -291,6 +291,14 @@ def test_console_refuses_a_changed_packet_a_bad_token_and_a_post_without_csrf(
         tool = Tool(kafka_bootstrap, topic)
         _escalate(tool, ledger, "op-c2")
         _sign_in(page, console)
+        # A key that is not approver-1's is refused by the roster check.
+        stranger = tmp_path / "stranger.pem"
+        assert recoveryctl("keys", "generate", "--out", str(stranger)).returncode == 0
+        page.goto(f"{console.url}/key")
+        page.set_input_files("#key-file", str(stranger))
+        page.click("#import-key")
+        page.wait_for_selector("#key-state.refused")
+        assert "is not approver-1's" in page.inner_text("#key-state")
         _import_key(page, console, key_file)
         page.goto(f"{console.url}/operations/op-c2/review")
         # A late event moves the ledger history after the page was assembled.
