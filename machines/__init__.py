@@ -19,6 +19,7 @@ from machines.approvals import (
     check_decision,
     public_key_b64,
     sign_decision,
+    signing_payload,
 )
 from machines.batch import BatchFold, OperationSetup, Rules, open_view
 from machines.casefile import (
@@ -298,6 +299,7 @@ __all__ = [
     "sign_decision",
     "sign_machine",
     "signature_path",
+    "signing_payload",
     "validate_path",
     "validate_text",
     "view_from_json",

@@ -10,7 +10,8 @@ waits and raises `DeliveryFailed` for every record the broker did not acknowledg
 
 `RecoveryClient` builds valid envelopes on top of it: any event (`publish_event`), the
 result of a capability command (`report_action_result`, causation = the command id) and
-a signed human decision (`publish_human_decision`).
+a signed human decision (`publish_human_decision`, or `publish_signed_decision` for one
+signed elsewhere).
 """
 
 from __future__ import annotations
@@ -441,15 +442,49 @@ class RecoveryClient:
             ),
             private_key,
         )
-        return self.publish_event(
-            "HUMAN_APPROVED" if verdict == "approved" else "HUMAN_REJECTED",
-            event_id=f"decision:{nonce}",
-            operation_id=operation_id,
+        return self.publish_signed_decision(
+            decision,
             correlation_id=correlation_id,
             machine_name=machine_name,
             machine_version=machine_version,
             lineage=lineage,
-            evidence_ref=f"approval:{self.producer}:{nonce}",
+            event_time=event_time,
+        )
+
+    def publish_signed_decision(
+        self,
+        decision: HumanDecision,
+        *,
+        correlation_id: str,
+        machine_name: str,
+        machine_version: str,
+        lineage: Lineage,
+        event_time: datetime | None = None,
+    ) -> Event:
+        """Publish a decision an approver signed elsewhere (the reviewer console's page
+        signs in the browser) as HUMAN_APPROVED or HUMAN_REJECTED. The approver must be
+        this client's producer identity; the signature is published as it is and checked
+        by the controller (`machines.check_decision`)."""
+        if decision.approver != self.producer:
+            raise ProducersError(
+                f"decision for operation {decision.operation_id} is signed by "
+                f"{decision.approver}, but this client publishes as {self.producer}; make "
+                "a RecoveryClient for the approver"
+            )
+        if not decision.signature:
+            raise ProducersError(
+                f"decision for operation {decision.operation_id} by {decision.approver} has "
+                "no signature; sign it first (`machines.sign_decision`)"
+            )
+        return self.publish_event(
+            "HUMAN_APPROVED" if decision.decision == "approved" else "HUMAN_REJECTED",
+            event_id=f"decision:{decision.nonce}",
+            operation_id=decision.operation_id,
+            correlation_id=correlation_id,
+            machine_name=machine_name,
+            machine_version=machine_version,
+            lineage=lineage,
+            evidence_ref=f"approval:{self.producer}:{decision.nonce}",
             event_time=event_time,
             human_decision=decision,
         )

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from ops.bench import command as bench
 from ops.commands import (
     audit,
+    console,
     db,
     demo,
     dlq,
@@ -50,3 +51,4 @@ COMMANDS.append(lineage.register)
 COMMANDS.append(outbox.register)
 COMMANDS.extend([operations.register, review.register, keys.register])
 COMMANDS.extend([dlq.register, policy.register, replay.register])
+COMMANDS.append(console.register)
