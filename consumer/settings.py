@@ -17,7 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from consumer.errors import SettingsError
 from machines import DEFAULT_REGISTRY
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, TopicNames
+from schemas import (
+    ENV_DATABASE_URL,
+    ENV_KAFKA_BOOTSTRAP,
+    KafkaConfigError,
+    KafkaSecurity,
+    TopicNames,
+)
 
 __all__ = ["ENV_PREFIX", "ControllerSettings", "Exporter"]
 
@@ -41,6 +47,9 @@ class ControllerSettings(BaseModel):
     group_id: str = Field(default="recovery-controller", min_length=1)
     instance_id: str = Field(default_factory=_instance, min_length=1)
     topics: TopicNames = Field(default_factory=TopicNames.from_env)
+    # How it authenticates to Kafka: RECOVERY_KAFKA_SECURITY_PROTOCOL, ..._SASL_*,
+    # ..._SSL_CA_LOCATION, ..._CONFIG_FILE (schemas.KafkaSecurity).
+    kafka_security: KafkaSecurity = Field(default_factory=KafkaSecurity.from_env)
     # One batch: at most this many records, waiting at most this long for them. The
     # batch is also the bound on in-flight work: nothing is fetched for processing
     # until the previous batch is committed or abandoned.
@@ -91,9 +100,13 @@ class ControllerSettings(BaseModel):
         if env.get(ENV_DATABASE_URL):
             data["database_url"] = env[ENV_DATABASE_URL]
         data["topics"] = TopicNames.from_env(env)
+        try:
+            data["kafka_security"] = KafkaSecurity.from_env(env)
+        except KafkaConfigError as exc:
+            raise SettingsError(f"invalid controller settings: {exc}") from exc
         for name in cls.model_fields:
             value = env.get(ENV_PREFIX + name.upper())
-            if value and name not in {"topics", "consumer_config"}:
+            if value and name not in {"topics", "consumer_config", "kafka_security"}:
                 data[name] = value
         data.update(overrides)
         try:

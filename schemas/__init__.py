@@ -52,6 +52,20 @@ from schemas.headers import (
     record_id,
 )
 from schemas.kafka_log import LOGGER_PREFIX, KafkaLog, librdkafka_logger
+from schemas.kafka_security import (
+    ENV_KAFKA_CONFIG_FILE,
+    ENV_KAFKA_SASL_MECHANISM,
+    ENV_KAFKA_SASL_PASSWORD,
+    ENV_KAFKA_SASL_PASSWORD_FILE,
+    ENV_KAFKA_SASL_USERNAME,
+    ENV_KAFKA_SECURITY_PROTOCOL,
+    ENV_KAFKA_SSL_CA_LOCATION,
+    KAFKA_PRINCIPALS,
+    KafkaConfigError,
+    KafkaSecurity,
+    kafka_config,
+    read_client_properties,
+)
 from schemas.ocsf import OCSF_VERSION, audit_to_ocsf, audit_to_ocsf_json
 
 __all__ = [
@@ -65,6 +79,13 @@ __all__ = [
     "DEFAULT_TOPICS",
     "ENV_DATABASE_URL",
     "ENV_KAFKA_BOOTSTRAP",
+    "ENV_KAFKA_CONFIG_FILE",
+    "ENV_KAFKA_SASL_MECHANISM",
+    "ENV_KAFKA_SASL_PASSWORD",
+    "ENV_KAFKA_SASL_PASSWORD_FILE",
+    "ENV_KAFKA_SASL_USERNAME",
+    "ENV_KAFKA_SECURITY_PROTOCOL",
+    "ENV_KAFKA_SSL_CA_LOCATION",
     "ENV_TOPIC_PREFIX",
     "EVENT_ENVELOPE",
     "EVENT_SCHEMA",
@@ -72,6 +93,7 @@ __all__ = [
     "HEADER_COMMAND_ID",
     "HEADER_RECORD_ID",
     "HEADER_SCHEMA",
+    "KAFKA_PRINCIPALS",
     "LOGGER_PREFIX",
     "OCSF_VERSION",
     "TRACEPARENT",
@@ -80,7 +102,9 @@ __all__ = [
     "CapabilityCommand",
     "Codec",
     "JsonCodec",
+    "KafkaConfigError",
     "KafkaLog",
+    "KafkaSecurity",
     "SchemaCatalog",
     "SchemaVersion",
     "TopicNames",
@@ -93,8 +117,10 @@ __all__ = [
     "event_to_json",
     "event_to_record",
     "header_value",
+    "kafka_config",
     "librdkafka_logger",
     "rabin_fingerprint",
+    "read_client_properties",
     "record_id",
     "record_to_event",
 ]

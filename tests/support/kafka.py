@@ -7,6 +7,8 @@ import uuid
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from schemas import kafka_config
+
 __all__ = ["TopicFactory", "unique_name"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -23,7 +25,7 @@ class TopicFactory:
     """Creates topics for one test and deletes them all at its end."""
 
     def __init__(self, bootstrap: str, hint: str) -> None:
-        self._admin = AdminClient({"bootstrap.servers": bootstrap})
+        self._admin = AdminClient(kafka_config(bootstrap))
         self._hint = hint
         self.created: list[str] = []
 
