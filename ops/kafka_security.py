@@ -22,7 +22,7 @@ import datetime as dt
 import ipaddress
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -55,7 +55,7 @@ class BrokerSecurity:
 
     ca_path: Path
     keystore_path: Path
-    passwords: Mapping[str, str]
+    passwords: Mapping[str, str] = field(repr=False)
     clients_dir: Path
 
     def client(self, component: str) -> KafkaSecurity:

@@ -21,6 +21,7 @@ that exists is a no-op, so `provision_acls` is safe to run any number of times.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Final
@@ -152,6 +153,7 @@ def provision_acls(
     """Create the bindings of `acl_bindings` (idempotent), connecting as `security`
     (else the environment's settings; it must be a principal allowed to alter ACLs: the
     admin). A broker without an authorizer is reported (`enabled` False), not an error.
+    Returns once the broker lists every binding (it enforces them from then on).
     Raises `ProvisionError` naming the binding the broker refused."""
     bindings = acl_bindings(names, groups=groups)
     admin = _admin(bootstrap, security)
@@ -172,7 +174,29 @@ def provision_acls(
                 "admin principal (RECOVERY_KAFKA_CONFIG_FILE=<stack>/kafka/clients/"
                 "admin.properties)"
             ) from exc
-    return AclReport(True, tuple(AclEntry.of(b) for b in bindings))
+    entries = tuple(AclEntry.of(b) for b in bindings)
+    _wait_until_listed(bootstrap, security, entries, timeout)
+    return AclReport(True, entries)
+
+
+def _wait_until_listed(
+    bootstrap: str, security: KafkaSecurity | None, wanted: tuple[AclEntry, ...], timeout: float
+) -> None:
+    # The controller commits new ACLs before the broker's authorizer has replayed them:
+    # a client right after `create_acls` could still be refused. Wait (bounded) until
+    # the broker lists them all.
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = list_acls(bootstrap, security=security, timeout=timeout).entries
+        missing = set(wanted) - set(listed)
+        if not missing:
+            return
+        if time.monotonic() >= deadline:
+            raise ProvisionError(
+                f"{len(missing)} ACLs created on {bootstrap} are not listed by the broker "
+                f"{timeout:.0f} s later (e.g. {sorted(missing, key=str)[0]}); check its log"
+            )
+        time.sleep(0.1)
 
 
 def list_acls(

@@ -7,7 +7,7 @@ import uuid
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from schemas import kafka_config
+from schemas import KafkaSecurity, kafka_config
 
 __all__ = ["TopicFactory", "unique_name"]
 
@@ -24,8 +24,9 @@ def unique_name(hint: str) -> str:
 class TopicFactory:
     """Creates topics for one test and deletes them all at its end."""
 
-    def __init__(self, bootstrap: str, hint: str) -> None:
-        self._admin = AdminClient(kafka_config(bootstrap))
+    def __init__(self, bootstrap: str, hint: str, security: KafkaSecurity | None = None) -> None:
+        # As `security` (else the environment's principal: the session broker's admin).
+        self._admin = AdminClient(kafka_config(bootstrap, security))
         self._hint = hint
         self.created: list[str] = []
 
