@@ -41,6 +41,7 @@ __all__ = [
     "SCRAM_MECHANISM",
     "BrokerSecurity",
     "ensure_broker_security",
+    "write_compose_material",
 ]
 
 ENV_KAFKA_PASSWORD_PREFIX: Final = "RECOVERY_KAFKA_PASSWORD_"
@@ -101,6 +102,44 @@ def ensure_broker_security(
     for component in security.client_files():
         _write_private(security.client_file(component), _properties(security.client(component)))
     return security
+
+
+# Inside the compose containers (compose.yaml mounts `<dir>/kafka` there).
+_COMPOSE_SECRETS: Final = Path("/etc/kafka/secrets")
+_COMPOSE_IMAGE_UID: Final = 1000  # the apache/kafka image's `appuser`
+
+
+def write_compose_material(directory: Path) -> Path:
+    """TLS material and passwords for `compose.yaml`, kept in `directory` (default
+    `.stack/compose`): `kafka/` (mounted into the broker: `ca.pem`, `broker.pem` and the
+    admin's `admin.properties` for its health check, paths as the container sees them)
+    and `compose.env` (0600: `RECOVERY_KAFKA_PASSWORD_<COMPONENT>=...` for
+    `docker compose --env-file`). Returns the env file."""
+    security = ensure_broker_security(ensure_dir(directory / "material", 0o700))
+    mounted = ensure_dir(directory / "kafka", 0o755)
+    (mounted / "ca.pem").write_text(security.ca_path.read_text())
+    _write_private(mounted / "broker.pem", security.keystore_path.read_text())
+    # Java client settings (the image's kafka-broker-api-versions.sh reads them).
+    admin = KAFKA_PRINCIPALS["admin"]
+    java = [
+        "security.protocol=SASL_SSL",
+        f"sasl.mechanism={SCRAM_MECHANISM}",
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{admin}" password="{security.passwords[admin]}";',
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={_COMPOSE_SECRETS / 'ca.pem'}",
+    ]
+    _write_private(mounted / "admin.properties", "\n".join(java) + "\n")
+    if os.geteuid() == 0:  # the broker container reads them as its own user
+        for name in ("broker.pem", "admin.properties"):
+            os.chown(mounted / name, _COMPOSE_IMAGE_UID, _COMPOSE_IMAGE_UID)
+    env_file = directory / "compose.env"
+    lines = [
+        f"{ENV_KAFKA_PASSWORD_PREFIX}{component.upper()}={security.passwords[user]}"
+        for component, user in KAFKA_PRINCIPALS.items()
+    ]
+    _write_private(env_file, "\n".join(lines) + "\n")
+    return env_file
 
 
 def _properties(client: KafkaSecurity) -> str:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from ops.errors import StackError
+from ops.kafka_security import write_compose_material
+from ops.paths import stack_dir
 from ops.settings import ENV_KAFKA_PLAINTEXT
 from ops.stack import ServiceStatus, StackState, stack_down, stack_status, stack_up
 from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_CONFIG_FILE
@@ -46,6 +49,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     down.add_argument("--json", action="store_true", help="print what was stopped as JSON")
     down.set_defaults(handler=_down)
 
+    compose = actions.add_parser(
+        "compose-env",
+        help="write the TLS material and Kafka passwords compose.yaml needs (kept once made)",
+    )
+    compose.add_argument(
+        "--dir", type=Path, default=None, help="where (default: <stack dir>/compose)"
+    )
+    compose.set_defaults(handler=_compose_env)
+
     status = actions.add_parser("status", help="say whether each service answers now")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(handler=_status)
@@ -64,6 +76,14 @@ def _up(args: argparse.Namespace) -> int:
     if stack.reused:
         print(f"already running since {state.started_at:%Y-%m-%d %H:%M:%S} UTC")
     _print_state(state)
+    return 0
+
+
+def _compose_env(args: argparse.Namespace) -> int:
+    directory = args.dir or stack_dir() / "compose"
+    env_file = write_compose_material(directory)
+    print(f"wrote {directory / 'kafka'} (broker TLS material) and {env_file} (0600)")
+    print(f"  docker compose --env-file {env_file} up -d")
     return 0
 
 
