@@ -211,7 +211,7 @@ def run_demo(
     # security"): admin provisions, tools and the approver publish as `tool`, the worker
     # as `worker`, the controller and the relay as themselves.
     admin = services.kafka_for("admin")
-    say.line(f"kafka: {services.bootstrap} as {admin.describe()}")
+    say.line(f"kafka: {services.bootstrap} ({admin.describe()})")
     for result in provision(services.bootstrap, partitions, names=names, security=admin):
         say.line(f"topic {result.name}: {'created' if result.created else 'exists'}")
     acls = provision_acls(services.bootstrap, names, security=admin)

@@ -72,5 +72,5 @@ def _show(args: argparse.Namespace) -> int:
     print("  ".join(c.upper().ljust(widths[c]) for c in _COLUMNS).rstrip(), file=out)
     for row in rows:
         print("  ".join(row[c].ljust(widths[c]) for c in _COLUMNS).rstrip(), file=out)
-    print(f"{len(rows)} bindings on {bootstrap} (as {security.describe()})", file=out)
+    print(f"{len(rows)} bindings on {bootstrap} ({security.describe()})", file=out)
     return 0
