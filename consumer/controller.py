@@ -71,7 +71,7 @@ from ledger import (
     RetryableConflict,
 )
 from machines import Machine, Outcome, Rules
-from schemas import librdkafka_logger
+from schemas import kafka_config, librdkafka_logger
 
 __all__ = ["Controller", "consumer_config"]
 
@@ -90,7 +90,7 @@ def consumer_config(settings: ControllerSettings) -> dict[str, Any]:
     """The librdkafka configuration of the controller's consumer. Settings in
     `consumer_config` apply first; the safety settings below always win."""
     config: dict[str, Any] = {
-        "bootstrap.servers": settings.bootstrap,
+        **kafka_config(settings.bootstrap, settings.kafka_security),
         "group.id": settings.group_id,
         "client.id": settings.instance_id,
         "auto.offset.reset": settings.auto_offset_reset,

@@ -175,13 +175,14 @@ def run_controller(
     `health`, when given, serves this controller's metrics and probes."""
     machines, rules = load_rules(settings)
     log.info(
-        "controller %s starting%s: policy %s (%s) from %s, broker %s, database %s",
+        "controller %s starting%s: policy %s (%s) from %s, broker %s (%s), database %s",
         settings.instance_id,
         " IN DEMO MODE" if settings.demo_mode else "",
         rules.policy.id,
         rules.policy.digest,
         settings.policy_path or "<built-in default>",
         settings.bootstrap,
+        settings.kafka_security.describe(),
         redact_url(settings.database_url),
     )
     try:

@@ -19,7 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from consumer.errors import SettingsError
 from machines import DEFAULT_REGISTRY
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, TopicNames
+from schemas import (
+    ENV_DATABASE_URL,
+    ENV_KAFKA_BOOTSTRAP,
+    KafkaConfigError,
+    KafkaSecurity,
+    TopicNames,
+)
 
 __all__ = ["ENV_DEMO_MODE", "ENV_PREFIX", "ControllerSettings", "Exporter"]
 
@@ -44,6 +50,9 @@ class ControllerSettings(BaseModel):
     group_id: str = Field(default="recovery-controller", min_length=1)
     instance_id: str = Field(default_factory=_instance, min_length=1)
     topics: TopicNames = Field(default_factory=TopicNames.from_env)
+    # How it authenticates to Kafka: RECOVERY_KAFKA_SECURITY_PROTOCOL, ..._SASL_*,
+    # ..._SSL_CA_LOCATION, ..._CONFIG_FILE (schemas.KafkaSecurity).
+    kafka_security: KafkaSecurity = Field(default_factory=KafkaSecurity.from_env)
     # One batch: at most this many records, waiting at most this long for them. The
     # batch is also the bound on in-flight work: nothing is fetched for processing
     # until the previous batch is committed or abandoned.
@@ -104,9 +113,13 @@ class ControllerSettings(BaseModel):
         data["topics"] = TopicNames.from_env(env)
         if env.get(ENV_DEMO_MODE):
             data["demo_mode"] = env[ENV_DEMO_MODE]
+        try:
+            data["kafka_security"] = KafkaSecurity.from_env(env)
+        except KafkaConfigError as exc:
+            raise SettingsError(f"invalid controller settings: {exc}") from exc
         for name in cls.model_fields:
             value = env.get(ENV_PREFIX + name.upper())
-            if value and name not in {"topics", "consumer_config"}:
+            if value and name not in {"topics", "consumer_config", "kafka_security"}:
                 data[name] = value
         data.update(overrides)
         try:

@@ -32,16 +32,22 @@ def default_password_file() -> Path:
 
 
 def resolve_passwords(
-    roles: Mapping[str, str], path: Path, environ: Mapping[str, str] | None = None
+    roles: Mapping[str, str],
+    path: Path,
+    environ: Mapping[str, str] | None = None,
+    *,
+    env_prefix: str = ENV_PASSWORD_PREFIX,
 ) -> dict[str, str]:
     """Role name -> password for every `roles` entry (component -> role name), from the
-    environment, the file at `path`, or generated (see the module docstring). Raises
-    `StackError` when the file exists but is not a JSON object of strings."""
+    environment (`env_prefix` + the component in capitals), the file at `path`, or
+    generated (see the module docstring). Raises `StackError` when the file exists but
+    is not a JSON object of strings. The Kafka principals use it too, with their own
+    prefix and file (`ops.kafka_security`)."""
     env = os.environ if environ is None else environ
     stored = _read(path)
     chosen: dict[str, str] = {}
     for component, role in roles.items():
-        from_env = env.get(ENV_PASSWORD_PREFIX + component.upper())
+        from_env = env.get(env_prefix + component.upper())
         chosen[role] = from_env or stored.get(role) or secrets.token_urlsafe(24)
     return chosen
 

@@ -56,7 +56,14 @@ from ops.demo_scenarios import (
     operation_id_for,
 )
 from ops.errors import OpsError
-from producers import CapabilityWorker, EventPublisher, RecoveryClient, provision, read_commands
+from producers import (
+    CapabilityWorker,
+    EventPublisher,
+    RecoveryClient,
+    provision,
+    provision_acls,
+    read_commands,
+)
 from schemas import TopicNames
 
 __all__ = ["DemoError", "DemoReport", "OperationReport", "run_demo"]
@@ -200,8 +207,19 @@ def run_demo(
         or with_user(services.database_url, LOGIN_ROLES["controller"]),
         relay_url=services.relay_url or with_user(services.database_url, LOGIN_ROLES["relay"]),
     )
-    for result in provision(services.bootstrap, partitions, names=names):
+    # Each component connects as its own Kafka principal (docs/operations.md, "Kafka
+    # security"): admin provisions, tools and the approver publish as `tool`, the worker
+    # as `worker`, the controller and the relay as themselves.
+    admin = services.kafka_for("admin")
+    say.line(f"kafka: {services.bootstrap} ({admin.describe()})")
+    for result in provision(services.bootstrap, partitions, names=names, security=admin):
         say.line(f"topic {result.name}: {'created' if result.created else 'exists'}")
+    acls = provision_acls(services.bootstrap, names, security=admin)
+    say.line(
+        f"kafka ACLs: {len(acls.entries)} bindings, one principal per component"
+        if acls.enabled
+        else "kafka ACLs: none, the broker has no authorizer (plaintext)"
+    )
     machines = _machines()
     stop = threading.Event()
     runtime = run_roles(
@@ -216,21 +234,22 @@ def run_demo(
             "demo_mode": True,
             # Stable groups: a demo run on a reused stack resumes where the last one
             # stopped instead of replaying every earlier run's events and commands.
-            "group_id": "recovery-demo-controller",
+            "group_id": "recovery-controller-demo",
             "instance_id": f"controller-demo-{run_id}",
         },
     )
-    _start_worker(runtime, services.bootstrap, names)
+    _start_worker(runtime, services, names)
     say.line("controller, relay and capability worker started")
     ledger = PostgresLedger(services.database_url, max_size=2)
     started = time.monotonic()
     try:
         live = [_live(s, run_id, machines) for s in SCENARIOS]
         report = DemoReport(run_id, [_blank(item) for item in live])
-        with EventPublisher(services.bootstrap, topics=names) as publisher:
+        tools = services.kafka_for("tool")
+        with EventPublisher(services.bootstrap, topics=names, security=tools) as publisher:
             _play(live, ledger, publisher, runtime, say, started + timeout, report)
         report.elapsed_seconds = time.monotonic() - started
-        _read_back(ledger, services.bootstrap, names, live, report)
+        _read_back(ledger, services, names, live, report)
     finally:
         stop.set()
         runtime.join(timeout=60.0)
@@ -285,15 +304,17 @@ def _blank(item: _Live) -> OperationReport:
     )
 
 
-def _start_worker(runtime: Runtime, bootstrap: str, names: TopicNames) -> None:
-    publisher = EventPublisher(bootstrap, topics=names)
+def _start_worker(runtime: Runtime, services: Services, names: TopicNames) -> None:
+    security = services.kafka_for("worker")
+    publisher = EventPublisher(services.bootstrap, topics=names, security=security)
     runtime.closers.append(publisher.close)
     worker = CapabilityWorker(
-        bootstrap,
-        "recovery-demo-worker",
+        services.bootstrap,
+        "recovery-worker-demo",  # its principal may use groups recovery-worker*
         RecoveryClient(publisher, _WORKER),
         DEMO_HANDLERS,
         topics=names,
+        security=security,
     )
     runtime.start("capability-worker", worker.run)
 
@@ -426,13 +447,17 @@ def _state(ledger: Ledger, operation_id: str) -> str | None:
 
 
 def _read_back(
-    ledger: Ledger, bootstrap: str, names: TopicNames, live: list[_Live], report: DemoReport
+    ledger: Ledger, services: Services, names: TopicNames, live: list[_Live], report: DemoReport
 ) -> None:
     """Fill each operation's report from the ledger and the commands topic."""
     by_op = {o.operation_id: o for o in report.operations}
     expected = sum(len(o.expected_commands) for o in report.operations)
     commands = read_commands(
-        bootstrap, names.commands, keep=lambda c: c.operation_id in by_op, expected=expected
+        services.bootstrap,
+        names.commands,
+        keep=lambda c: c.operation_id in by_op,
+        expected=expected,
+        security=services.kafka_for("admin"),  # an operator's check, in a throwaway group
     )
     for command in commands:
         by_op[command.operation_id].commands.append(command.capability)

@@ -3,8 +3,13 @@
 `ensure_jars` copies the broker's runtime jars once into the cache (outside the
 repository); `start_kafka` formats a data folder on first use and runs `kafka.Kafka` in
 KRaft combined mode on 127.0.0.1, returning a `KafkaBroker` handle once a client's
-metadata request succeeds. Stopping sends SIGTERM; restarting on the same folder keeps
-every record, because an already formatted folder is never formatted again.
+metadata request succeeds. By default the broker is secured: TLS and SASL/SCRAM-SHA-512
+for clients, mTLS on the controller listener, `StandardAuthorizer` with nothing allowed
+that an ACL does not grant (`ops/kafka/secured.properties`; the material and the
+principals' passwords: `ops.kafka_security`); `secured=False` runs the plaintext
+listener of `ops/kafka/plaintext.properties` instead. Stopping sends SIGTERM;
+restarting on the same folder keeps every record, because an already formatted folder
+is never formatted again.
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ from string import Template
 from typing import TextIO
 
 from ops.errors import StackError
+from ops.kafka_security import SCRAM_MECHANISM, BrokerSecurity, ensure_broker_security
 from ops.paths import cache_dir, ensure_dir
 from ops.ports import LOOPBACK, free_ports, is_port_free, retry_bind_clash
 from ops.process import file_lock, log_tail, pid_alive, pid_cmdline, terminate
 from ops.settings import KAFKA_VERSION, LOG4J_VERSION
 from producers import BrokerProbe
+from schemas import KAFKA_PRINCIPALS, KafkaSecurity
 
 __all__ = [
     "KafkaBroker",
@@ -54,6 +61,8 @@ _JVM_OPTIONS = (
     "-Djava.awt.headless=true",
 )
 _STOP_GRACE_SECONDS = 30.0
+# Written after a successful format: the SCRAM users the storage was formatted with.
+_SCRAM_MARKER = "scram-users.json"
 
 
 class KafkaServiceError(StackError):
@@ -73,6 +82,14 @@ class KafkaBroker:
     pid: int
     data_dir: Path
     process: subprocess.Popen[bytes] | None = field(default=None, compare=False, repr=False)
+    # The secured broker's material and principals; None for a plaintext broker.
+    security: BrokerSecurity | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def admin(self) -> KafkaSecurity:
+        """Client settings with which to administer this broker (its admin principal;
+        plaintext for a plaintext broker)."""
+        return KafkaSecurity() if self.security is None else self.security.client("admin")
 
     @property
     def log_path(self) -> Path:
@@ -215,8 +232,10 @@ def start_kafka(
     controller_port: int | None = None,
     ready_timeout: float = 60.0,
     progress: TextIO | None = None,
+    secured: bool = True,
 ) -> KafkaBroker:
-    """Start a broker on `data_dir` and return once it answers a metadata request.
+    """Start a broker on `data_dir` and return once it answers a metadata request (as
+    its admin principal when `secured`, the default; see the module docstring).
 
     The folder is formatted (`kafka.tools.StorageTool format`) only when it holds no
     formatted log yet, so a restart keeps every record. Ports default to the ones the
@@ -227,6 +246,9 @@ def start_kafka(
     data_dir = ensure_dir(data_dir.resolve())
     libs = ensure_jars(progress=progress)
     java = _java()
+    # Passwords exist in plaintext mode too, so that the storage is always formatted with
+    # every SCRAM user and the same folder can later run secured.
+    security = ensure_broker_security(data_dir)
     return retry_bind_clash(
         lambda: _launch(
             java,
@@ -234,6 +256,8 @@ def start_kafka(
             data_dir,
             _choose_ports(data_dir, bootstrap_port, controller_port),
             ready_timeout,
+            security,
+            secured,
         ),
         KafkaServiceError,
         pinned=bootstrap_port is not None or controller_port is not None,
@@ -242,11 +266,19 @@ def start_kafka(
 
 
 def _launch(
-    java: str, libs: Path, data_dir: Path, ports: tuple[int, int], ready_timeout: float
+    java: str,
+    libs: Path,
+    data_dir: Path,
+    ports: tuple[int, int],
+    ready_timeout: float,
+    security: BrokerSecurity,
+    secured: bool,
 ) -> KafkaBroker:
-    config = _write_config(data_dir, *ports)
+    config = _write_config(data_dir, *ports, security if secured else None)
     if not (data_dir / "logs" / "meta.properties").is_file():
-        _format(java, libs, data_dir, config)
+        _format(java, libs, data_dir, config, security)
+    elif secured:
+        _check_formatted_users(data_dir, security)
     command = [
         java,
         *_JVM_OPTIONS,
@@ -267,9 +299,11 @@ def _launch(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    broker = KafkaBroker(f"{LOOPBACK}:{ports[0]}", process.pid, data_dir, process)
+    broker = KafkaBroker(
+        f"{LOOPBACK}:{ports[0]}", process.pid, data_dir, process, security if secured else None
+    )
     try:
-        wait_for_kafka(broker.bootstrap, ready_timeout, broker=broker)
+        wait_for_kafka(broker.bootstrap, ready_timeout, broker=broker, security=broker.admin)
     except BaseException:
         broker.stop()
         raise
@@ -277,11 +311,16 @@ def _launch(
 
 
 def wait_for_kafka(
-    bootstrap: str, timeout: float = 30.0, *, broker: KafkaBroker | None = None
+    bootstrap: str,
+    timeout: float = 30.0,
+    *,
+    broker: KafkaBroker | None = None,
+    security: KafkaSecurity | None = None,
 ) -> None:
-    """Return once a metadata request to `bootstrap` lists at least one live broker.
-    When `broker` is given, give up early if its process exits, and quote its log."""
-    probe = BrokerProbe(bootstrap)
+    """Return once a metadata request to `bootstrap` (as `security`, else the
+    environment's client settings) lists at least one live broker. When `broker` is
+    given, give up early if its process exits, and quote its log."""
+    probe = BrokerProbe(bootstrap, security)
     deadline = time.monotonic() + timeout
     last_error = "no answer yet"
     while True:
@@ -343,28 +382,60 @@ def _previous_ports(data_dir: Path) -> tuple[int, int] | None:
         return None
 
 
-def render_server_properties(bootstrap_port: int, controller_port: int, log_dirs: Path) -> str:
-    """The broker's `server.properties`: `ops/kafka/server.properties` with the loopback
-    host, the client and controller ports and the log folder filled in."""
-    template = Template((_RESOURCES / "server.properties").read_text())
-    return template.substitute(
-        host=LOOPBACK,
-        bootstrap_port=bootstrap_port,
-        controller_port=controller_port,
-        log_dirs=log_dirs,
+def render_server_properties(
+    bootstrap_port: int,
+    controller_port: int,
+    log_dirs: Path,
+    security: BrokerSecurity | None = None,
+) -> str:
+    """The broker's `server.properties`: `ops/kafka/server.properties` followed by the
+    listeners of `secured.properties` (when `security` is given) or
+    `plaintext.properties`, with the loopback host, the ports, the log folder and the
+    TLS and SCRAM settings filled in."""
+    listeners = "plaintext.properties" if security is None else "secured.properties"
+    template = Template(
+        (_RESOURCES / "server.properties").read_text() + (_RESOURCES / listeners).read_text()
     )
+    values: dict[str, object] = {
+        "host": LOOPBACK,
+        "bootstrap_port": bootstrap_port,
+        "controller_port": controller_port,
+        "log_dirs": log_dirs,
+    }
+    if security is not None:
+        broker = KAFKA_PRINCIPALS["broker"]
+        values.update(
+            broker_user=broker,
+            broker_password=security.passwords[broker],
+            admin_user=KAFKA_PRINCIPALS["admin"],
+            keystore=security.keystore_path,
+            truststore=security.ca_path,
+        )
+    return template.substitute(values)
 
 
-def _write_config(data_dir: Path, bootstrap_port: int, controller_port: int) -> Path:
+def _write_config(
+    data_dir: Path, bootstrap_port: int, controller_port: int, security: BrokerSecurity | None
+) -> Path:
     config = data_dir / "server.properties"
-    config.write_text(render_server_properties(bootstrap_port, controller_port, data_dir / "logs"))
+    text = render_server_properties(bootstrap_port, controller_port, data_dir / "logs", security)
+    # It holds the broker's own SCRAM password: readable by its owner only.
+    fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    config.chmod(0o600)
     (data_dir / "ports.json").write_text(
         json.dumps({"bootstrap": bootstrap_port, "controller": controller_port})
     )
     return config
 
 
-def _format(java: str, libs: Path, data_dir: Path, config: Path) -> None:
+def _format(java: str, libs: Path, data_dir: Path, config: Path, security: BrokerSecurity) -> None:
+    scram = [
+        arg
+        for user, password in sorted(security.passwords.items())
+        for arg in ("--add-scram", f"{SCRAM_MECHANISM}=[name={user},password={password}]")
+    ]
     command = [
         java,
         "-Xmx256m",
@@ -378,6 +449,7 @@ def _format(java: str, libs: Path, data_dir: Path, config: Path) -> None:
         new_cluster_id(),
         "--config",
         str(config),
+        *scram,
     ]
     result = subprocess.run(
         command, cwd=data_dir, capture_output=True, text=True, stdin=subprocess.DEVNULL
@@ -387,6 +459,24 @@ def _format(java: str, libs: Path, data_dir: Path, config: Path) -> None:
             f"formatting Kafka storage in {data_dir / 'logs'} failed (exit "
             f"{result.returncode}); remove the folder if it is a broken leftover.\n"
             f"{result.stdout}{result.stderr}"
+        )
+    (data_dir / _SCRAM_MARKER).write_text(json.dumps(sorted(security.passwords)))
+
+
+def _check_formatted_users(data_dir: Path, security: BrokerSecurity) -> None:
+    """A folder formatted before it had SCRAM users, or without some, cannot run
+    secured: SCRAM credentials are created when the storage is formatted."""
+    try:
+        formatted = set(json.loads((data_dir / _SCRAM_MARKER).read_text()))
+    except (FileNotFoundError, ValueError):
+        formatted = set()
+    missing = sorted(set(security.passwords) - formatted)
+    if missing:
+        raise KafkaServiceError(
+            f"the Kafka storage in {data_dir / 'logs'} was formatted without the SCRAM "
+            f"users {', '.join(missing)}, so it cannot run secured; delete its data "
+            "(`recoveryctl stack down --purge`) and start again, or run it plaintext "
+            "(`recoveryctl stack up --plaintext`)"
         )
 
 

@@ -17,6 +17,7 @@ __all__ = [
     "DATABASE_NAME",
     "DATABASE_USER",
     "ENV_CACHE_DIR",
+    "ENV_KAFKA_PLAINTEXT",
     "ENV_STACK_DIR",
     "KAFKA_VERSION",
     "LOG4J_VERSION",
@@ -28,6 +29,9 @@ __all__ = [
 # where the running stack keeps its state and data (default: `<repo>/.stack`).
 ENV_CACHE_DIR: Final = "RECOVERY_CACHE_DIR"
 ENV_STACK_DIR: Final = "RECOVERY_STACK_DIR"
+# Set (to anything but "" or "0") to run the local broker's plaintext listener instead
+# of TLS + SASL/SCRAM + ACLs, as `recoveryctl stack up --plaintext` does.
+ENV_KAFKA_PLAINTEXT: Final = "RECOVERY_STACK_KAFKA_PLAINTEXT"
 
 # The broker assembled from Maven Central. Kafka 4.x logs through slf4j 1.7, so the
 # log4j2 binding is `log4j-slf4j-impl` at the log4j version kafka-server itself uses.
@@ -40,7 +44,7 @@ DATABASE_NAME: Final = "recovery"
 
 # compose.yaml: the services it must define, the ports it publishes on the host, and
 # the roles `recoveryctl run --role` accepts for the runtime containers.
-COMPOSE_SERVICES: Final = ("kafka", "postgres", "controller", "relay")
+COMPOSE_SERVICES: Final = ("kafka", "postgres", "provision", "controller", "relay")
 COMPOSE_KAFKA_PORT: Final = 9092
 COMPOSE_POSTGRES_PORT: Final = 5432
 RUNTIME_ROLES: Final = ("controller", "relay")

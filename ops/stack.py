@@ -2,9 +2,12 @@
 
 The one way to bring up services for developers (`recoveryctl stack up`, `ops/dev up`)
 and for the demo. When `RECOVERY_KAFKA_BOOTSTRAP` or `RECOVERY_DATABASE_URL` name
-existing services, those are checked and used instead of starting local ones. What was
-started is written to `<stack dir>/state.json` so that `stack down` and `stack status`
-in another process find it.
+existing services, those are checked and used instead of starting local ones (Kafka as
+the client settings of the environment, `schemas.KafkaSecurity`). What was started is
+written to `<stack dir>/state.json` so that `stack down` and `stack status` in another
+process find it. The local broker is secured (TLS, SASL/SCRAM-SHA-512, ACLs) unless
+`plaintext` is asked for (`--plaintext`, `RECOVERY_STACK_KAFKA_PLAINTEXT=1`); the state
+names each component's client properties file (`ops.kafka_security`).
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ from ops.postgres import (
     wait_for_postgres,
 )
 from ops.process import file_lock
-from ops.settings import DATABASE_NAME
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
+from ops.settings import DATABASE_NAME, ENV_KAFKA_PLAINTEXT
+from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_CONFIG_FILE, KafkaSecurity
 
 __all__ = [
     "KafkaState",
@@ -42,6 +45,7 @@ __all__ = [
     "PostgresState",
     "ServiceStatus",
     "StackState",
+    "plaintext_requested",
     "read_state",
     "stack_down",
     "stack_status",
@@ -61,6 +65,21 @@ class KafkaState(BaseModel):
     pid: int | None = None
     data_dir: str | None = None
     log: str | None = None
+    # How clients connect: SASL_SSL for the secured local broker, PLAINTEXT for one
+    # started with --plaintext; an external broker's is the environment's.
+    security_protocol: str = "PLAINTEXT"
+    # Component -> its librdkafka client properties file (RECOVERY_KAFKA_CONFIG_FILE),
+    # for a secured local broker.
+    client_files: dict[str, str] = {}
+
+    def client(self, component: str) -> KafkaSecurity:
+        """The client settings `component` (a key of `schemas.KAFKA_PRINCIPALS`)
+        connects with: its properties file on a secured local broker, else the
+        environment's."""
+        path = self.client_files.get(component)
+        if path is None:
+            return KafkaSecurity.from_env()
+        return KafkaSecurity.from_env({ENV_KAFKA_CONFIG_FILE: path})
 
 
 class PostgresState(BaseModel):
@@ -126,6 +145,10 @@ class LocalStack:
         """URL of the application database."""
         return self.state.postgres.url
 
+    def kafka_client(self, component: str) -> KafkaSecurity:
+        """The Kafka client settings of `component` (see `KafkaState.client`)."""
+        return self.state.kafka.client(component)
+
     def stop(self) -> None:
         """Stop the services this stack started (never external ones)."""
         errors: list[str] = []
@@ -166,27 +189,38 @@ def read_state(directory: Path | None = None) -> StackState | None:
         ) from exc
 
 
+def plaintext_requested(environ: dict[str, str] | None = None) -> bool:
+    """Whether `RECOVERY_STACK_KAFKA_PLAINTEXT` asks for the plaintext listener."""
+    value = (os.environ if environ is None else environ).get(ENV_KAFKA_PLAINTEXT, "")
+    return value.strip() not in {"", "0"}
+
+
 def stack_up(
     directory: Path | None = None,
     progress: TextIO | None = None,
     *,
     external_timeout: float = 15.0,
+    plaintext: bool | None = None,
 ) -> LocalStack:
     """Start (or reuse, or attach to external) Kafka and PostgreSQL and record them.
 
-    Idempotent: when the recorded stack still runs, it is returned as is. Local services
-    start in parallel; if one fails, the other is stopped before the error is raised.
-    External services get `external_timeout` seconds to answer.
+    Idempotent: when the recorded stack still runs, it is returned as is (and when its
+    broker's mode is not the one asked for, `StackError` says to stop it first). Local
+    services start in parallel; if one fails, the other is stopped before the error is
+    raised. External services get `external_timeout` seconds to answer. The local
+    broker is secured unless `plaintext` (default: `plaintext_requested()`).
     """
     home = ensure_dir(directory or stack_dir())
+    wanted_plaintext = plaintext_requested() if plaintext is None else plaintext
     with file_lock(home / ".lock"):
-        return _stack_up(home, progress or sys.stderr, external_timeout)
+        return _stack_up(home, progress or sys.stderr, external_timeout, wanted_plaintext)
 
 
-def _stack_up(home: Path, out: TextIO, external_timeout: float) -> LocalStack:
+def _stack_up(home: Path, out: TextIO, external_timeout: float, plaintext: bool) -> LocalStack:
     current = read_state(home)
     if current is not None:
         if all(status.running for status in stack_status(home)):
+            _check_mode(current.kafka, plaintext)
             return LocalStack.from_state(current, reused=True)
         LocalStack.from_state(current).stop()  # half-dead: clear what is left
     started = time.monotonic()
@@ -197,7 +231,7 @@ def _stack_up(home: Path, out: TextIO, external_timeout: float) -> LocalStack:
     if database_url is None:
         find_bin_dir()  # fail before starting Kafka when PostgreSQL is not installed
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="stack-up") as pool:
-        kafka_future = pool.submit(_kafka, home, bootstrap, external_timeout)
+        kafka_future = pool.submit(_kafka, home, bootstrap, external_timeout, plaintext)
         postgres_future = pool.submit(_postgres, home, database_url, external_timeout)
         pending: list[Future[Any]] = [kafka_future, postgres_future]
         wait(pending)
@@ -240,19 +274,35 @@ def stack_status(directory: Path | None = None) -> list[ServiceStatus]:
     return [_kafka_status(state.kafka), _postgres_status(state.postgres)]
 
 
+def _check_mode(kafka: KafkaState, plaintext: bool) -> None:
+    if kafka.external or (kafka.security_protocol == "PLAINTEXT") == plaintext:
+        return
+    running = "plaintext" if kafka.security_protocol == "PLAINTEXT" else "secured"
+    asked = "plaintext" if plaintext else "secured"
+    raise StackError(
+        f"the running stack's Kafka broker ({kafka.bootstrap}) is {running}, but a "
+        f"{asked} one was asked for; stop it with `recoveryctl stack down` and start again"
+    )
+
+
 def _kafka(
-    home: Path, bootstrap: str | None, timeout: float
+    home: Path, bootstrap: str | None, timeout: float, plaintext: bool
 ) -> tuple[KafkaBroker | None, KafkaState]:
     if bootstrap is not None:
-        wait_for_kafka(bootstrap, timeout=timeout)
-        return None, KafkaState(bootstrap=bootstrap, external=True)
-    broker = start_kafka(home / "kafka")
+        security = KafkaSecurity.from_env()
+        wait_for_kafka(bootstrap, timeout=timeout, security=security)
+        return None, KafkaState(
+            bootstrap=bootstrap, external=True, security_protocol=security.effective_protocol
+        )
+    broker = start_kafka(home / "kafka", secured=not plaintext)
     state = KafkaState(
         bootstrap=broker.bootstrap,
         external=False,
         pid=broker.pid,
         data_dir=str(broker.data_dir),
         log=str(broker.log_path),
+        security_protocol=broker.admin.effective_protocol,
+        client_files={} if broker.security is None else broker.security.client_files(),
     )
     return broker, state
 
@@ -307,7 +357,7 @@ def _raise_if_any_failed(
 
 def _kafka_status(kafka: KafkaState) -> ServiceStatus:
     try:
-        wait_for_kafka(kafka.bootstrap, timeout=3.0)
+        wait_for_kafka(kafka.bootstrap, timeout=3.0, security=kafka.client("admin"))
         running, detail = True, "answers metadata requests"
     except StackError as exc:
         running, detail = False, str(exc).splitlines()[0]

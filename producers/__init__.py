@@ -4,6 +4,14 @@ outbox relay joins this package.)"""
 
 from __future__ import annotations
 
+from producers.acls import (
+    DEFAULT_GROUP_PREFIXES,
+    AclEntry,
+    AclReport,
+    acl_bindings,
+    list_acls,
+    provision_acls,
+)
 from producers.client import RESULT_EVENTS, EventPublisher, RecoveryClient, event_record_id
 from producers.encoding import EncodedRecord, RecordEncoder
 from producers.errors import DeliveryFailed, ProducersError, ProvisionError
@@ -21,7 +29,10 @@ from producers.worker import (
 )
 
 __all__ = [
+    "DEFAULT_GROUP_PREFIXES",
     "RESULT_EVENTS",
+    "AclEntry",
+    "AclReport",
     "ActionResult",
     "BrokerProbe",
     "CapabilityWorker",
@@ -38,10 +49,13 @@ __all__ = [
     "RelaySettings",
     "TopicResult",
     "WorkerStats",
+    "acl_bindings",
     "demo_handlers",
     "event_record_id",
     "lineage_from_ledger",
+    "list_acls",
     "provision",
+    "provision_acls",
     "read_commands",
     "relay_probes",
     "verify_outcome",

@@ -46,11 +46,13 @@ from schemas import (
     AvroSingleObjectCodec,
     CapabilityCommand,
     JsonCodec,
+    KafkaSecurity,
     TopicNames,
     WireCode,
     WireError,
     event_to_json,
     event_to_record,
+    kafka_config,
     librdkafka_logger,
     record_id,
     record_to_event,
@@ -101,9 +103,11 @@ class EventPublisher:
         producer_config: Mapping[str, Any] | None = None,
         use_json: bool = False,
         codec: AvroSingleObjectCodec | None = None,
+        security: KafkaSecurity | None = None,
     ) -> None:
+        # `security`: the principal's client settings (else the environment's).
         config: dict[str, Any] = {
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap, security),
             **_DEFAULT_PRODUCER,
             **(producer_config or {}),
         }

@@ -19,8 +19,10 @@ from schemas import (
     CAPABILITY_COMMAND,
     CONTENT_TYPE,
     CapabilityCommand,
+    KafkaSecurity,
     WireDecoder,
     WireError,
+    kafka_config,
     librdkafka_logger,
 )
 
@@ -34,13 +36,14 @@ def read_commands(
     keep: Callable[[CapabilityCommand], bool],
     expected: int,
     timeout: float = 15.0,
+    security: KafkaSecurity | None = None,
 ) -> list[CapabilityCommand]:
     """Every command on `topic` for which `keep` is true, each command id once, in the
     order first read. Reads until `expected` are found and three polls came back empty,
     or `timeout` seconds passed; records that are not commands are passed over."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap, security),
             "group.id": f"readback-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "logger": librdkafka_logger("readback"),

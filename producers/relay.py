@@ -45,7 +45,7 @@ from producers.client import EventPublisher
 from producers.encoding import EncodedRecord, RecordEncoder, UnpublishableRow
 from producers.errors import DeliveryFailed, ProducersError
 from producers.relay_metrics import RelayMetrics
-from schemas import TopicNames, librdkafka_logger
+from schemas import KafkaSecurity, TopicNames, librdkafka_logger
 
 __all__ = [
     "LineageCache",
@@ -224,6 +224,7 @@ class OutboxRelay:
         instance: str | None = None,
         tracer_provider: trace.TracerProvider | None = None,
         meter_provider: metrics.MeterProvider | None = None,
+        security: KafkaSecurity | None = None,
     ) -> None:
         self.settings = settings or RelaySettings()
         self.instance = instance or f"relay-{uuid.uuid4().hex[:8]}"
@@ -232,6 +233,7 @@ class OutboxRelay:
         self._topics = topics or TopicNames.from_env()
         self._publisher = EventPublisher(
             bootstrap,
+            security=security,  # the relay principal's (else the environment's)
             topics=self._topics,
             producer_config={
                 "client.id": self.instance,

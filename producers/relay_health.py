@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ledger import LedgerError, ping_database
 from producers.relay import OutboxRelay
 from producers.topics import BrokerProbe
+from schemas import KafkaSecurity
 
 __all__ = ["relay_probes"]
 
@@ -29,9 +30,11 @@ def relay_probes(
     bootstrap: str,
     stall_after: float = 60.0,
     timeout: float = 2.0,
+    security: KafkaSecurity | None = None,
 ) -> tuple[Callable[[], Checks], Callable[[], Checks]]:
-    """The liveness and readiness probes of the relay instances `relays` of one process."""
-    broker = BrokerProbe(bootstrap)
+    """The liveness and readiness probes of the relay instances `relays` of one process
+    (the broker probed as `security`, else the environment's client settings)."""
+    broker = BrokerProbe(bootstrap, security)
     names = ", ".join(r.instance for r in relays)
 
     def live() -> Checks:

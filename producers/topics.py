@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # the typed stub lives here
 
 from producers.errors import ProvisionError
-from schemas import TopicNames, librdkafka_logger
+from schemas import KafkaSecurity, TopicNames, kafka_config, librdkafka_logger
 
 __all__ = ["BrokerProbe", "TopicResult", "provision"]
 
@@ -32,17 +32,22 @@ def provision(
     names: TopicNames | None = None,
     *,
     timeout: float = 30.0,
+    security: KafkaSecurity | None = None,
 ) -> list[TopicResult]:
     """Create every recovery topic that does not exist yet with `partitions` partitions
     and `replication` replicas; leave existing ones untouched (a partition count is never
     changed here, because that would move keys between partitions and break per-operation
-    order). Safe to run any number of times. Raises `ProvisionError` naming the topic."""
+    order). Safe to run any number of times. Connects as `security` (else the
+    environment's client settings). Raises `ProvisionError` naming the topic."""
     if partitions < 1 or replication < 1:
         raise ProvisionError(
             f"partitions ({partitions}) and replication ({replication}) must be >= 1"
         )
     names = names or TopicNames.from_env()
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": librdkafka_logger("admin")}
+    config: dict[str, Any] = {
+        **kafka_config(bootstrap, security),
+        "logger": librdkafka_logger("admin"),
+    }
     admin = AdminClient(config)
     wanted = [
         NewTopic(t, num_partitions=partitions, replication_factor=replication) for t in names.all()
@@ -93,9 +98,9 @@ class BrokerProbe:
     every refused connection to stderr while a broker starts; the caller reports the
     outcome instead."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, security: KafkaSecurity | None = None) -> None:
         config: dict[str, Any] = {
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap, security),
             "log_level": 0,
             "error_cb": _ignore,
             "reconnect.backoff.ms": 50,

@@ -48,11 +48,13 @@ from schemas import (
     CONTENT_TYPE,
     HEADER_COMMAND_ID,
     CapabilityCommand,
+    KafkaSecurity,
     TopicNames,
     WireCode,
     WireDecoder,
     WireError,
     header_value,
+    kafka_config,
     librdkafka_logger,
 )
 
@@ -118,9 +120,11 @@ class CapabilityWorker:
         poll_timeout: float = 0.5,
         dedupe_capacity: int = 10_000,
         consumer_config: Mapping[str, Any] | None = None,
+        security: KafkaSecurity | None = None,
     ) -> None:
+        # `security`: the worker principal's settings (else the environment's).
         config: dict[str, Any] = {
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap, security),
             "group.id": group_id,
             "auto.offset.reset": "earliest",
             "logger": librdkafka_logger("worker"),

@@ -19,15 +19,37 @@ from tests.support.db import (
     with_database,
 )
 from tests.support.kafka import TopicFactory
-from tests.support.services import lease_kafka, lease_postgres
+from tests.support.services import (
+    SecuredBroker,
+    ServiceLease,
+    lease_kafka,
+    lease_postgres,
+    lease_secured_kafka,
+)
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> Iterator[str]:
-    """Bootstrap servers of the session's broker (started on first use)."""
+def kafka_lease() -> Iterator[ServiceLease]:
+    """The session's broker (started on first use; secured unless external)."""
     lease = lease_kafka()
-    yield lease.address
+    yield lease
     lease.release()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_lease: ServiceLease) -> str:
+    """Bootstrap servers of the session's broker; clients connect as the environment's
+    principal (the admin of the session's own broker)."""
+    return kafka_lease.address
+
+
+@pytest.fixture(scope="session")
+def secured_kafka(kafka_lease: ServiceLease) -> Iterator[SecuredBroker]:
+    """A secured broker and its principals: the session's own, or one of its own when
+    the session's broker is external."""
+    broker, release = lease_secured_kafka(kafka_lease)
+    yield broker
+    release()
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # the typed stub lives here
 
 from producers import ProducersError
-from schemas import HEADER_COMMAND_ID, HEADER_RECORD_ID
+from schemas import HEADER_COMMAND_ID, HEADER_RECORD_ID, kafka_config
 
 __all__ = [
     "BaselineResult",
@@ -111,13 +111,13 @@ def run_baseline(
     not all arrive within `timeout` seconds or the broker refuses a produced record."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap),
             "group.id": f"bench-baseline-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
         }
     )
-    producer = Producer({"bootstrap.servers": bootstrap, **_DURABLE})
+    producer = Producer({**kafka_config(bootstrap), **_DURABLE})
     failures: list[str] = []
 
     def delivered(error: KafkaError | None, _message: Message[Any, Any]) -> None:
@@ -203,7 +203,7 @@ class TopicTail:
     ) -> None:
         self._consumer = Consumer(
             {
-                "bootstrap.servers": bootstrap,
+                **kafka_config(bootstrap),
                 "group.id": f"bench-tail-{uuid.uuid4().hex[:8]}",
                 "enable.auto.commit": False,
                 # Hand each record over as soon as it is fetched: the tail measures when
@@ -303,7 +303,7 @@ def kafka_versions() -> dict[str, str]:
 
 def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 30.0) -> None:
     """Create the baseline's output topic (replication 1, like the local stack's)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(kafka_config(bootstrap))
     for future in admin.create_topics(
         [NewTopic(name, num_partitions=partitions, replication_factor=1)]
     ).values():
@@ -312,7 +312,7 @@ def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 30
 
 def delete_topics(bootstrap: str, names: Sequence[str], timeout: float = 30.0) -> None:
     """Delete the benchmark's topics; a topic already gone is not an error."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(kafka_config(bootstrap))
     for future in admin.delete_topics(list(names), operation_timeout=timeout).values():
         try:
             future.result(timeout=timeout)

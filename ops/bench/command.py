@@ -13,6 +13,7 @@ the JSON say), 1 when a phase failed, 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import signal
 import sys
@@ -27,8 +28,9 @@ from ops.bench.roles import BenchError
 from ops.bench.runner import BenchConfig, run_bench
 from ops.commands.run import resolve_services
 from ops.errors import OpsError
-from ops.stack import stack_up
+from ops.stack import read_state, stack_up
 from producers import ProducersError
+from schemas import ENV_KAFKA_CONFIG_FILE
 
 __all__ = ["register"]
 
@@ -122,6 +124,16 @@ def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> Benc
     )
 
 
+def _use_bench_principal() -> None:
+    """On the local stack's secured broker, every client of the benchmark and of the
+    role processes it starts (they inherit the environment) connects as `bench`, whose
+    ACLs cover the `bench-*` topics and groups it creates."""
+    state = read_state()
+    path = None if state is None else state.kafka.client_files.get("bench")
+    if path is not None:
+        os.environ[ENV_KAFKA_CONFIG_FILE] = path
+
+
 def _bench(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     services = resolve_services(args.bootstrap, args.database_url)
     stack = None
@@ -130,6 +142,8 @@ def _bench(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         bootstrap, database_url = stack.bootstrap, stack.database_url
     else:
         bootstrap, database_url = services.bootstrap, services.database_url
+    if stack is not None or (services is not None and services.kafka):
+        _use_bench_principal()
     try:
         config = _config(args, bootstrap, database_url)
     except ValueError as exc:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from ops.bench import command as bench
 from ops.commands import (
+    acls,
     audit,
     console,
     db,
@@ -42,7 +43,7 @@ COMMANDS: list[Register] = []
 COMMANDS.append(stack.register)
 COMMANDS.extend([test.register, simulate.register])
 COMMANDS.extend([validate.register, machines.register])
-COMMANDS.append(topics.register)
+COMMANDS.extend([topics.register, acls.register])
 COMMANDS.append(run.register)
 COMMANDS.extend([db.register, audit.register])
 COMMANDS.append(demo.register)

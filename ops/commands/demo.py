@@ -51,14 +51,20 @@ def _services(args: argparse.Namespace, progress: TextIO) -> Services:
     if args.bootstrap and args.database_url:
         return Services(args.bootstrap, args.database_url)
     stack = stack_up(progress=progress)
+    # On the stack's own broker each component connects as its principal; a broker
+    # named by --bootstrap is reached with the environment's Kafka security settings.
+    kafka = (
+        {} if args.bootstrap else {c: stack.kafka_client(c) for c in stack.state.kafka.client_files}
+    )
     if args.database_url:
-        return Services(args.bootstrap or stack.bootstrap, args.database_url)
+        return Services(args.bootstrap or stack.bootstrap, args.database_url, kafka=kafka)
     roles = stack.state.postgres.role_urls
     return Services(
         args.bootstrap or stack.bootstrap,
         stack.database_url,
         roles.get("controller"),
         roles.get("relay"),
+        kafka,
     )
 
 

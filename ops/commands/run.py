@@ -2,7 +2,10 @@
 services.
 
 Services come from `--bootstrap` / `--database-url`, else RECOVERY_KAFKA_BOOTSTRAP /
-RECOVERY_DATABASE_URL, else the running local stack (`recoveryctl stack up`). Before
+RECOVERY_DATABASE_URL, else the running local stack (`recoveryctl stack up`). Kafka
+clients authenticate with the RECOVERY_KAFKA_* security settings of the environment
+(`schemas.KafkaSecurity`); on the local stack with none set, each role connects as its
+own principal (`controller`, `relay`). Before
 anything starts, the ledger schema is checked: pending migrations stop the run (exit 2)
 unless `--migrate` applies them; `--create-topics` creates missing topics (as
 `recoveryctl topics create` with its defaults). The roles then run as threads of this process, each
@@ -55,13 +58,41 @@ from ledger import LedgerError, PostgresLedger, migrate_database, require_curren
 from ops.errors import StackError
 from ops.settings import RUNTIME_ROLES
 from ops.stack import read_state
-from producers import OutboxRelay, ProvisionError, RelaySettings, provision, relay_probes
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, TopicNames
+from producers import (
+    OutboxRelay,
+    ProvisionError,
+    RelaySettings,
+    provision,
+    provision_acls,
+    relay_probes,
+)
+from schemas import (
+    ENV_DATABASE_URL,
+    ENV_KAFKA_BOOTSTRAP,
+    ENV_KAFKA_CONFIG_FILE,
+    ENV_KAFKA_SASL_MECHANISM,
+    ENV_KAFKA_SASL_PASSWORD,
+    ENV_KAFKA_SASL_PASSWORD_FILE,
+    ENV_KAFKA_SASL_USERNAME,
+    ENV_KAFKA_SECURITY_PROTOCOL,
+    ENV_KAFKA_SSL_CA_LOCATION,
+    KafkaSecurity,
+    TopicNames,
+)
 
 __all__ = ["Runtime", "Services", "register", "resolve_services", "run_roles"]
 
 _log = logging.getLogger("recoveryctl.run")
 ROLE_CHOICES: Final = (*RUNTIME_ROLES, "all")
+_SECURITY_VARIABLES: Final = (
+    ENV_KAFKA_CONFIG_FILE,
+    ENV_KAFKA_SECURITY_PROTOCOL,
+    ENV_KAFKA_SASL_MECHANISM,
+    ENV_KAFKA_SASL_USERNAME,
+    ENV_KAFKA_SASL_PASSWORD,
+    ENV_KAFKA_SASL_PASSWORD_FILE,
+    ENV_KAFKA_SSL_CA_LOCATION,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +105,14 @@ class Services:
     # administrative `database_url` when none is known (docs/ledger.md, "Roles").
     controller_url: str | None = None
     relay_url: str | None = None
+    # Component ("admin", "controller", "relay", "tool", "worker", ...) -> its Kafka
+    # client settings; a component not named uses the environment's.
+    kafka: Mapping[str, KafkaSecurity] = field(default_factory=dict)
+
+    def kafka_for(self, component: str) -> KafkaSecurity:
+        """The Kafka client settings `component` connects with."""
+        found = self.kafka.get(component)
+        return found if found is not None else KafkaSecurity.from_env()
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -137,23 +176,27 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def resolve_services(bootstrap: str | None, database_url: str | None) -> Services | None:
     """The services named by the flags, else the environment, else the running local
-    stack; None when one of the two is known nowhere."""
+    stack; None when one of the two is known nowhere. The local stack's broker comes
+    with its per-component principals unless the environment sets Kafka security."""
     bootstrap = bootstrap or os.environ.get(ENV_KAFKA_BOOTSTRAP) or None
     database_url = database_url or os.environ.get(ENV_DATABASE_URL) or None
     roles: dict[str, str] = {}
+    kafka: dict[str, KafkaSecurity] = {}
     if bootstrap is None or database_url is None:
         try:
             state = read_state()
         except StackError:
             state = None
         if state is not None:
+            if bootstrap is None and not any(os.environ.get(v) for v in _SECURITY_VARIABLES):
+                kafka = {c: state.kafka.client(c) for c in state.kafka.client_files}
             bootstrap = bootstrap or state.kafka.bootstrap
             if database_url is None:  # the stack's database: its roles' URLs too
                 database_url = state.postgres.url
                 roles = state.postgres.role_urls
     if bootstrap is None or database_url is None:
         return None
-    return Services(bootstrap, database_url, roles.get("controller"), roles.get("relay"))
+    return Services(bootstrap, database_url, roles.get("controller"), roles.get("relay"), kafka)
 
 
 @dataclass
@@ -229,12 +272,16 @@ def run_roles(
                 instance=f"relay-{os.getpid()}-{index}",
                 tracer_provider=telemetry.tracer_provider,
                 meter_provider=telemetry.meter_provider,
+                security=services.kafka_for("relay"),
             )
             for index in range(relays)
         ]
         if health is not None:
             live, ready = relay_probes(
-                built, database_url=services.database_url, bootstrap=services.bootstrap
+                built,
+                database_url=services.database_url,
+                bootstrap=services.bootstrap,
+                security=services.kafka_for("relay"),
             )
             health.add("relay", live=live, ready=ready)
         for relay in built:
@@ -266,6 +313,7 @@ def _controller_target(
     settings = ControllerSettings.from_env(
         bootstrap=services.bootstrap,
         database_url=services.controller_url or services.database_url,
+        kafka_security=services.kafka_for("controller"),
         **overrides,
     )
     # Refused before any role starts, so the process exits with the reason, not a
@@ -338,7 +386,9 @@ def _prepare(args: argparse.Namespace, err: TextIO) -> tuple[Services | None, in
         return None, 2
     if args.create_topics:
         try:
-            provision(services.bootstrap)
+            admin = services.kafka_for("admin")
+            provision(services.bootstrap, security=admin)
+            provision_acls(services.bootstrap, security=admin)
         except ProvisionError as exc:
             print(f"recoveryctl run: {exc}", file=err)
             return None, 1

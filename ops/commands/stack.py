@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from ops.errors import StackError
+from ops.kafka_security import write_compose_material
+from ops.paths import stack_dir
+from ops.settings import ENV_KAFKA_PLAINTEXT
 from ops.stack import ServiceStatus, StackState, stack_down, stack_status, stack_up
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
+from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_CONFIG_FILE
 
 __all__ = ["register"]
 
@@ -22,19 +26,37 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "The local stack for development and tests: one Kafka broker (KRaft) and one "
             f"PostgreSQL server on 127.0.0.1. When {ENV_KAFKA_BOOTSTRAP} or "
-            f"{ENV_DATABASE_URL} is set, that existing service is used instead."
+            f"{ENV_DATABASE_URL} is set, that existing service is used instead. The broker "
+            "takes TLS + SASL/SCRAM-SHA-512 clients with ACLs (one principal per component, "
+            "docs/operations.md) unless --plaintext is given."
         ),
     )
     actions = parser.add_subparsers(dest="stack_command", metavar="ACTION", required=True)
 
     up = actions.add_parser("up", help="start the stack in the background (idempotent)")
     up.add_argument("--json", action="store_true", help="print the stack state as JSON")
+    up.add_argument(
+        "--plaintext",
+        action="store_true",
+        default=None,
+        help="run the broker's plaintext listener: no TLS, no authentication, no ACLs "
+        f"(also {ENV_KAFKA_PLAINTEXT}=1)",
+    )
     up.set_defaults(handler=_up)
 
     down = actions.add_parser("down", help="stop the local services of the stack")
     down.add_argument("--purge", action="store_true", help="also delete their data")
     down.add_argument("--json", action="store_true", help="print what was stopped as JSON")
     down.set_defaults(handler=_down)
+
+    compose = actions.add_parser(
+        "compose-env",
+        help="write the TLS material and Kafka passwords compose.yaml needs (kept once made)",
+    )
+    compose.add_argument(
+        "--dir", type=Path, default=None, help="where (default: <stack dir>/compose)"
+    )
+    compose.set_defaults(handler=_compose_env)
 
     status = actions.add_parser("status", help="say whether each service answers now")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
@@ -43,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _up(args: argparse.Namespace) -> int:
     try:
-        stack = stack_up()
+        stack = stack_up(plaintext=args.plaintext)
     except StackError as exc:
         print(f"recoveryctl stack up: {exc}", file=sys.stderr)
         return 1
@@ -54,6 +76,14 @@ def _up(args: argparse.Namespace) -> int:
     if stack.reused:
         print(f"already running since {state.started_at:%Y-%m-%d %H:%M:%S} UTC")
     _print_state(state)
+    return 0
+
+
+def _compose_env(args: argparse.Namespace) -> int:
+    directory = args.dir or stack_dir() / "compose"
+    env_file = write_compose_material(directory)
+    print(f"wrote {directory / 'kafka'} (broker TLS material) and {env_file} (0600)")
+    print(f"  docker compose --env-file {env_file} up -d")
     return 0
 
 
@@ -113,7 +143,7 @@ def _print_state(state: StackState) -> None:
     kafka, postgres = state.kafka, state.postgres
     kafka_origin = "external" if kafka.external else f"pid {kafka.pid}, data {kafka.data_dir}"
     pg_origin = "external" if postgres.external else f"pid {postgres.pid}, data {postgres.root}"
-    print(f"kafka     {kafka.bootstrap}  ({kafka_origin})")
+    print(f"kafka     {kafka.bootstrap}  ({kafka_origin}; {kafka.security_protocol})")
     print(f"postgres  {postgres.url}  ({pg_origin})")
     if kafka.external or postgres.external:
         print(f"using existing services named by {ENV_KAFKA_BOOTSTRAP} / {ENV_DATABASE_URL}")
@@ -121,6 +151,11 @@ def _print_state(state: StackState) -> None:
     print("for other shells:")
     print(f"  export {ENV_KAFKA_BOOTSTRAP}={kafka.bootstrap}")
     print(f"  export {ENV_DATABASE_URL}={postgres.url}")
+    if kafka.client_files:
+        print(f"  export {ENV_KAFKA_CONFIG_FILE}={kafka.client_files['admin']}")
+        print(f"each component's Kafka principal ({ENV_KAFKA_CONFIG_FILE} of that process):")
+        for component, path in sorted(kafka.client_files.items()):
+            print(f"  {component:<10} {ENV_KAFKA_CONFIG_FILE}={path}")
 
 
 def _status_line(status: ServiceStatus) -> str:

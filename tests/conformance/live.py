@@ -33,7 +33,7 @@ from machines.casefile import EPOCH, CaseSpec, ExpectSpec, StepSpec, _Runner, fa
 from machines.event import Event, Lineage
 from producers import EventPublisher
 from producers.relay import OutboxRelay
-from schemas import HEADER_RECORD_ID, TopicNames, header_value
+from schemas import HEADER_RECORD_ID, TopicNames, header_value, kafka_config
 
 PARTITION = 0
 
@@ -324,7 +324,7 @@ def read_until(
     second, keeps the module fast."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap),
             "group.id": f"conformance-reader-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",

@@ -33,6 +33,7 @@ from schemas import (
     AvroSingleObjectCodec,
     event_to_json,
     event_to_record,
+    kafka_config,
 )
 
 __all__ = ["MAX_RECORD_BYTES", "Hostile", "Landed", "Outgoing", "RecordingProducer"]
@@ -79,7 +80,7 @@ class RecordingProducer:
         self.landed: list[Landed] = []
         self.errors: list[str] = []
         self._producer = Producer(
-            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
+            {**kafka_config(bootstrap), "enable.idempotence": True, "acks": "all"}
         )
 
     def send(self, record: Outgoing) -> None:

@@ -39,7 +39,7 @@ from ledger import PostgresLedger, view_to_json
 from ledger.queries import QUERIES
 from machines import Outcome, Simulation
 from ops.bench.workload import BENCH_POLICY
-from schemas import HEADER_RECORD_ID, TopicNames
+from schemas import HEADER_RECORD_ID, TopicNames, kafka_config
 from tests.faults.processes import FaultError
 
 __all__ = [
@@ -86,7 +86,7 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Consum
     """Every record of `topic` up to its current high watermarks, in partition order."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap),
             "group.id": f"faults-reader-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "enable.partition.eof": False,

@@ -14,14 +14,22 @@ from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from ops.kafka import KafkaBroker, KafkaServiceError, start_kafka
 from ops.ports import LOOPBACK
+from schemas import KafkaSecurity, kafka_config
 from tests.support.kafka import TopicFactory
 from tests.support.services import service_root
 
 pytestmark = pytest.mark.integration
 
 
-def _produce(bootstrap: str, topic: str, records: list[tuple[str, str]]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+def _produce(
+    bootstrap: str,
+    topic: str,
+    records: list[tuple[str, str]],
+    security: KafkaSecurity | None = None,
+) -> None:
+    producer = Producer(
+        {**kafka_config(bootstrap, security), "enable.idempotence": True, "acks": "all"}
+    )
     failures: list[str] = []
 
     def on_delivery(error: object, _message: Message) -> None:
@@ -35,10 +43,12 @@ def _produce(bootstrap: str, topic: str, records: list[tuple[str, str]]) -> None
     assert failures == []
 
 
-def _consume(bootstrap: str, topic: str, expected: int, group: str) -> list[Message]:
+def _consume(
+    bootstrap: str, topic: str, expected: int, group: str, security: KafkaSecurity | None = None
+) -> list[Message]:
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap, security),
             "group.id": group,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
@@ -90,7 +100,7 @@ def test_keyed_records_keep_per_key_order_through_a_consumer_group(
         partitions_of_key[key.decode()].add(message.partition())
     assert all(len(parts) == 1 for parts in partitions_of_key.values())
     # The group committed exactly up to the end of every partition.
-    checker = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
+    checker = Consumer({**kafka_config(kafka_bootstrap), "group.id": group})
     try:
         committed = checker.committed([TopicPartition(topic, p) for p in range(3)], timeout=10)
         ends = [checker.get_watermark_offsets(tp, timeout=10)[1] for tp in committed]
@@ -121,10 +131,10 @@ def test_records_survive_a_broker_restart_on_the_same_data_dir(
     topic = f"restart-{uuid.uuid4().hex[:8]}"
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": first.bootstrap})
+    admin = AdminClient(kafka_config(first.bootstrap, first.admin))
     admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])[topic].result(30)
     records = [(f"op-{n % 4}", f"value-{n}") for n in range(40)]
-    _produce(first.bootstrap, topic, records)
+    _produce(first.bootstrap, topic, records, first.admin)
 
     first.stop()
     assert not first.is_running()
@@ -133,7 +143,9 @@ def test_records_survive_a_broker_restart_on_the_same_data_dir(
 
     assert second.bootstrap == first.bootstrap  # same ports again: clients reconnect
     assert (second.data_dir / "logs" / "meta.properties").read_text() == meta  # not reformatted
-    received = _consume(second.bootstrap, topic, len(records), f"after-restart-{topic}")
+    received = _consume(
+        second.bootstrap, topic, len(records), f"after-restart-{topic}", second.admin
+    )
     expected: dict[str, list[str]] = defaultdict(list)
     for key, value in records:
         expected[key].append(value)

@@ -18,8 +18,8 @@ from ops.errors import StackError
 from ops.kafka import wait_for_kafka
 from ops.process import pid_alive, pid_cmdline
 from ops.settings import DATABASE_NAME, ENV_STACK_DIR
-from ops.stack import read_state, stack_up
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
+from ops.stack import KafkaState, read_state, stack_up
+from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_CONFIG_FILE, KafkaSecurity
 from tests.support.services import service_root
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -54,7 +54,23 @@ def test_stack_up_starts_both_services_reports_them_and_down_stops_them(
     state = json.loads(up.stdout)
     assert state["reused"] is False
     assert state["startup_seconds"] < 30
-    wait_for_kafka(state["kafka"]["bootstrap"], timeout=5)
+    kafka = KafkaState.model_validate(state["kafka"])
+    assert kafka.security_protocol == "SASL_SSL"
+    assert set(kafka.client_files) == {
+        "admin",
+        "controller",
+        "relay",
+        "tool",
+        "worker",
+        "siem",
+        "bench",
+    }
+    for path in kafka.client_files.values():
+        assert Path(path).stat().st_mode & 0o777 == 0o600
+    assert (Path(kafka.data_dir or "") / "sasl-users.json").stat().st_mode & 0o777 == 0o600
+    wait_for_kafka(kafka.bootstrap, timeout=5, security=kafka.client("admin"))
+    with pytest.raises(StackError, match="did not answer"):
+        wait_for_kafka(kafka.bootstrap, timeout=3, security=KafkaSecurity(protocol="PLAINTEXT"))
     with psycopg.connect(state["postgres"]["url"]) as conn:
         assert conn.execute("SELECT current_database()").fetchone() == (DATABASE_NAME,)
 
@@ -62,8 +78,16 @@ def test_stack_up_starts_both_services_reports_them_and_down_stops_them(
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["running"] is True
 
-    again = _recoveryctl(stack_home, "stack", "up", "--json")
-    assert json.loads(again.stdout)["reused"] is True
+    again = _recoveryctl(stack_home, "stack", "up")
+    assert again.returncode == 0, again.stderr
+    assert "already running" in again.stdout
+    assert "SASL_SSL" in again.stdout
+    assert f"export {ENV_KAFKA_CONFIG_FILE}={kafka.client_files['admin']}" in again.stdout
+    assert f"worker     {ENV_KAFKA_CONFIG_FILE}={kafka.client_files['worker']}" in again.stdout
+
+    acls = _recoveryctl(stack_home, "acls", "show", "--json")
+    assert acls.returncode == 0, acls.stderr
+    assert json.loads(acls.stdout)["authorizer"] is True
 
     down = _recoveryctl(stack_home, "stack", "down")
     assert down.returncode == 0, down.stderr
@@ -73,6 +97,22 @@ def test_stack_up_starts_both_services_reports_them_and_down_stops_them(
     after = _recoveryctl(stack_home, "stack", "status")
     assert after.returncode == 1
     assert "no local stack recorded" in after.stdout
+
+
+def test_stack_up_plaintext_only_when_asked_and_never_reused_as_secured(
+    stack_home: Path,
+) -> None:
+    up = _recoveryctl(stack_home, "stack", "up", "--plaintext", "--json")
+    assert up.returncode == 0, up.stderr
+    kafka = KafkaState.model_validate(json.loads(up.stdout)["kafka"])
+    assert kafka.security_protocol == "PLAINTEXT"
+    assert kafka.client_files == {}
+    wait_for_kafka(kafka.bootstrap, timeout=5, security=KafkaSecurity(protocol="PLAINTEXT"))
+
+    secured = _recoveryctl(stack_home, "stack", "up")
+    assert secured.returncode == 1
+    assert "is plaintext, but a secured one was asked for" in secured.stderr
+    assert "recoveryctl stack down" in secured.stderr
 
 
 def test_stack_up_uses_services_named_by_the_environment(

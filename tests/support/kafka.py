@@ -7,6 +7,8 @@ import uuid
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from schemas import KafkaSecurity, kafka_config
+
 __all__ = ["TopicFactory", "unique_name"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -22,8 +24,9 @@ def unique_name(hint: str) -> str:
 class TopicFactory:
     """Creates topics for one test and deletes them all at its end."""
 
-    def __init__(self, bootstrap: str, hint: str) -> None:
-        self._admin = AdminClient({"bootstrap.servers": bootstrap})
+    def __init__(self, bootstrap: str, hint: str, security: KafkaSecurity | None = None) -> None:
+        # As `security` (else the environment's principal: the session broker's admin).
+        self._admin = AdminClient(kafka_config(bootstrap, security))
         self._hint = hint
         self.created: list[str] = []
 

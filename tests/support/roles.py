@@ -17,7 +17,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
-from schemas import ENV_DATABASE_URL
+from schemas import (
+    ENV_DATABASE_URL,
+    ENV_KAFKA_CONFIG_FILE,
+    ENV_KAFKA_SASL_MECHANISM,
+    ENV_KAFKA_SASL_PASSWORD,
+    ENV_KAFKA_SASL_PASSWORD_FILE,
+    ENV_KAFKA_SASL_USERNAME,
+    ENV_KAFKA_SECURITY_PROTOCOL,
+    ENV_KAFKA_SSL_CA_LOCATION,
+)
 from tests.support.db import with_user
 
 __all__ = ["ROLE_COMMANDS", "log_tail", "poll_until", "role_argv", "role_env"]
@@ -33,16 +42,33 @@ def role_argv(role: str) -> list[str]:
     return [sys.executable, *ROLE_COMMANDS[role]]
 
 
+_KAFKA_SECURITY: Final = frozenset(
+    {
+        ENV_KAFKA_CONFIG_FILE,
+        ENV_KAFKA_SECURITY_PROTOCOL,
+        ENV_KAFKA_SASL_MECHANISM,
+        ENV_KAFKA_SASL_USERNAME,
+        ENV_KAFKA_SASL_PASSWORD,
+        ENV_KAFKA_SASL_PASSWORD_FILE,
+        ENV_KAFKA_SSL_CA_LOCATION,
+    }
+)
+
+
 def role_env(env: Mapping[str, str], role: str | None = None) -> dict[str, str]:
     """A child's environment: ours (PATH, the venv) without our RECOVERY_* settings,
-    which must not leak into a child, plus `env` and unbuffered output, so its log is
-    complete when the test reads it. For a `role` ("controller", "relay") the ledger URL
-    connects as that role's login (`recovery_controller`, `recovery_relay`), as a
-    deployment runs it; the test keeps the administrative URL for its own checks."""
+    which must not leak into a child, but with the Kafka client security settings (how
+    to reach the session's broker: its admin, `tests.support.services`), plus `env` and
+    unbuffered output, so its log is complete when the test reads it. For a `role`
+    ("controller", "relay") the ledger URL connects as that role's login
+    (`recovery_controller`, `recovery_relay`), as a deployment runs it; the test keeps
+    the administrative URL for its own checks."""
     child = {**env}
     if role in ROLE_COMMANDS and ENV_DATABASE_URL in child:
         child[ENV_DATABASE_URL] = with_user(child[ENV_DATABASE_URL], f"recovery_{role}")
-    base = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERY_")}
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith("RECOVERY_") or k in _KAFKA_SECURITY
+    }
     return {**base, **child, "PYTHONUNBUFFERED": "1"}
 
 

@@ -1,6 +1,14 @@
 """The services a test session runs against: external ones named by environment
 variables, or local ones started once per session and stopped at its end.
 
+The session's own broker is the secured one (TLS, SASL/SCRAM, ACLs): while it runs,
+the environment names its admin principal's client file (RECOVERY_KAFKA_CONFIG_FILE,
+every other RECOVERY_KAFKA_* security variable cleared), so every client a test builds
+through `schemas.kafka_config`, and every process it starts, connects as admin. An
+external broker (RECOVERY_KAFKA_BOOTSTRAP) is used with the security variables the
+caller set for it. `lease_secured_kafka` gives the tests of the broker's own defences
+a secured broker whatever the session's is, with each principal's settings.
+
 A service that cannot be reached or started fails the run with the reason and the log
 tail (`pytest.fail`); nothing is ever skipped because a service is missing.
 """
@@ -13,16 +21,45 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import pytest
 
 from ops.errors import StackError
-from ops.kafka import start_kafka, wait_for_kafka
+from ops.kafka import KafkaBroker, start_kafka, wait_for_kafka
+from ops.kafka_security import BrokerSecurity
 from ops.paths import ensure_dir, stack_dir
 from ops.postgres import start_postgres, wait_for_postgres
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
+from schemas import (
+    ENV_DATABASE_URL,
+    ENV_KAFKA_BOOTSTRAP,
+    ENV_KAFKA_CONFIG_FILE,
+    ENV_KAFKA_SASL_MECHANISM,
+    ENV_KAFKA_SASL_PASSWORD,
+    ENV_KAFKA_SASL_PASSWORD_FILE,
+    ENV_KAFKA_SASL_USERNAME,
+    ENV_KAFKA_SECURITY_PROTOCOL,
+    ENV_KAFKA_SSL_CA_LOCATION,
+)
 
-__all__ = ["ServiceLease", "lease_kafka", "lease_postgres", "service_root"]
+__all__ = [
+    "SecuredBroker",
+    "ServiceLease",
+    "lease_kafka",
+    "lease_postgres",
+    "lease_secured_kafka",
+    "service_root",
+]
+
+_SECURITY_VARIABLES: Final = (
+    ENV_KAFKA_CONFIG_FILE,
+    ENV_KAFKA_SECURITY_PROTOCOL,
+    ENV_KAFKA_SASL_MECHANISM,
+    ENV_KAFKA_SASL_USERNAME,
+    ENV_KAFKA_SASL_PASSWORD,
+    ENV_KAFKA_SASL_PASSWORD_FILE,
+    ENV_KAFKA_SSL_CA_LOCATION,
+)
 
 
 @dataclass(frozen=True)
@@ -32,6 +69,16 @@ class ServiceLease:
     address: str
     external: bool
     release: Callable[[], None]
+    # The session's own secured broker (None for an external one).
+    broker: KafkaBroker | None = None
+
+
+@dataclass(frozen=True)
+class SecuredBroker:
+    """A secured broker: where it listens and each principal's client settings."""
+
+    bootstrap: str
+    security: BrokerSecurity
 
 
 def service_root(prefix: str) -> Path:
@@ -44,7 +91,9 @@ def service_root(prefix: str) -> Path:
 
 
 def lease_kafka() -> ServiceLease:
-    """The broker named by RECOVERY_KAFKA_BOOTSTRAP, or a local one started now."""
+    """The broker named by RECOVERY_KAFKA_BOOTSTRAP (with the caller's security
+    variables), or a secured local one started now, the environment naming its admin
+    principal until the lease is released (module docstring)."""
     external = os.environ.get(ENV_KAFKA_BOOTSTRAP)
     if external:
         try:
@@ -57,12 +106,36 @@ def lease_kafka() -> ServiceLease:
         broker = start_kafka(root / "kafka")
     except StackError as exc:
         pytest.fail(f"local Kafka broker for this test run did not start: {exc}", pytrace=False)
+    assert broker.security is not None
+    saved = {name: os.environ.pop(name) for name in _SECURITY_VARIABLES if name in os.environ}
+    os.environ[ENV_KAFKA_CONFIG_FILE] = str(broker.security.client_file("admin"))
+
+    def release() -> None:
+        os.environ.pop(ENV_KAFKA_CONFIG_FILE, None)
+        os.environ.update(saved)
+        broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+    return ServiceLease(broker.bootstrap, False, release, broker)
+
+
+def lease_secured_kafka(session: ServiceLease) -> tuple[SecuredBroker, Callable[[], None]]:
+    """A secured broker for the tests of its defences: the session's own when it is one,
+    else (an external session broker) one started for them now; and how to release it."""
+    if session.broker is not None and session.broker.security is not None:
+        return SecuredBroker(session.broker.bootstrap, session.broker.security), lambda: None
+    root = service_root("kafka-secured")
+    try:
+        broker = start_kafka(root / "kafka")
+    except StackError as exc:
+        pytest.fail(f"secured Kafka broker for the ACL tests did not start: {exc}", pytrace=False)
+    assert broker.security is not None
 
     def release() -> None:
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)
 
-    return ServiceLease(broker.bootstrap, False, release)
+    return SecuredBroker(broker.bootstrap, broker.security), release
 
 
 def lease_postgres() -> ServiceLease:

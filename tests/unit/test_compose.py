@@ -23,7 +23,16 @@ from ops.settings import (
     POSTGRES_MAJOR,
     RUNTIME_ROLES,
 )
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
+from schemas import (
+    ENV_DATABASE_URL,
+    ENV_KAFKA_BOOTSTRAP,
+    ENV_KAFKA_SASL_MECHANISM,
+    ENV_KAFKA_SASL_PASSWORD,
+    ENV_KAFKA_SASL_USERNAME,
+    ENV_KAFKA_SECURITY_PROTOCOL,
+    ENV_KAFKA_SSL_CA_LOCATION,
+    KAFKA_PRINCIPALS,
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +61,34 @@ def test_kafka_is_kraft_at_the_locally_assembled_version(services: dict[str, Any
     assert "healthcheck" in kafka
 
 
+def test_kafka_is_secured_like_the_local_broker(services: dict[str, Any]) -> None:
+    env = services["kafka"]["environment"]
+    protocols = dict(p.split(":") for p in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    assert protocols == {"INTERNAL": "SASL_SSL", "HOST": "SASL_SSL", "CONTROLLER": "SSL"}
+    assert env["KAFKA_SASL_ENABLED_MECHANISMS"] == "SCRAM-SHA-512"
+    assert env["KAFKA_LISTENER_NAME_CONTROLLER_SSL_CLIENT_AUTH"] == "required"
+    assert env["KAFKA_AUTHORIZER_CLASS_NAME"].endswith(".StandardAuthorizer")
+    assert env["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
+    assert env["KAFKA_SUPER_USERS"] == "User:admin;User:broker"
+    # Every principal gets its SCRAM user when the storage is formatted.
+    for user in KAFKA_PRINCIPALS.values():
+        assert f"{user}=${{RECOVERY_KAFKA_PASSWORD_{user.upper()}:?" in env["SCRAM_USERS"]
+    assert "--add-scram" in services["kafka"]["command"][-1]
+    assert "PLAINTEXT" not in str(services["kafka"])
+
+
+def test_provision_creates_topics_and_acls_as_admin_before_the_runtime(
+    services: dict[str, Any],
+) -> None:
+    provision = services["provision"]
+    assert provision["command"] == ["recoveryctl", "topics", "create"]
+    build_parser().parse_args(provision["command"][1:])
+    assert provision["environment"][ENV_KAFKA_SASL_USERNAME] == "admin"
+    for role in RUNTIME_ROLES:
+        needs = services[role]["depends_on"]["provision"]
+        assert needs == {"condition": "service_completed_successfully"}
+
+
 def test_postgres_publishes_the_default_port_with_the_project_database(
     services: dict[str, Any],
 ) -> None:
@@ -70,13 +107,25 @@ def test_runtime_services_read_the_project_env_vars_and_reach_the_services(
     service = services[role]
     command = service["command"]
     assert command[:4] == ["recoveryctl", "run", "--role", role]
-    # Only flags `recoveryctl run` accepts, and the schema and topics are prepared.
+    # Only flags `recoveryctl run` accepts; the schema is prepared (the topics and ACLs
+    # by `provision`, as admin: the role itself may not create topics).
     args = build_parser().parse_args(command[1:])
     assert args.migrate
-    assert args.create_topics
+    assert not args.create_topics
     assert not args.demo, "compose must not run the controller in demo mode"
     environment = service["environment"]
-    assert set(environment) == {ENV_KAFKA_BOOTSTRAP, ENV_DATABASE_URL, ENV_METRICS_ADDRESS}
+    assert set(environment) == {
+        ENV_KAFKA_BOOTSTRAP,
+        ENV_DATABASE_URL,
+        ENV_METRICS_ADDRESS,
+        ENV_KAFKA_SECURITY_PROTOCOL,
+        ENV_KAFKA_SASL_MECHANISM,
+        ENV_KAFKA_SASL_USERNAME,
+        ENV_KAFKA_SASL_PASSWORD,
+        ENV_KAFKA_SSL_CA_LOCATION,
+    }
+    assert environment[ENV_KAFKA_SECURITY_PROTOCOL] == "SASL_SSL"
+    assert environment[ENV_KAFKA_SASL_USERNAME] == KAFKA_PRINCIPALS[role]
 
     kafka_host, kafka_port = environment[ENV_KAFKA_BOOTSTRAP].split(":")
     assert kafka_host == "kafka"
@@ -86,7 +135,7 @@ def test_runtime_services_read_the_project_env_vars_and_reach_the_services(
     url = urlsplit(environment[ENV_DATABASE_URL])
     assert (url.hostname, url.port, url.username) == ("postgres", 5432, DATABASE_USER)
     assert url.path == f"/{DATABASE_NAME}"
-    assert set(service["depends_on"]) == {"kafka", "postgres"}
+    assert set(service["depends_on"]) == {"provision", "postgres"}
 
 
 @pytest.mark.parametrize("role", RUNTIME_ROLES)

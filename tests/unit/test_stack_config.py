@@ -14,6 +14,7 @@ import pytest
 from pydantic import ValidationError
 
 from ops.kafka import jars_cached, new_cluster_id, render_server_properties
+from ops.kafka_security import ensure_broker_security
 from ops.paths import cache_dir, ensure_dir, others_can_traverse, stack_dir
 from ops.ports import LOOPBACK, free_ports, is_port_free
 from ops.settings import ENV_CACHE_DIR, ENV_STACK_DIR, KAFKA_VERSION
@@ -80,6 +81,66 @@ def test_root_running_from_a_private_checkout_keeps_state_where_postgres_can_rea
         assert chosen != stack_dir(tmp_path / "private" / "other-repo")
     else:
         assert chosen == checkout / ".stack"
+
+
+def test_secured_server_properties_take_sasl_ssl_clients_and_allow_only_acls(
+    tmp_path: Path,
+) -> None:
+    security = ensure_broker_security(tmp_path, environ={})
+    props = _properties(render_server_properties(40001, 40002, tmp_path / "logs", security))
+    assert props["listeners"] == f"CLIENT://{LOOPBACK}:40001,CONTROLLER://{LOOPBACK}:40002"
+    assert props["advertised.listeners"] == f"CLIENT://{LOOPBACK}:40001"
+    assert props["listener.security.protocol.map"] == "CLIENT:SASL_SSL,CONTROLLER:SSL"
+    assert props["inter.broker.listener.name"] == "CLIENT"
+    assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    assert props["listener.name.controller.ssl.client.auth"] == "required"
+    assert props["ssl.keystore.type"] == props["ssl.truststore.type"] == "PEM"
+    assert props["ssl.keystore.location"] == str(security.keystore_path)
+    assert props["ssl.principal.mapping.rules"] == "RULE:^CN=([^,]+)$/$1/,DEFAULT"
+    assert props["authorizer.class.name"].endswith(".StandardAuthorizer")
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+    assert props["super.users"] == "User:admin;User:broker"
+    jaas = props["listener.name.client.scram-sha-512.sasl.jaas.config"]
+    assert f'username="broker" password="{security.passwords["broker"]}";' in jaas
+    assert "PLAINTEXT" not in props["listener.security.protocol.map"]
+
+
+def test_broker_security_material_is_private_kept_and_per_principal(tmp_path: Path) -> None:
+    first = ensure_broker_security(tmp_path, environ={"RECOVERY_KAFKA_PASSWORD_SIEM": "s3cret"})
+    assert set(first.passwords) == {
+        "admin",
+        "broker",
+        "controller",
+        "relay",
+        "tool",
+        "worker",
+        "siem",
+        "bench",
+    }
+    assert first.passwords["siem"] == "s3cret"
+    assert len(set(first.passwords.values())) == len(first.passwords)
+    for private in (
+        tmp_path / "sasl-users.json",
+        tmp_path / "tls" / "broker.pem",
+        tmp_path / "tls" / "ca-key.pem",
+        first.client_file("worker"),
+    ):
+        assert private.stat().st_mode & 0o777 == 0o600, private
+    assert "broker" not in first.client_files()
+    worker = first.client("worker").client_config()
+    assert worker == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "worker",
+        "sasl.password": first.passwords["worker"],
+        "ssl.ca.location": str(first.ca_path),
+    }
+    assert _properties(first.client_file("worker").read_text()) == worker
+    assert "s3cret" not in repr(first)
+    ca = first.ca_path.read_bytes()
+    again = ensure_broker_security(tmp_path, environ={})
+    assert again.passwords == first.passwords  # kept, not regenerated
+    assert again.ca_path.read_bytes() == ca
 
 
 def test_server_properties_are_a_single_node_kraft_quorum_on_loopback(tmp_path: Path) -> None:

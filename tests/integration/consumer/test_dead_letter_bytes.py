@@ -16,7 +16,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ledger import Ledger
 from producers.relay import OutboxRelay
-from schemas import CONTENT_TYPE_AVRO, CONTENT_TYPE_JSON, AvroSingleObjectCodec, TopicNames
+from schemas import (
+    CONTENT_TYPE_AVRO,
+    CONTENT_TYPE_JSON,
+    AvroSingleObjectCodec,
+    TopicNames,
+    kafka_config,
+)
 from tests.integration.consumer.harness import (
     Tool,
     open_ledger,
@@ -45,7 +51,7 @@ def ledger(database_url: str) -> Iterator[Ledger]:
 def _read(bootstrap: str, topic: str, expected: int) -> list[Any]:
     """The first `expected` records of partition 0.. of `topic`, from the beginning."""
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": "dlq-bytes", "enable.auto.commit": False}
+        {**kafka_config(bootstrap), "group.id": "dlq-bytes", "enable.auto.commit": False}
     )
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions

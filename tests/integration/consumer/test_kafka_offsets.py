@@ -19,6 +19,7 @@ from opentelemetry.trace import NoOpTracerProvider
 
 from consumer import Telemetry
 from ledger import Ledger
+from schemas import kafka_config
 from tests.integration.consumer.harness import (
     Tool,
     open_ledger,
@@ -48,7 +49,7 @@ def _group() -> str:
 
 def _kafka_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
     """The group's committed offsets as Kafka's own admin API reports them."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(kafka_config(bootstrap))
     future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
     listed = future.result(timeout=30)
     return {
@@ -68,7 +69,7 @@ def _metric(reader: InMemoryMetricReader, name: str) -> int:
 
 
 def _set_kafka_offsets(bootstrap: str, group: str, offsets: list[KafkaPartition]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(kafka_config(bootstrap))
     request = ConsumerGroupTopicPartitions(group, offsets)
     admin.alter_consumer_group_offsets([request])[group].result(timeout=30)
 

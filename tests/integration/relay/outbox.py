@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
-from schemas import HEADER_RECORD_ID, TopicNames, header_value
+from schemas import HEADER_RECORD_ID, TopicNames, header_value, kafka_config
 
 __all__ = ["Row", "Seen", "audit_row", "command_row", "insert_rows", "published_ids", "read_all"]
 
@@ -110,7 +110,7 @@ def read_all(
     `expected` arrived and nothing more came for a second (or at `timeout`)."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap),
             "group.id": f"relay-test-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",

@@ -8,6 +8,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message
 
+from schemas import kafka_config
+
 
 def read_messages(
     bootstrap: str, topic: str, expected: int, *, timeout: float = 30.0
@@ -16,7 +18,7 @@ def read_messages(
     deadline passes first; a fresh consumer group each call."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap),
             "group.id": f"reader-{uuid.uuid4().hex[:8]}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,

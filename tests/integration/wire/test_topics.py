@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient
 
 from ops.cli import main
 from producers import provision
-from schemas import TopicNames
+from schemas import TopicNames, kafka_config
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +24,7 @@ def names(kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Top
         monkeypatch.setenv(f"RECOVERY_TOPIC_{stream.upper()}", f"{prefix}.{stream}")
     topics = TopicNames.from_env()
     yield topics
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin = AdminClient(kafka_config(kafka_bootstrap))
     existing = set(admin.list_topics(timeout=10).topics)
     doomed = [t for t in topics.all() if t in existing]
     if doomed:
