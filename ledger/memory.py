@@ -55,7 +55,15 @@ from ledger.lineage_step import (
     opened_lineage,
     with_lineage_plan,
 )
-from ledger.records import Batch, BatchRows, OutboxRow, audit_bodies, batch_rows, finish_outbox
+from ledger.records import (
+    Batch,
+    BatchRows,
+    OutboxRow,
+    audit_bodies,
+    batch_rows,
+    command_lineage,
+    finish_outbox,
+)
 from machines import Arrival, LineageRow, OperationView, arrival_of, with_lineage
 
 __all__ = ["MemoryLedger"]
@@ -184,7 +192,7 @@ class MemoryLedger(Ledger):
             stored[op] = known[op]
         check_arrivals(plan, stored)
         lineage = plan_lineage(stored, opened_lineage(plan), plan.containments, batch_time(plan))
-        return with_lineage_plan(plan, lineage, batch.topics), dict(lineage.rows)
+        return with_lineage_plan(plan, lineage, batch.topics, batch.sign), dict(lineage.rows)
 
     def _below(self, roots: set[str]) -> set[str]:
         children: dict[str, list[str]] = {}
@@ -277,7 +285,9 @@ class MemoryLedger(Ledger):
         s.nonces.update(a.nonce for a in plan.approvals)
         for op, records in chained.items():
             s.audit.setdefault(op, []).extend(records)
-        outbox = finish_outbox(plan, chained, batch.topics)
+        outbox = finish_outbox(
+            plan, chained, batch.topics, sign=batch.sign, lineages=self._lineages(plan)
+        )
         for out in outbox:
             s.outbox.append(_Outbox(len(s.outbox) + 1, out))
         stored_ids = {item.row.record_id for item in s.outbox}
@@ -299,6 +309,24 @@ class MemoryLedger(Ledger):
             dead_letters=len(batch.dead_letters),
         )
 
+    def _lineages(self, plan: BatchRows) -> dict[str, dict[str, Any]]:
+        """As `ledger.postgres_commit`: the lineage each operation's commands carry, from
+        its stored row (opened earlier, or just now by `_write`)."""
+        out: dict[str, dict[str, Any]] = {}
+        for op in {c.key for c in plan.commands}:
+            stored = self._s.operations.get(op)
+            if stored is not None:
+                i = stored.info
+                out[op] = command_lineage(
+                    i.agent,
+                    i.task,
+                    i.initiating_principal,
+                    i.origin_operation,
+                    i.parent_operation,
+                    i.delegated_credentials,
+                )
+        return out
+
     def _write_dead_letters(self, batch: Batch) -> tuple[int, int]:
         """The same rows `ledger.postgres_commit` writes for dead letters on PostgreSQL."""
         s = self._s
@@ -307,7 +335,7 @@ class MemoryLedger(Ledger):
             for d in batch.dead_letters
         }
         chained, rows = plan_dead_letters(
-            batch.dead_letters, heads, batch.topics.audit, batch.topics.dlq
+            batch.dead_letters, heads, batch.topics.audit, batch.topics.dlq, batch.sign
         )
         for chain, records in chained.items():
             s.audit.setdefault(chain, []).extend(records)

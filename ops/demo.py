@@ -15,6 +15,7 @@ any tool would, and reads the ledger through the `Ledger` interface.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -56,8 +57,9 @@ from ops.demo_scenarios import (
     operation_id_for,
 )
 from ops.errors import OpsError
+from ops.keys import stack_key
 from producers import CapabilityWorker, EventPublisher, RecoveryClient, provision, read_commands
-from schemas import TopicNames
+from schemas import ENV_CONTROLLER_SIGNING_KEY_FILE, TopicNames
 
 __all__ = ["DemoError", "DemoReport", "OperationReport", "run_demo"]
 
@@ -215,6 +217,9 @@ def run_demo(
             # stopped instead of replaying every earlier run's events and commands.
             "group_id": "recovery-demo-controller",
             "instance_id": f"controller-demo-{run_id}",
+            # The stack's own controller key (generated once, 0600), unless one is set.
+            "signing_key_file": os.environ.get(ENV_CONTROLLER_SIGNING_KEY_FILE)
+            or stack_key("controller"),
         },
     )
     _start_worker(runtime, services.bootstrap, names)

@@ -108,9 +108,12 @@ RETURNING operation_id;
 
 -- name: lock_operations
 -- Lock the operations the batch continues, in id order, so two writers never deadlock;
--- their lineage columns tell whether a cascade or a link moved on since the batch loaded.
+-- their lineage columns tell whether a cascade or a link moved on since the batch loaded,
+-- and the lineage they were opened with goes into their commands (signed with them).
 SELECT operation_id, version, audit_sequence, audit_head, contained_ancestors,
-       lineage_agents || descendant_agents
+       lineage_agents || descendant_agents,
+       agent, task, initiating_principal, origin_operation, parent_operation,
+       delegated_credentials
 FROM operations
 WHERE operation_id = ANY(%(ids)s)
 ORDER BY operation_id
