@@ -17,6 +17,7 @@ from producers.worker import (
     Handler,
     WorkerStats,
     demo_handlers,
+    roster_from_env,
     verify_outcome,
 )
 
@@ -44,5 +45,6 @@ __all__ = [
     "provision",
     "read_commands",
     "relay_probes",
+    "roster_from_env",
     "verify_outcome",
 ]
