@@ -66,6 +66,7 @@ from ledger.records import (
     audit_bodies,
     command_lineage,
     finish_outbox,
+    heads_row,
 )
 from machines import LineageRow
 
@@ -116,6 +117,9 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchRows) -> CommitResult:
             batch.topics.dlq,
             batch.sign,
         )
+        anchor = heads_row({**chained, **intake}, batch.topics, batch.sign)
+        if anchor is not None:
+            outbox.append(anchor)
         # The outbox keeps its insertion order: the batch's rows, the cascade events,
         # then the dead letters. Without cascade events (nearly always) the dead letters
         # ride with the batch's rows.

@@ -40,9 +40,11 @@ from machines import (
     apply,
     containment_of,
 )
-from schemas import DEFAULT_TOPICS, TopicNames
+from schemas import DEFAULT_TOPICS, TopicNames, record_id
 
 __all__ = [
+    "HEADS_FORMAT",
+    "HEADS_KIND",
     "ApprovalRow",
     "AuditItem",
     "Batch",
@@ -60,6 +62,7 @@ __all__ = [
     "batch_rows",
     "command_lineage",
     "finish_outbox",
+    "heads_row",
     "signed_row",
 ]
 
@@ -778,6 +781,41 @@ def finish_outbox(
                 )
             )
     return rows
+
+
+HEADS_KIND = "chain-heads"
+HEADS_FORMAT = "chain-heads/1"
+
+
+def heads_row(
+    chained: Mapping[str, Sequence[AuditRecord]],
+    topics: TopicNames = DEFAULT_TOPICS,
+    sign: RowSigner | None = None,
+) -> OutboxRow | None:
+    """The batch's `chain-heads` record for the audit topic: for every chain the batch
+    extended (operations and intake chains), its newest sequence and hash, sorted by
+    chain id; signed by `sign` like every row, so it anchors the database's chains
+    outside it (`recoveryctl audit verify --against-topic`). None when the batch wrote
+    no audit record. Its id is derived from the heads, so a replayed batch adds none."""
+    heads = [
+        {"operation_id": op, "sequence": records[-1].sequence, "hash": records[-1].hash}
+        for op, records in sorted(chained.items())
+        if records
+    ]
+    if not heads:
+        return None
+    rid = record_id(
+        HEADS_KIND, *(f"{h['operation_id']}:{h['sequence']}:{h['hash']}" for h in heads)
+    )
+    payload = {"kind": HEADS_KIND, "format": HEADS_FORMAT, "heads": heads}
+    row = OutboxRow(
+        rid,
+        topics.audit,
+        str(heads[0]["operation_id"]),
+        {"record_id": rid, "kind": HEADS_KIND},
+        dumps(payload),
+    )
+    return signed_row(row, sign)
 
 
 def audit_bodies(plan: BatchRows) -> dict[str, list[tuple[str, Mapping[str, Any], str]]]:

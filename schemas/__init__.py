@@ -60,6 +60,7 @@ from schemas.headers import (
 from schemas.kafka_log import LOGGER_PREFIX, KafkaLog, librdkafka_logger
 from schemas.ocsf import OCSF_VERSION, audit_to_ocsf, audit_to_ocsf_json
 from schemas.outbox_wire import (
+    ANCHOR_KINDS,
     OUTBOX_STREAMS,
     PUBLISHED_TIME,
     SIGNATURE_ROW_HEADERS,
@@ -81,6 +82,7 @@ from schemas.signing import (
 )
 
 __all__ = [
+    "ANCHOR_KINDS",
     "AVRO_DIR",
     "CAPABILITY_COMMAND",
     "CONTENT_TYPE",

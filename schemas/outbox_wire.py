@@ -14,7 +14,10 @@ The ledger stores outbox payloads as JSON; each stream has its own wire format:
 - `events`: a `recovery.EventEnvelope` Avro single object (the cascade events).
 - `audit`: OCSF API Activity JSON (`schemas.ocsf`). A body without a time of its own
   takes the time the controller signed it (row header `published_time`), or else the
-  relay's publish time.
+  relay's publish time. A `chain-heads` record (kind `chain-heads`: each chain a batch
+  extended, with its newest sequence and hash) and a `tombstone` record of a purge are
+  published as their canonical JSON (sorted keys, no spaces), header
+  `recovery-kind` naming which.
 
 Both sides run this module: the controller (`OutboxSigner`, when it builds the rows, so
 the relay never holds the controller's key) and the relay (`encode_outbox_value`, when
@@ -50,6 +53,7 @@ from schemas.ocsf import audit_to_ocsf, audit_to_ocsf_json
 from schemas.signing import HEADER_KEY_ID, HEADER_PRODUCER, HEADER_SIGNATURE, RecordSigner
 
 __all__ = [
+    "ANCHOR_KINDS",
     "OUTBOX_STREAMS",
     "PUBLISHED_TIME",
     "SIGNATURE_ROW_HEADERS",
@@ -74,6 +78,8 @@ _CONTROLLER: Final = "recovery-controller"
 _DEFAULT_NAMES: Final = TopicNames()
 _EPOCH: Final = "1970-01-01T00:00:00+00:00"
 _OWN_TIMES: Final = ("occurred_at", "occurred_time", "decided_at")
+# Audit-topic records that are not audit records: published as canonical JSON.
+ANCHOR_KINDS: Final = frozenset({"chain-heads", "tombstone"})
 
 LineageLookup = Callable[[str], Lineage]
 
@@ -117,6 +123,8 @@ def encode_outbox_value(
     """The Kafka value of one outbox row of `stream`. Raises `WireError`, `KeyError`,
     `TypeError` or `ValueError` when the payload does not fit the stream's schema."""
     if stream == "audit":
+        if payload.get("kind") in ANCHOR_KINDS:
+            return WireValue(_canonical(payload), CONTENT_TYPE_JSON, None, {})
         return WireValue(_ocsf(payload, published_time), CONTENT_TYPE_JSON, None, {})
     if stream == "commands":
         command = _command(payload, lineage_of)
@@ -141,6 +149,8 @@ def encode_outbox_value(
 
 def needs_published_time(payload: Mapping[str, Any]) -> bool:
     """Whether an audit payload has no time of its own for OCSF's `time`."""
+    if payload.get("kind") in ANCHOR_KINDS:
+        return False
     if any(payload.get(k) for k in _OWN_TIMES):
         return False
     body = payload.get("record")
@@ -204,6 +214,10 @@ class OutboxSigner:
             value = signed[header]
             out[row_name] = "" if value is None else value.decode("utf-8")
         return out
+
+
+def _canonical(payload: Mapping[str, Any]) -> bytes:
+    return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 def _avro(
