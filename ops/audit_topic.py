@@ -192,6 +192,8 @@ def _note(topic: _Topic, value: Mapping[str, Any], report: TopicReport) -> None:
         through = int(value["purged_through"])
         if through >= topic.tombstones.get(chain, (0, ""))[0]:
             topic.tombstones[chain] = (through, str(value["purged_head"]))
+        # The tombstone is a record of the chain too (stored in the database).
+        topic.published[(chain, int(value["sequence"]))] = str(value["hash"])
         return
     link = value["unmapped"]["recovery"]["chain"]
     report.audit_records += 1

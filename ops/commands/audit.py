@@ -39,6 +39,7 @@ from machines import (
 )
 from ops.audit_topic import TopicReport, compare_with_topic
 from ops.commands.db import add_ledger_options, open_ledger
+from ops.commands.purge import register_purge
 from producers import ProducersError, read_topic
 from schemas import (
     DEFAULT_CONTROLLER_ID,
@@ -94,6 +95,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     key.add_argument("--json", action="store_true", help="print a JSON object")
     key.set_defaults(handler=run_key)
+    register_purge(actions)
 
 
 def run_key(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:

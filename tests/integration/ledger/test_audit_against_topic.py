@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -17,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ledger import AuditRecord, PostgresLedger
 from ledger.audit import chain_records, genesis_head
-from machines import public_key_text
+from machines import public_key_text, write_private_key
 from ops.cli import main
 from producers import EventPublisher, OutboxRelay
 from schemas import (
@@ -31,6 +32,8 @@ from tests.support.kafka import TopicFactory
 from tests.support.signed_outbox import CONTROLLER_ID, drive_signed
 
 pytestmark = pytest.mark.integration
+
+STREAMS = ("events", "commands", "evidence", "audit", "dlq")
 
 
 @dataclass
@@ -232,3 +235,43 @@ def test_a_forged_record_chaining_onto_the_head_is_reported(
 
 def _published(record: AuditRecord) -> dict[str, object]:
     return record.to_dict()
+
+
+def test_a_purge_leaves_signed_tombstones_and_verifies_clean_unlike_a_deletion(
+    published: Published, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key_file = tmp_path / "controller.key"
+    write_private_key(key_file, published.key)
+    with_topics = {f"RECOVERY_TOPIC_{s.upper()}": getattr(published.topics, s) for s in STREAMS}
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in with_topics.items():
+            env.setenv(name, value)
+        purge = ["audit", "purge", "--operation", "op-1", "--key-file", str(key_file)]
+        assert main([*purge, "--database-url", published.url, "--json"]) == 0
+    [done] = json.loads(capsys.readouterr().out)["purged"]
+    assert done["operation_id"] == "op-1"
+    assert done["rows_removed"] > 0
+    ledger = PostgresLedger(published.url)
+    try:
+        records, _ = ledger.audit_chain("op-1")
+        assert [r.kind for r in records] == ["tombstone"]
+        assert ledger.decisions("op-1") == ()
+        _relay_all(ledger, published.bootstrap, published.topics)
+    finally:
+        ledger.close()
+    assert main(["audit", "verify", "--database-url", published.url]) == 0
+    capsys.readouterr()
+    assert published.verify() == 0
+    topic = _report(capsys)["topic"]
+    assert isinstance(topic, dict)
+    assert (topic["tombstones"], topic["purged_records"] > 0) == (1, True)
+
+    # The same removal by hand, with no tombstone: the database alone looks intact (an
+    # empty chain, its head moved back to genesis), the topic tells it was deleted.
+    with psycopg.connect(published.url) as conn:
+        conn.execute("SET session_replication_role = replica")
+        conn.execute("DELETE FROM audit_records WHERE operation_id LIKE 'intake:%'")
+        conn.execute("DELETE FROM audit_chains")
+    assert published.verify() == 1
+    report = _report(capsys)
+    assert _codes(report) == ["deleted"]
