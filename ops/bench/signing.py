@@ -13,6 +13,7 @@ No Kafka and no PostgreSQL: a figure, not a test.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from collections.abc import Sequence
@@ -20,7 +21,6 @@ from collections.abc import Sequence
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ledger import OutboxRecord
-from ledger.jsonutil import dumps
 from ops.bench.relay_encode import build_outbox
 from schemas import DEFAULT_TOPICS, OutboxSigner, RecordSigner, outbox_stream
 
@@ -71,7 +71,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _row(row: OutboxRecord) -> tuple[str, str, str, dict[str, str], str]:
-    return (row.topic, row.key, row.record_id, dict(row.headers), dumps(row.payload))
+    return (
+        row.topic,
+        row.key,
+        row.record_id,
+        dict(row.headers),
+        json.dumps(row.payload, sort_keys=True, separators=(",", ":")),
+    )
 
 
 if __name__ == "__main__":
