@@ -51,7 +51,6 @@ from ledger.roles import (
 from ledger.rowsign import RowSigner
 from ledger.schema import describe_schema, expected_schema
 from ledger.schema_check import pending_migrations, require_current_schema
-from ledger.signing import SigningKeyError, key_id, load_signing_key, public_key_text
 
 __all__ = [
     "LOGIN_ROLES",
@@ -83,7 +82,6 @@ __all__ = [
     "RetryableConflict",
     "RolesReport",
     "RowSigner",
-    "SigningKeyError",
     "Source",
     "UnknownOperation",
     "VersionConflict",
@@ -97,14 +95,11 @@ __all__ = [
     "ensure_roles",
     "expected_schema",
     "intake_chain_id",
-    "key_id",
-    "load_signing_key",
     "migrate",
     "migrate_as_owner",
     "migrate_database",
     "pending_migrations",
     "ping_database",
-    "public_key_text",
     "require_current_schema",
     "verify_chain",
     "view_from_json",
