@@ -56,9 +56,9 @@ from ledger.roles import (
     ensure_roles,
     migrate_as_owner,
 )
+from ledger.rowsign import RowSigner
 from ledger.schema import describe_schema, expected_schema
 from ledger.schema_check import pending_migrations, require_current_schema
-from ledger.signing import SigningKeyError, key_id, load_signing_key, public_key_text
 
 __all__ = [
     "LOGIN_ROLES",
@@ -94,7 +94,7 @@ __all__ = [
     "PostgresLedger",
     "RetryableConflict",
     "RolesReport",
-    "SigningKeyError",
+    "RowSigner",
     "Source",
     "StoredEvent",
     "UnknownOperation",
@@ -109,14 +109,11 @@ __all__ = [
     "ensure_roles",
     "expected_schema",
     "intake_chain_id",
-    "key_id",
-    "load_signing_key",
     "migrate",
     "migrate_as_owner",
     "migrate_database",
     "pending_migrations",
     "ping_database",
-    "public_key_text",
     "require_current_schema",
     "verify_chain",
     "view_from_json",

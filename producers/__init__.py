@@ -15,7 +15,7 @@ from producers.acls import (
 from producers.client import RESULT_EVENTS, EventPublisher, RecoveryClient, event_record_id
 from producers.encoding import EncodedRecord, RecordEncoder
 from producers.errors import DeliveryFailed, ProducersError, ProvisionError
-from producers.readback import read_commands
+from producers.readback import TopicRecord, read_commands, read_topic
 from producers.relay import LineageCache, OutboxRelay, RelaySettings, lineage_from_ledger
 from producers.relay_health import relay_probes
 from producers.topics import BrokerProbe, TopicResult, provision
@@ -25,6 +25,7 @@ from producers.worker import (
     Handler,
     WorkerStats,
     demo_handlers,
+    roster_from_env,
     verify_outcome,
 )
 
@@ -47,6 +48,7 @@ __all__ = [
     "RecordEncoder",
     "RecoveryClient",
     "RelaySettings",
+    "TopicRecord",
     "TopicResult",
     "WorkerStats",
     "acl_bindings",
@@ -57,6 +59,8 @@ __all__ = [
     "provision",
     "provision_acls",
     "read_commands",
+    "read_topic",
     "relay_probes",
+    "roster_from_env",
     "verify_outcome",
 ]

@@ -19,6 +19,7 @@ from tests.support.db import (
     with_database,
 )
 from tests.support.kafka import TopicFactory
+from tests.support.keys import ensure_controller_key
 from tests.support.services import (
     SecuredBroker,
     ServiceLease,
@@ -26,6 +27,9 @@ from tests.support.services import (
     lease_postgres,
     lease_secured_kafka,
 )
+
+# Every controller the session starts signs its output with the session's own key.
+ensure_controller_key()
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ Each example must exit 0 and print the steps its guide describes."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -16,8 +17,16 @@ from typing import Final
 
 import pytest
 
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, TopicNames
+from schemas import (
+    ENV_CONTROLLER_SIGNING_KEY_FILE,
+    ENV_DATABASE_URL,
+    ENV_KAFKA_BOOTSTRAP,
+    ENV_ROSTER_FILE,
+    TopicNames,
+)
+from tests.support.commands import worker_roster
 from tests.support.kafka import TopicFactory
+from tests.support.keys import ensure_controller_key
 from tests.support.roles import log_tail, role_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -29,7 +38,7 @@ SCENARIO_TIMEOUT: Final = "45"
 
 
 @pytest.fixture
-def guide_env(topic_factory: TopicFactory) -> dict[str, str]:
+def guide_env(topic_factory: TopicFactory, tmp_path: Path) -> dict[str, str]:
     """RECOVERY_TOPIC_* naming topics of this test's own, and our code on the path."""
     names = TopicNames(
         events=topic_factory(3),
@@ -39,7 +48,16 @@ def guide_env(topic_factory: TopicFactory) -> dict[str, str]:
         dlq=topic_factory(3),
     )
     env = {f"RECOVERY_TOPIC_{field.upper()}": value for field, value in names.model_dump().items()}
-    return {**env, "PYTHONPATH": str(ROOT)}
+    # The controller signs with the session's key; the examples' workers verify against
+    # a roster naming it, as docs/capability-worker.md tells a worker to.
+    roster = tmp_path / "roster.json"
+    roster.write_text(json.dumps(worker_roster().model_dump(mode="json")), encoding="utf-8")
+    return {
+        **env,
+        "PYTHONPATH": str(ROOT),
+        ENV_CONTROLLER_SIGNING_KEY_FILE: str(ensure_controller_key()),
+        ENV_ROSTER_FILE: str(roster),
+    }
 
 
 @pytest.fixture
