@@ -56,8 +56,9 @@ from consumer.batch import (
 )
 from consumer.errors import ControllerError
 from consumer.heap import settle_heap
-from consumer.intake import Intake, IntakeResult, RawRecord, Refusal, RefusalCode
+from consumer.intake import Intake, IntakeResult, RawRecord, Refusal, RefusalCode, Rejected
 from consumer.metrics import ControllerMetrics
+from consumer.quarantine import Watch, quarantine_refusal, watch_after_claim
 from consumer.settings import ControllerSettings
 from consumer.telemetry import Telemetry
 from consumer.tracing import BatchTracer
@@ -67,6 +68,7 @@ from ledger import (
     Ledger,
     LedgerError,
     NonceReused,
+    PartitionAttempt,
     Position,
     RetryableConflict,
 )
@@ -193,6 +195,9 @@ class Controller:
         # Owned partitions: their epoch and the next offset the ledger stores for them.
         self._epochs: dict[TopicPartition, int] = {}
         self._next: dict[TopicPartition, int] = {}
+        # Claimed partitions whose attempt this start has not recorded yet, or that are
+        # decided one record at a time (crash quarantine, `consumer.quarantine`).
+        self._watch: dict[TopicPartition, Watch] = {}
         # Assigned by Kafka but not yet claimed in the ledger (it was unreachable).
         self._pending: set[TopicPartition] = set()
         self._pending_at = 0.0
@@ -278,8 +283,103 @@ class Controller:
     # -- one batch --------------------------------------------------------------------
 
     def _process(self, consumer: Consumer, records: list[RawRecord]) -> None:
+        if self._watch:
+            self._process_watched(consumer, records)
+        else:
+            self._decide(consumer, records)
+
+    def _process_watched(self, consumer: Consumer, records: list[RawRecord]) -> None:
+        """Crash quarantine (`consumer.quarantine`): record this start's attempt on each
+        newly claimed partition before its first batch, and decide the partitions under
+        suspicion one record at a time."""
+        by_tp: dict[TopicPartition, list[RawRecord]] = {}
+        for r in records:
+            by_tp.setdefault((r.topic, r.partition), []).append(r)
+        batched: list[RawRecord] = []
+        singly: list[list[RawRecord]] = []
+        due: list[PartitionAttempt] = []
+        for tp, part in by_tp.items():
+            watch = self._watch.get(tp)
+            if watch is not None and watch.single:
+                singly.append(part)
+                continue
+            if watch is not None:
+                due.append(watch.attempt(part[0].offset, part[-1].offset))
+            batched.extend(part)
+        if due:
+            if not self._record_attempts(consumer, due, records):
+                return
+            for a in due:
+                self._watch.pop((a.topic, a.partition), None)
+            batched = [r for r in batched if (r.topic, r.partition) in self._epochs]
+        if batched:
+            # Whatever becomes of it, the partitions decided singly go on: each failure
+            # rewinds only the records it concerns.
+            self._decide(consumer, batched)
+        for part in singly:
+            self._decide_singly(consumer, part)
+
+    def _decide_singly(self, consumer: Consumer, part: list[RawRecord]) -> None:
+        """Decide one partition's records one at a time, each after recording its
+        attempt, until the suspected range is passed; then the rest as one batch."""
+        for i, record in enumerate(part):
+            tp = (record.topic, record.partition)
+            watch = self._watch.get(tp)
+            if tp not in self._epochs:
+                return
+            through = None if watch is None else watch.through
+            if watch is None or through is None or record.offset > through:
+                self._watch.pop(tp, None)
+                log.info("%s[%d]: past the suspected range; batching again", *tp)
+                self._decide(consumer, part[i:])
+                return
+            attempt = watch.attempt(record.offset, through)
+            if not self._record_attempts(consumer, [attempt], part[i:]):
+                return
+            if not self._decide(consumer, [record]):
+                return
+            if watch.quarantine is not None and watch.quarantine <= record.offset:
+                self._watch[tp] = watch = watch.quarantined()
+            if record.offset >= through:
+                self._watch.pop(tp, None)
+
+    def _record_attempts(
+        self, consumer: Consumer, attempts: list[PartitionAttempt], records: Sequence[RawRecord]
+    ) -> bool:
+        """Record `attempts` durably before deciding; False when nothing may be decided
+        now (the ledger is unreachable: `records` rewound, backed off). A partition a
+        newer claim took is dropped and paused, as a fenced batch is."""
+        try:
+            fenced = self.ledger.record_attempts(self.settings.group_id, attempts, self._epochs)
+        except LedgerError as exc:
+            log.error("cannot record this start's attempt, will replay: %s", exc)
+            self._rewind(consumer, records)
+            self._backoff.wait(self._stop)
+            return False
+        if fenced:
+            self.metrics.batch("fenced")
+        for topic, partition in fenced:
+            log.error("batch dropped: %s[%d] is owned by a newer claim", topic, partition)
+            self._epochs.pop((topic, partition), None)
+            self._watch.pop((topic, partition), None)
+            consumer.pause([KafkaPartition(topic, partition)])
+        return True
+
+    def _examine(self, record: RawRecord) -> IntakeResult:
+        watch = self._watch.get((record.topic, record.partition)) if self._watch else None
+        if watch is not None and watch.quarantine == record.offset:
+            log.error(
+                "quarantining %s: %d starts died without committing past it",
+                record.coordinates,
+                watch.deaths,
+            )
+            return Rejected(record, quarantine_refusal(record, watch.deaths))
+        return self._intake.examine(record)
+
+    def _decide(self, consumer: Consumer, records: list[RawRecord]) -> bool:
+        """Decide and commit one batch; True when it committed."""
         started = time.monotonic()
-        outcomes = [self._intake.examine(r) for r in records]
+        outcomes = [self._examine(r) for r in records]
         positions = positions_for(records, self._epochs)
         excluded: dict[str, Refusal] = {}
         for _attempt in range(len(records) + _EXTRA_REPLANS):
@@ -287,18 +387,19 @@ class Controller:
             if result == "committed" and planned is not None:
                 self._committed(planned, positions, time.monotonic() - started)
                 self._advise(consumer, positions)
-                return
+                return True
             self.metrics.batch(result)
             if result == "fenced":
                 self._fenced(consumer, records, positions)
-                return
+                return False
             if result == "unavailable":
                 self._rewind(consumer, records)
                 self._backoff.wait(self._stop)
-                return
+                return False
         log.error("batch of %d records could not be committed; replaying it", len(records))
         self._rewind(consumer, records)
         self._backoff.wait(self._stop)
+        return False
 
     def _attempt(
         self,
@@ -423,7 +524,7 @@ class Controller:
         for p in positions:
             part = [r for r in records if (r.topic, r.partition) == (p.topic, p.partition)]
             if (p.topic, p.partition) in self._epochs:
-                self._process(consumer, part)
+                self._decide(consumer, part)
 
     # -- rebalance ----------------------------------------------------------------------
 
@@ -461,6 +562,19 @@ class Controller:
                 self._epochs[tp] = c.epoch
                 self._next[tp] = c.next_offset if c.next_offset is not None else 0
                 self._pending.discard(tp)
+                self._watch[tp] = watch = watch_after_claim(
+                    c, self.settings.quarantine_after_starts
+                )
+                if watch.single:
+                    log.warning(
+                        "%s[%d]: %d starts in a row died without committing past offset "
+                        "%d; deciding up to offset %s one record at a time",
+                        c.topic,
+                        c.partition,
+                        watch.starts - 1,
+                        c.next_offset if c.next_offset is not None else -1,
+                        watch.through,
+                    )
                 offsets[tp] = c.next_offset if c.next_offset is not None else reset
         return offsets
 
@@ -495,6 +609,7 @@ class Controller:
             self._epochs.pop(tp, None)
             self._next.pop(tp, None)
             self._pending.discard(tp)
+            self._watch.pop(tp, None)
         log.info("%s %s", why, ", ".join(f"{p.topic}[{p.partition}]" for p in partitions))
 
     # -- lag ----------------------------------------------------------------------------

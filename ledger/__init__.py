@@ -33,6 +33,7 @@ from ledger.interface import (
     OperationInfo,
     OutboxLease,
     OutboxRecord,
+    PartitionAttempt,
     PartitionClaim,
 )
 from ledger.memory import MemoryLedger
@@ -76,6 +77,7 @@ __all__ = [
     "OutboxLease",
     "OutboxRecord",
     "OutboxWatch",
+    "PartitionAttempt",
     "PartitionClaim",
     "Position",
     "PostgresLedger",
