@@ -360,9 +360,7 @@ class Controller:
             self.metrics.batch("fenced")
         for topic, partition in fenced:
             log.error("batch dropped: %s[%d] is owned by a newer claim", topic, partition)
-            self._epochs.pop((topic, partition), None)
-            self._watch.pop((topic, partition), None)
-            consumer.pause([KafkaPartition(topic, partition)])
+            self._fence(consumer, (topic, partition))
         return True
 
     def _examine(self, record: RawRecord) -> IntakeResult:
@@ -512,19 +510,29 @@ class Controller:
         self, consumer: Consumer, records: list[RawRecord], positions: Sequence[Position]
     ) -> None:
         """A newer epoch owns a partition of the batch. With one partition, stop
-        consuming it until Kafka assigns it to us again (the rebalance that moved it is
-        on its way, or a rogue claim must be resolved by an operator). With several,
+        consuming it (`_fence`: the rebalance that moved it is normally on its way; if
+        none comes, it is claimed back a session timeout later). With several,
         decide each partition's records on its own: only the fenced ones are dropped,
         the others commit (an operation's events all sit on one partition)."""
         if len(positions) == 1:
             (p,) = positions
-            self._epochs.pop((p.topic, p.partition), None)
-            consumer.pause([KafkaPartition(p.topic, p.partition)])
+            self._fence(consumer, (p.topic, p.partition))
             return
         for p in positions:
             part = [r for r in records if (r.topic, r.partition) == (p.topic, p.partition)]
             if (p.topic, p.partition) in self._epochs:
                 self._decide(consumer, part)
+
+    def _fence(self, consumer: Consumer, tp: TopicPartition) -> None:
+        """Stop deciding a partition a newer claim owns. If Kafka still assigns it to us
+        a session timeout later (no rebalance moved it: the claim was an operator's, e.g.
+        `recoveryctl offsets skip`, or a zombie's that is gone), claim it back then and
+        resume from the stored offset; a revocation in between forgets it."""
+        self._epochs.pop(tp, None)
+        self._watch.pop(tp, None)
+        consumer.pause([KafkaPartition(*tp)])
+        self._pending.add(tp)
+        self._pending_at = time.monotonic() + self.settings.session_timeout_ms / 1000
 
     # -- rebalance ----------------------------------------------------------------------
 

@@ -77,6 +77,8 @@ class RefusalCode:
     # A record the controller died on, uncatchably, at several starts in a row
     # (`consumer.quarantine`): dead-lettered without being handled again.
     RECORD_QUARANTINED: Final = "record-quarantined"
+    # Skipped by an operator with `recoveryctl offsets skip` (the reason is theirs).
+    RECORD_SKIPPED: Final = "record-skipped"
 
 
 # The event times intake accepts: generous for clock skew and replays of old streams,

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from producers.client import RESULT_EVENTS, EventPublisher, RecoveryClient, event_record_id
 from producers.encoding import EncodedRecord, RecordEncoder
-from producers.errors import DeliveryFailed, ProducersError, ProvisionError
+from producers.errors import DeliveryFailed, KafkaReadError, ProducersError, ProvisionError
+from producers.partitions import PartitionExtent, StoredRecord, partition_extents, read_range
 from producers.readback import read_commands
 from producers.relay import LineageCache, OutboxRelay, RelaySettings, lineage_from_ledger
 from producers.relay_health import relay_probes
@@ -29,20 +30,25 @@ __all__ = [
     "EncodedRecord",
     "EventPublisher",
     "Handler",
+    "KafkaReadError",
     "LineageCache",
     "OutboxRelay",
+    "PartitionExtent",
     "ProducersError",
     "ProvisionError",
     "RecordEncoder",
     "RecoveryClient",
     "RelaySettings",
+    "StoredRecord",
     "TopicResult",
     "WorkerStats",
     "demo_handlers",
     "event_record_id",
     "lineage_from_ledger",
+    "partition_extents",
     "provision",
     "read_commands",
+    "read_range",
     "relay_probes",
     "verify_outcome",
 ]

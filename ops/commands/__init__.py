@@ -17,6 +17,7 @@ from ops.commands import (
     demo,
     lineage,
     machines,
+    offsets,
     outbox,
     run,
     simulate,
@@ -42,3 +43,4 @@ COMMANDS.append(demo.register)
 COMMANDS.append(bench.register)
 COMMANDS.append(lineage.register)
 COMMANDS.append(outbox.register)
+COMMANDS.append(offsets.register)
