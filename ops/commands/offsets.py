@@ -40,7 +40,7 @@ from ledger import (
 )
 from ops.commands.db import add_ledger_options, open_ledger
 from ops.errors import StackError
-from ops.stack import read_state
+from ops.stack import live_state
 from producers import KafkaReadError, PartitionExtent, StoredRecord, partition_extents, read_range
 from schemas import ENV_KAFKA_BOOTSTRAP, TopicNames
 
@@ -100,7 +100,7 @@ def _bootstrap(flag: str | None) -> str | None:
     if os.environ.get(ENV_KAFKA_BOOTSTRAP):
         return os.environ[ENV_KAFKA_BOOTSTRAP]
     try:
-        state = read_state()
+        state = live_state()
     except StackError:
         return None
     return None if state is None else state.kafka.bootstrap

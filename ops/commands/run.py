@@ -43,7 +43,7 @@ from consumer import (
 from ledger import LedgerError, PostgresLedger, migrate_database, require_current_schema
 from ops.errors import StackError
 from ops.settings import RUNTIME_ROLES
-from ops.stack import read_state
+from ops.stack import live_state
 from producers import OutboxRelay, ProvisionError, RelaySettings, provision, relay_probes
 from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, TopicNames
 
@@ -120,7 +120,7 @@ def resolve_services(bootstrap: str | None, database_url: str | None) -> Service
     roles: dict[str, str] = {}
     if bootstrap is None or database_url is None:
         try:
-            state = read_state()
+            state = live_state()
         except StackError:
             state = None
         if state is not None:

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from typing import TextIO
 
 from ops.errors import StackError
-from ops.stack import read_state
+from ops.stack import live_state
 from producers import ProvisionError, provision
 from schemas import ENV_KAFKA_BOOTSTRAP
 
@@ -47,7 +47,7 @@ def _bootstrap(args: argparse.Namespace) -> str | None:
     if os.environ.get(ENV_KAFKA_BOOTSTRAP):
         return os.environ[ENV_KAFKA_BOOTSTRAP]
     try:
-        state = read_state()
+        state = live_state()
     except StackError:
         return None
     return None if state is None else state.kafka.bootstrap
