@@ -91,28 +91,36 @@ _LAG_INTERVAL: Final = 1.0
 def consumer_config(settings: ControllerSettings) -> dict[str, Any]:
     """The librdkafka configuration of the controller's consumer. Settings in
     `consumer_config` apply first; the safety settings below always win."""
+    classic = settings.group_protocol == "classic"
     config: dict[str, Any] = {
         "bootstrap.servers": settings.bootstrap,
         "group.id": settings.group_id,
         "client.id": settings.instance_id,
         "auto.offset.reset": settings.auto_offset_reset,
-        "session.timeout.ms": settings.session_timeout_ms,
         "max.poll.interval.ms": settings.max_poll_interval_ms,
         "queued.max.messages.kbytes": settings.max_queued_kbytes,
         "isolation.level": "read_committed",
         # librdkafka's lines become records of logger librdkafka.controller, not stderr.
         "logger": librdkafka_logger("controller"),
-        **settings.consumer_config,
     }
+    if classic:  # KIP-848 keeps the session timeout on the broker
+        config["session.timeout.ms"] = settings.session_timeout_ms
+    else:
+        config["group.protocol"] = "consumer"
+    if settings.group_instance_id is not None:
+        config["group.instance.id"] = settings.group_instance_id
+    config.update(settings.consumer_config)
     config.update(
         {
             # The ledger's offsets are authoritative, written with the decisions they
             # caused; Kafka gets them afterwards, as advice (`Controller._advise`).
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-            "partition.assignment.strategy": "cooperative-sticky",
         }
     )
+    if classic:
+        # KIP-848's protocol is incremental by design, its assignor on the broker.
+        config["partition.assignment.strategy"] = "cooperative-sticky"
     return config
 
 
