@@ -379,7 +379,7 @@ class Controller:
                 record.coordinates,
                 watch.deaths,
             )
-            return Rejected(record, quarantine_refusal(record, watch.deaths))
+            return Rejected(record, quarantine_refusal(record, watch.deaths, watch.alone))
         return self._intake.examine(record)
 
     def _decide(self, consumer: Consumer, records: list[RawRecord]) -> bool:

@@ -58,7 +58,8 @@ class PartitionAttempt:
     """What a start of the controller recorded it was about to decide on one partition
     (crash quarantine, docs/controller.md): offsets `first_offset`..`last_offset`, one
     record at a time when `single`; `starts` counts the starts in a row that attempted
-    this range without the stored offset moving past it."""
+    this range without the stored offset moving past it, `record_starts` those of them
+    that attempted the record at `first_offset` alone."""
 
     topic: str
     partition: int
@@ -67,6 +68,7 @@ class PartitionAttempt:
     starts: int
     single: bool
     owner: str = ""
+    record_starts: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -195,8 +195,10 @@ class PostgresLedger(Ledger):
                     epochs[partition] = int(row[0])
                 stored = self._offsets(conn, group, topic)
                 attempts = {
-                    int(p): PartitionAttempt(topic, int(p), int(a), int(b), int(n), bool(s), o)
-                    for p, a, b, n, s, o in conn.execute(
+                    int(p): PartitionAttempt(
+                        topic, int(p), int(a), int(b), int(n), bool(s), o, int(r)
+                    )
+                    for p, a, b, n, s, o, r in conn.execute(
                         QUERIES["partition_attempts"], {"group": group, "topic": topic}
                     )
                 }
@@ -229,6 +231,7 @@ class PostgresLedger(Ledger):
                             "last": a.last_offset,
                             "starts": a.starts,
                             "single": a.single,
+                            "record_starts": a.record_starts,
                             "epoch": epochs[(a.topic, a.partition)],
                         },
                     ).fetchone()

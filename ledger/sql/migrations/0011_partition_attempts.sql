@@ -4,8 +4,9 @@
 -- after a claim the controller records here, in a transaction of its own, which offsets
 -- that start is attempting. The next claim reads the row back: when the partition's
 -- stored offset has not moved past it for `starts` starts in a row, the controller
--- decides that range one record at a time (`single`), and a record whose single attempt
--- died too is dead-lettered as `record-quarantined`, so a restart always makes progress.
+-- decides that range one record at a time (`single`), and a record that as many starts
+-- in a row died on alone (`record_starts`) is dead-lettered as `record-quarantined`, so
+-- a restart always makes progress.
 --
 -- One row per partition, rewritten as attempts move on; not history (the dead letter
 -- and its audit record on the intake chain are). `epoch` is the claim that recorded it:
@@ -18,6 +19,7 @@ CREATE TABLE partition_attempts (
     last_offset    bigint NOT NULL CHECK (last_offset >= first_offset),
     starts         integer NOT NULL CHECK (starts > 0),
     single         boolean NOT NULL,
+    record_starts  integer NOT NULL CHECK (record_starts >= 0),
     epoch          bigint NOT NULL CHECK (epoch > 0),
     owner          text NOT NULL,
     attempted_at   timestamptz NOT NULL DEFAULT now(),

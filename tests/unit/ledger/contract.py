@@ -70,10 +70,10 @@ class LedgerContract(abc.ABC):
         assert ledger.record_attempts(GROUP, [attempt], {(TOPIC, 0): first.epoch}) == ()
         (second,) = ledger.claim(GROUP, TOPIC, [0], "controller-b")
         assert second.attempt == PartitionAttempt(TOPIC, 0, 5, 40, 2, False, "controller-a")
-        single = PartitionAttempt(TOPIC, 0, 6, 40, 3, True)
+        single = PartitionAttempt(TOPIC, 0, 6, 40, 3, True, record_starts=2)
         ledger.record_attempts(GROUP, [single], {(TOPIC, 0): second.epoch})
         (third,) = ledger.claim(GROUP, TOPIC, [0], "controller-c")
-        assert third.attempt == PartitionAttempt(TOPIC, 0, 6, 40, 3, True, "controller-b")
+        assert third.attempt == PartitionAttempt(TOPIC, 0, 6, 40, 3, True, "controller-b", 2)
 
     def test_a_fenced_start_cannot_record_an_attempt(self, ledger: Ledger) -> None:
         (old,) = ledger.claim(GROUP, TOPIC, [0], "zombie")
