@@ -55,7 +55,7 @@ class ControllerSettings(BaseModel):
     max_record_bytes: int = Field(default=1024 * 1024, ge=1024)
     # Crash quarantine (docs/controller.md): after this many starts in a row died
     # without committing past the same offset, decide from there one record at a time,
-    # and dead-letter as `record-quarantined` a record whose single attempt died too.
+    # and dead-letter as `record-quarantined` a record as many starts died on alone.
     quarantine_after_starts: int = Field(default=3, ge=1, le=1_000)
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     session_timeout_ms: int = Field(default=10_000, ge=1_000)
