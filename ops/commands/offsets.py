@@ -285,6 +285,7 @@ def _skip(
         "dead_lettered": len(letters),
         "unreadable": to - start - len(letters),
         "epoch": claim.epoch,
+        "decided_at": now.isoformat(),  # the audit record's own time (OCSF `time`)
     }
     letters.append(
         DeadLetter(
