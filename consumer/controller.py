@@ -56,8 +56,9 @@ from consumer.batch import (
 )
 from consumer.errors import ControllerError
 from consumer.heap import settle_heap
-from consumer.intake import Intake, IntakeResult, RawRecord, Refusal, RefusalCode
+from consumer.intake import Intake, IntakeResult, RawRecord, Refusal, RefusalCode, Rejected
 from consumer.metrics import ControllerMetrics
+from consumer.quarantine import Watch, quarantine_refusal, watch_after_claim
 from consumer.settings import ControllerSettings
 from consumer.signing import controller_signer
 from consumer.telemetry import Telemetry
@@ -68,6 +69,7 @@ from ledger import (
     Ledger,
     LedgerError,
     NonceReused,
+    PartitionAttempt,
     Position,
     RetryableConflict,
 )
@@ -90,28 +92,36 @@ _LAG_INTERVAL: Final = 1.0
 def consumer_config(settings: ControllerSettings) -> dict[str, Any]:
     """The librdkafka configuration of the controller's consumer. Settings in
     `consumer_config` apply first; the safety settings below always win."""
+    classic = settings.group_protocol == "classic"
     config: dict[str, Any] = {
         **kafka_config(settings.bootstrap, settings.kafka_security),
         "group.id": settings.group_id,
         "client.id": settings.instance_id,
         "auto.offset.reset": settings.auto_offset_reset,
-        "session.timeout.ms": settings.session_timeout_ms,
         "max.poll.interval.ms": settings.max_poll_interval_ms,
         "queued.max.messages.kbytes": settings.max_queued_kbytes,
         "isolation.level": "read_committed",
         # librdkafka's lines become records of logger librdkafka.controller, not stderr.
         "logger": librdkafka_logger("controller"),
-        **settings.consumer_config,
     }
+    if classic:  # KIP-848 keeps the session timeout on the broker
+        config["session.timeout.ms"] = settings.session_timeout_ms
+    else:
+        config["group.protocol"] = "consumer"
+    if settings.group_instance_id is not None:
+        config["group.instance.id"] = settings.group_instance_id
+    config.update(settings.consumer_config)
     config.update(
         {
             # The ledger's offsets are authoritative, written with the decisions they
             # caused; Kafka gets them afterwards, as advice (`Controller._advise`).
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
-            "partition.assignment.strategy": "cooperative-sticky",
         }
     )
+    if classic:
+        # KIP-848's protocol is incremental by design, its assignor on the broker.
+        config["partition.assignment.strategy"] = "cooperative-sticky"
     return config
 
 
@@ -197,6 +207,9 @@ class Controller:
         # Owned partitions: their epoch and the next offset the ledger stores for them.
         self._epochs: dict[TopicPartition, int] = {}
         self._next: dict[TopicPartition, int] = {}
+        # Claimed partitions whose attempt this start has not recorded yet, or that are
+        # decided one record at a time (crash quarantine, `consumer.quarantine`).
+        self._watch: dict[TopicPartition, Watch] = {}
         # Assigned by Kafka but not yet claimed in the ledger (it was unreachable).
         self._pending: set[TopicPartition] = set()
         self._pending_at = 0.0
@@ -282,8 +295,101 @@ class Controller:
     # -- one batch --------------------------------------------------------------------
 
     def _process(self, consumer: Consumer, records: list[RawRecord]) -> None:
+        if self._watch:
+            self._process_watched(consumer, records)
+        else:
+            self._decide(consumer, records)
+
+    def _process_watched(self, consumer: Consumer, records: list[RawRecord]) -> None:
+        """Crash quarantine (`consumer.quarantine`): record this start's attempt on each
+        newly claimed partition before its first batch, and decide the partitions under
+        suspicion one record at a time."""
+        by_tp: dict[TopicPartition, list[RawRecord]] = {}
+        for r in records:
+            by_tp.setdefault((r.topic, r.partition), []).append(r)
+        batched: list[RawRecord] = []
+        singly: list[list[RawRecord]] = []
+        due: list[PartitionAttempt] = []
+        for tp, part in by_tp.items():
+            watch = self._watch.get(tp)
+            if watch is not None and watch.single:
+                singly.append(part)
+                continue
+            if watch is not None:
+                due.append(watch.attempt(part[0].offset, part[-1].offset))
+            batched.extend(part)
+        if due:
+            if not self._record_attempts(consumer, due, records):
+                return
+            for a in due:
+                self._watch.pop((a.topic, a.partition), None)
+            batched = [r for r in batched if (r.topic, r.partition) in self._epochs]
+        if batched:
+            # Whatever becomes of it, the partitions decided singly go on: each failure
+            # rewinds only the records it concerns.
+            self._decide(consumer, batched)
+        for part in singly:
+            self._decide_singly(consumer, part)
+
+    def _decide_singly(self, consumer: Consumer, part: list[RawRecord]) -> None:
+        """Decide one partition's records one at a time, each after recording its
+        attempt, until the suspected range is passed; then the rest as one batch."""
+        for i, record in enumerate(part):
+            tp = (record.topic, record.partition)
+            watch = self._watch.get(tp)
+            if tp not in self._epochs:
+                return
+            through = None if watch is None else watch.through
+            if watch is None or through is None or record.offset > through:
+                self._watch.pop(tp, None)
+                log.info("%s[%d]: past the suspected range; batching again", *tp)
+                self._decide(consumer, part[i:])
+                return
+            attempt = watch.attempt(record.offset, through)
+            if not self._record_attempts(consumer, [attempt], part[i:]):
+                return
+            if not self._decide(consumer, [record]):
+                return
+            if watch.quarantine is not None and watch.quarantine <= record.offset:
+                self._watch[tp] = watch = watch.quarantined()
+            if record.offset >= through:
+                self._watch.pop(tp, None)
+
+    def _record_attempts(
+        self, consumer: Consumer, attempts: list[PartitionAttempt], records: Sequence[RawRecord]
+    ) -> bool:
+        """Record `attempts` durably before deciding; False when nothing may be decided
+        now (the ledger is unreachable: `records` rewound, backed off). A partition a
+        newer claim took is dropped and paused, as a fenced batch is."""
+        try:
+            fenced = self.ledger.record_attempts(self.settings.group_id, attempts, self._epochs)
+        except LedgerError as exc:
+            log.error("cannot record this start's attempt, will replay: %s", exc)
+            self._rewind(consumer, records)
+            self._backoff.wait(self._stop)
+            return False
+        if fenced:
+            self.metrics.batch("fenced")
+        for topic, partition in fenced:
+            log.error("batch dropped: %s[%d] is owned by a newer claim", topic, partition)
+            self._fence(consumer, (topic, partition))
+        return True
+
+    def _examine(self, record: RawRecord) -> IntakeResult:
+        watch = self._watch.get((record.topic, record.partition)) if self._watch else None
+        if watch is not None and watch.quarantine == record.offset:
+            log.error(
+                "quarantining %s: %d starts died without committing past it",
+                record.coordinates,
+                watch.deaths,
+            )
+            return Rejected(record, quarantine_refusal(record, watch.deaths, watch.alone))
+        return self._intake.examine(record)
+
+    def _decide(self, consumer: Consumer, records: list[RawRecord]) -> bool:
+        """Decide and commit one batch; True when it committed."""
         started = time.monotonic()
-        outcomes = [self._intake.examine(r) for r in records]
+        outcomes = [self._examine(r) for r in records]
         positions = positions_for(records, self._epochs)
         excluded: dict[str, Refusal] = {}
         for _attempt in range(len(records) + _EXTRA_REPLANS):
@@ -291,18 +397,19 @@ class Controller:
             if result == "committed" and planned is not None:
                 self._committed(planned, positions, time.monotonic() - started)
                 self._advise(consumer, positions)
-                return
+                return True
             self.metrics.batch(result)
             if result == "fenced":
                 self._fenced(consumer, records, positions)
-                return
+                return False
             if result == "unavailable":
                 self._rewind(consumer, records)
                 self._backoff.wait(self._stop)
-                return
+                return False
         log.error("batch of %d records could not be committed; replaying it", len(records))
         self._rewind(consumer, records)
         self._backoff.wait(self._stop)
+        return False
 
     def _attempt(
         self,
@@ -417,19 +524,29 @@ class Controller:
         self, consumer: Consumer, records: list[RawRecord], positions: Sequence[Position]
     ) -> None:
         """A newer epoch owns a partition of the batch. With one partition, stop
-        consuming it until Kafka assigns it to us again (the rebalance that moved it is
-        on its way, or a rogue claim must be resolved by an operator). With several,
+        consuming it (`_fence`: the rebalance that moved it is normally on its way; if
+        none comes, it is claimed back a session timeout later). With several,
         decide each partition's records on its own: only the fenced ones are dropped,
         the others commit (an operation's events all sit on one partition)."""
         if len(positions) == 1:
             (p,) = positions
-            self._epochs.pop((p.topic, p.partition), None)
-            consumer.pause([KafkaPartition(p.topic, p.partition)])
+            self._fence(consumer, (p.topic, p.partition))
             return
         for p in positions:
             part = [r for r in records if (r.topic, r.partition) == (p.topic, p.partition)]
             if (p.topic, p.partition) in self._epochs:
-                self._process(consumer, part)
+                self._decide(consumer, part)
+
+    def _fence(self, consumer: Consumer, tp: TopicPartition) -> None:
+        """Stop deciding a partition a newer claim owns. If Kafka still assigns it to us
+        a session timeout later (no rebalance moved it: the claim was an operator's, e.g.
+        `recoveryctl offsets skip`, or a zombie's that is gone), claim it back then and
+        resume from the stored offset; a revocation in between forgets it."""
+        self._epochs.pop(tp, None)
+        self._watch.pop(tp, None)
+        consumer.pause([KafkaPartition(*tp)])
+        self._pending.add(tp)
+        self._pending_at = time.monotonic() + self.settings.session_timeout_ms / 1000
 
     # -- rebalance ----------------------------------------------------------------------
 
@@ -467,6 +584,19 @@ class Controller:
                 self._epochs[tp] = c.epoch
                 self._next[tp] = c.next_offset if c.next_offset is not None else 0
                 self._pending.discard(tp)
+                self._watch[tp] = watch = watch_after_claim(
+                    c, self.settings.quarantine_after_starts
+                )
+                if watch.single:
+                    log.warning(
+                        "%s[%d]: %d starts in a row died without committing past offset "
+                        "%d; deciding up to offset %s one record at a time",
+                        c.topic,
+                        c.partition,
+                        watch.starts - 1,
+                        c.next_offset if c.next_offset is not None else -1,
+                        watch.through,
+                    )
                 offsets[tp] = c.next_offset if c.next_offset is not None else reset
         return offsets
 
@@ -501,6 +631,7 @@ class Controller:
             self._epochs.pop(tp, None)
             self._next.pop(tp, None)
             self._pending.discard(tp)
+            self._watch.pop(tp, None)
         log.info("%s %s", why, ", ".join(f"{p.topic}[{p.partition}]" for p in partitions))
 
     # -- lag ----------------------------------------------------------------------------

@@ -74,6 +74,11 @@ class RefusalCode:
     EVENT_TIME_OUT_OF_RANGE: Final = "event-time-out-of-range"
     # An exception met while handling one record, at any stage (the reason names it).
     RECORD_FAILED: Final = "record-failed"
+    # A record the controller died on, uncatchably, at several starts in a row
+    # (`consumer.quarantine`): dead-lettered without being handled again.
+    RECORD_QUARANTINED: Final = "record-quarantined"
+    # Skipped by an operator with `recoveryctl offsets skip` (the reason is theirs).
+    RECORD_SKIPPED: Final = "record-skipped"
 
 
 # The event times intake accepts: generous for clock skew and replays of old streams,

@@ -73,8 +73,19 @@ class ControllerSettings(BaseModel):
     max_queued_kbytes: int = Field(default=4_096, ge=64)
     # Larger records are dead-lettered as oversized before they are parsed.
     max_record_bytes: int = Field(default=1024 * 1024, ge=1024)
+    # Crash quarantine (docs/controller.md): after this many starts in a row died
+    # without committing past the same offset, decide from there one record at a time,
+    # and dead-letter as `record-quarantined` a record as many starts died on alone.
+    quarantine_after_starts: int = Field(default=3, ge=1, le=1_000)
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     session_timeout_ms: int = Field(default=10_000, ge=1_000)
+    # Static membership (KIP-345): a member restarted with the same id takes its
+    # partitions back at once, without waiting for the session timeout or a rebalance
+    # (docs/controller.md, "Failover"). Unique per member; unset: dynamic membership.
+    group_instance_id: str | None = Field(default=None, min_length=1)
+    # `consumer` is KIP-848's group protocol (broker-side assignment, heartbeats and
+    # session timeout, `group.consumer.session.timeout.ms` on the broker).
+    group_protocol: Literal["classic", "consumer"] = "classic"
     max_poll_interval_ms: int = Field(default=300_000, ge=10_000)
     # Backoff after a broker or database failure: doubles from `backoff_initial_ms` up
     # to `backoff_max_ms`, with full jitter.

@@ -41,6 +41,7 @@ from ledger.interface import (
     OperationInfo,
     OutboxLease,
     OutboxRecord,
+    PartitionAttempt,
     PartitionClaim,
 )
 from ledger.memory import MemoryLedger
@@ -89,6 +90,7 @@ __all__ = [
     "OutboxLease",
     "OutboxRecord",
     "OutboxWatch",
+    "PartitionAttempt",
     "PartitionClaim",
     "Position",
     "PostgresLedger",

@@ -54,7 +54,11 @@ def intake_chain_id(group: str, topic: str, partition: int) -> str:
 class DeadLetter:
     """One refused input record. `payload` is the record for the dead-letter topic (the
     caller shapes it; the ledger stores it as given), `audit` the body of its audit
-    record (no raw bytes: a digest of them), `key` the outbox key the relay orders by."""
+    record (no raw bytes: a digest of them), `key` the outbox key the relay orders by.
+
+    An intake chain also records what an operator did to its partition (`recoveryctl
+    offsets skip`): such an entry has its own audit `kind` and `publish` False, so only
+    its audit record is written, with nothing for the dead-letter topic."""
 
     record_id: str
     chain_id: str
@@ -63,6 +67,8 @@ class DeadLetter:
     payload: Mapping[str, Any]
     headers: Mapping[str, str]
     audit: Mapping[str, Any]
+    kind: str = DEAD_LETTER_KIND
+    publish: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +94,7 @@ def plan_dead_letters(
     by `sign` when given. Pure."""
     bodies: dict[str, list[tuple[str, Mapping[str, Any], str]]] = {}
     for letter in letters:
-        item = (DEAD_LETTER_KIND, letter.audit, dumps(letter.audit))
+        item = (letter.kind, letter.audit, dumps(letter.audit))
         bodies.setdefault(letter.chain_id, []).append(item)
     chained = {chain: chain_records(chain, heads[chain], items) for chain, items in bodies.items()}
     cursor = dict.fromkeys(chained, 0)
@@ -113,6 +119,8 @@ def plan_dead_letters(
                 sign,
             )
         )
+        if not letter.publish:
+            continue
         rows.append(
             _signed(
                 DeadLetterRow(

@@ -48,19 +48,40 @@ __all__ = [
     "OperationInfo",
     "OutboxLease",
     "OutboxRecord",
+    "PartitionAttempt",
     "PartitionClaim",
 ]
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionAttempt:
+    """What a start of the controller recorded it was about to decide on one partition
+    (crash quarantine, docs/controller.md): offsets `first_offset`..`last_offset`, one
+    record at a time when `single`; `starts` counts the starts in a row that attempted
+    this range without the stored offset moving past it, `record_starts` those of them
+    that attempted the record at `first_offset` alone."""
+
+    topic: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    starts: int
+    single: bool
+    owner: str = ""
+    record_starts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionClaim:
     """A partition now owned at `epoch`; `next_offset` is where to resume (None: nothing
-    stored yet, start from the group's reset policy)."""
+    stored yet, start from the group's reset policy); `attempt` is what the previous
+    start recorded it was deciding there (None: nothing recorded)."""
 
     topic: str
     partition: int
     epoch: int
     next_offset: int | None
+    attempt: PartitionAttempt | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +191,18 @@ class Ledger(abc.ABC):
         """Take ownership of `partitions` of `topic` for `group`: bump each one's epoch,
         record `owner`, and return the new epochs with the stored next offsets. Any
         batch still in flight under an older epoch will fail with `FencedError`."""
+
+    @abc.abstractmethod
+    def record_attempts(
+        self,
+        group: str,
+        attempts: Sequence[PartitionAttempt],
+        epochs: Mapping[tuple[str, int], int],
+    ) -> tuple[tuple[str, int], ...]:
+        """Durably record, in a transaction of its own, what this start is about to
+        decide on each partition, while `epochs` (by topic and partition) still own
+        them; returns the partitions a newer claim fenced (nothing recorded for them).
+        The next `claim` returns the row as `PartitionClaim.attempt`."""
 
     @abc.abstractmethod
     def load_views(self, operation_ids: Sequence[str]) -> dict[str, OperationView]:

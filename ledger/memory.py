@@ -44,6 +44,7 @@ from ledger.interface import (
     OperationInfo,
     OutboxLease,
     OutboxRecord,
+    PartitionAttempt,
     PartitionClaim,
 )
 from ledger.jsonutil import dumps
@@ -96,6 +97,7 @@ class _State:
     outbox: list[_Outbox] = field(default_factory=list)
     offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
     epochs: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)
+    attempts: dict[tuple[str, str, int], PartitionAttempt] = field(default_factory=dict)
     leased_keys: set[str] = field(default_factory=set)
     chains: dict[str, ChainHead] = field(default_factory=dict)  # intake chain heads
     lineage: dict[str, LineageRow] = field(default_factory=dict)
@@ -131,8 +133,30 @@ class MemoryLedger(Ledger):
                 key = (group, topic, partition)
                 epoch = self._s.epochs.get(key, (0, ""))[0] + 1
                 self._s.epochs[key] = (epoch, owner)
-                out.append(PartitionClaim(topic, partition, epoch, self._s.offsets.get(key)))
+                out.append(
+                    PartitionClaim(
+                        topic, partition, epoch, self._s.offsets.get(key), self._s.attempts.get(key)
+                    )
+                )
         return tuple(out)
+
+    def record_attempts(
+        self,
+        group: str,
+        attempts: Sequence[PartitionAttempt],
+        epochs: Mapping[tuple[str, int], int],
+    ) -> tuple[tuple[str, int], ...]:
+        """See `Ledger.record_attempts`."""
+        fenced: list[tuple[str, int]] = []
+        with self._lock:
+            for a in attempts:
+                key = (group, a.topic, a.partition)
+                owned = self._s.epochs.get(key)
+                if owned is None or owned[0] != epochs[(a.topic, a.partition)]:
+                    fenced.append((a.topic, a.partition))
+                    continue
+                self._s.attempts[key] = replace(a, owner=owned[1])
+        return tuple(fenced)
 
     def load_views(self, operation_ids: Sequence[str]) -> dict[str, OperationView]:
         """See `Ledger.load_views`."""

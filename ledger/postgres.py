@@ -42,6 +42,7 @@ from ledger.interface import (
     OperationInfo,
     OutboxLease,
     OutboxRecord,
+    PartitionAttempt,
     PartitionClaim,
 )
 from ledger.postgres_arrays import ADAPTERS
@@ -197,11 +198,52 @@ class PostgresLedger(Ledger):
                     assert row is not None  # INSERT ... RETURNING always returns the row
                     epochs[partition] = int(row[0])
                 stored = self._offsets(conn, group, topic)
+                attempts = {
+                    int(p): PartitionAttempt(
+                        topic, int(p), int(a), int(b), int(n), bool(s), o, int(r)
+                    )
+                    for p, a, b, n, s, o, r in conn.execute(
+                        QUERIES["partition_attempts"], {"group": group, "topic": topic}
+                    )
+                }
             return tuple(
-                PartitionClaim(topic, p, epoch, stored.get(p)) for p, epoch in epochs.items()
+                PartitionClaim(topic, p, epoch, stored.get(p), attempts.get(p))
+                for p, epoch in epochs.items()
             )
 
         return self._run(f"claim {group} {topic}{list(partitions)}", work)
+
+    def record_attempts(
+        self,
+        group: str,
+        attempts: Sequence[PartitionAttempt],
+        epochs: Mapping[tuple[str, int], int],
+    ) -> tuple[tuple[str, int], ...]:
+        """See `Ledger.record_attempts`: one transaction, one statement per partition."""
+
+        def work(conn: Conn) -> tuple[tuple[str, int], ...]:
+            fenced: list[tuple[str, int]] = []
+            with conn.transaction():
+                for a in attempts:
+                    row = conn.execute(
+                        QUERIES["record_attempt"],
+                        {
+                            "group": group,
+                            "topic": a.topic,
+                            "partition": a.partition,
+                            "first": a.first_offset,
+                            "last": a.last_offset,
+                            "starts": a.starts,
+                            "single": a.single,
+                            "record_starts": a.record_starts,
+                            "epoch": epochs[(a.topic, a.partition)],
+                        },
+                    ).fetchone()
+                    if row is None:
+                        fenced.append((a.topic, a.partition))
+            return tuple(fenced)
+
+        return self._run(f"record attempts of {group}", work)
 
     def offsets(self, group: str, topic: str) -> dict[int, int]:
         """See `Ledger.offsets`."""

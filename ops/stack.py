@@ -8,6 +8,13 @@ written to `<stack dir>/state.json` so that `stack down` and `stack status` in a
 process find it. The local broker is secured (TLS, SASL/SCRAM-SHA-512, ACLs) unless
 `plaintext` is asked for (`--plaintext`, `RECOVERY_STACK_KAFKA_PLAINTEXT=1`); the state
 names each component's client properties file (`ops.kafka_security`).
+
+`stack up` on a recorded stack restarts only what died: a service that still answers
+keeps its process (and pid), one whose process is gone or does not answer is stopped
+if anything of it is left and started again on its own data and port. No command
+trusts a state file whose processes are gone: `live_state` (what the commands that
+resolve the stack's URLs read) ignores it, and a stack stopped by the process that
+started it (`LocalStack.stop`, as `recoveryctl bench` and the demo do) forgets it.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -46,6 +53,7 @@ __all__ = [
     "PostgresState",
     "ServiceStatus",
     "StackState",
+    "live_state",
     "plaintext_requested",
     "read_state",
     "stack_down",
@@ -54,6 +62,7 @@ __all__ = [
 ]
 
 _STATE_FILE = "state.json"
+T = TypeVar("T")
 
 
 class KafkaState(BaseModel):
@@ -151,7 +160,8 @@ class LocalStack:
         return self.state.kafka.client(component)
 
     def stop(self) -> None:
-        """Stop the services this stack started (never external ones)."""
+        """Stop the services this stack started (never external ones) and remove the
+        state file when it still records this stack, so no later command trusts it."""
         errors: list[str] = []
         for handle in (self.kafka, self.postgres):
             if handle is None:
@@ -160,8 +170,17 @@ class LocalStack:
                 handle.stop()
             except StackError as exc:
                 errors.append(str(exc))
+        home = Path(self.state.stack_dir)
+        if home.is_dir():
+            with file_lock(home / ".lock"):
+                _forget(home, self.state)
         if errors:
             raise StackError("\n".join(errors))
+
+    def alive(self) -> bool:
+        """Whether every local service's process still runs (external ones count as
+        alive: their state is checked by connecting, `stack_status`)."""
+        return all(h.is_running() for h in (self.kafka, self.postgres) if h is not None)
 
     @classmethod
     def from_state(cls, state: StackState, *, reused: bool = False) -> LocalStack:
@@ -196,6 +215,26 @@ def plaintext_requested(environ: dict[str, str] | None = None) -> bool:
     return value.strip() not in {"", "0"}
 
 
+def live_state(directory: Path | None = None) -> StackState | None:
+    """The recorded stack when its local services' processes still run, else None:
+    what commands read to find the stack's URLs, so a stack stopped or killed behind
+    the state file's back is not trusted ("cannot reach the server")."""
+    state = read_state(directory)
+    if state is None or not LocalStack.from_state(state).alive():
+        return None
+    return state
+
+
+def _forget(home: Path, state: StackState) -> None:
+    """Remove the state file if it still records `state` (the caller holds the lock)."""
+    try:
+        current = read_state(home)
+    except StackError:
+        return
+    if current is not None and current.started_at == state.started_at:
+        (home / _STATE_FILE).unlink(missing_ok=True)
+
+
 def stack_up(
     directory: Path | None = None,
     progress: TextIO | None = None,
@@ -218,27 +257,40 @@ def stack_up(
 
 
 def _stack_up(home: Path, out: TextIO, external_timeout: float, plaintext: bool) -> LocalStack:
-    current = read_state(home)
-    if current is not None:
-        if all(status.running for status in stack_status(home)):
-            _check_mode(current.kafka, plaintext)
-            return LocalStack.from_state(current, reused=True)
-        LocalStack.from_state(current).stop()  # half-dead: clear what is left
     started = time.monotonic()
     bootstrap = os.environ.get(ENV_KAFKA_BOOTSTRAP)
     database_url = os.environ.get(ENV_DATABASE_URL)
-    if bootstrap is None:
+    current = read_state(home)
+    kept_kafka, kept_postgres = _kept(current, bootstrap, database_url)
+    if current is not None and kept_kafka is not None:
+        _check_mode(current.kafka, plaintext)
+    if current is not None and kept_kafka is not None and kept_postgres is not None:
+        return LocalStack.from_state(current, reused=True)
+    if bootstrap is None and kept_kafka is None:
         ensure_jars(progress=out)  # in this thread, so download progress stays readable
-    if database_url is None:
+    if database_url is None and kept_postgres is None:
         find_bin_dir()  # fail before starting Kafka when PostgreSQL is not installed
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="stack-up") as pool:
-        kafka_future = pool.submit(_kafka, home, bootstrap, external_timeout, plaintext)
-        postgres_future = pool.submit(_postgres, home, database_url, external_timeout)
+        kafka_future: Future[tuple[KafkaBroker | None, KafkaState]] = (
+            _done(kept_kafka)
+            if kept_kafka is not None
+            else pool.submit(_kafka, home, bootstrap, external_timeout, plaintext)
+        )
+        postgres_future: Future[tuple[PostgresServer | None, PostgresState]] = (
+            _done(kept_postgres)
+            if kept_postgres is not None
+            else pool.submit(_postgres, home, database_url, external_timeout)
+        )
         pending: list[Future[Any]] = [kafka_future, postgres_future]
         wait(pending)
-    _raise_if_any_failed(kafka_future, postgres_future)
+    _raise_if_any_failed(
+        kafka_future, postgres_future, keep=(kept_kafka is not None, kept_postgres is not None)
+    )
     kafka, kafka_state = kafka_future.result()
     postgres, postgres_state = postgres_future.result()
+    for name, kept in (("kafka", kept_kafka), ("postgres", kept_postgres)):
+        if current is not None:
+            print(f"stack up: {name} {'still running' if kept else 'restarted'}", file=out)
     state = StackState(
         kafka=kafka_state,
         postgres=postgres_state,
@@ -250,7 +302,45 @@ def _stack_up(home: Path, out: TextIO, external_timeout: float, plaintext: bool)
     # The controller's key (0600) and a roster naming it, for local controllers and
     # workers (docs/operations.md, "Keys").
     stack_roster(home)
-    return LocalStack(state, kafka, postgres)
+    # Restarting one service of a stack someone else started leaves it theirs to stop.
+    reused = kept_kafka is not None or kept_postgres is not None
+    return LocalStack(state, kafka, postgres, reused)
+
+
+def _done(value: T) -> Future[T]:
+    future: Future[T] = Future()
+    future.set_result(value)
+    return future
+
+
+def _kept(
+    current: StackState | None, bootstrap: str | None, database_url: str | None
+) -> tuple[
+    tuple[KafkaBroker | None, KafkaState] | None,
+    tuple[PostgresServer | None, PostgresState] | None,
+]:
+    """The recorded services that may be kept as they are: the ones asked for now (local,
+    or the same external address) that still answer. What is left of a local one that
+    does not (a process that no longer answers) is stopped, to be started again."""
+    if current is None:
+        return None, None
+    handles = LocalStack.from_state(current)
+    kafka: tuple[KafkaBroker | None, KafkaState] | None = None
+    postgres: tuple[PostgresServer | None, PostgresState] | None = None
+    k, pg = current.kafka, current.postgres
+    same_kafka = (bootstrap == k.bootstrap) if k.external else bootstrap is None
+    if same_kafka and (k.external or (handles.kafka and handles.kafka.is_running())):
+        if _kafka_status(k).running:
+            kafka = (handles.kafka, k)
+    same_pg = (database_url == pg.url) if pg.external else database_url is None
+    if same_pg and (pg.external or (handles.postgres and handles.postgres.is_running())):
+        if _postgres_status(pg).running:
+            postgres = (handles.postgres, pg)
+    if kafka is None and handles.kafka is not None:
+        handles.kafka.stop()  # nothing, when its process is gone
+    if postgres is None and handles.postgres is not None:
+        handles.postgres.stop()
+    return kafka, postgres
 
 
 def stack_down(directory: Path | None = None, *, purge: bool = False) -> StackState | None:
@@ -262,7 +352,10 @@ def stack_down(directory: Path | None = None, *, purge: bool = False) -> StackSt
     with file_lock(home / ".lock"):
         state = read_state(home)
         if state is not None:
-            LocalStack.from_state(state).stop()
+            stack = LocalStack.from_state(state)
+            for handle in (stack.kafka, stack.postgres):
+                if handle is not None:
+                    handle.stop()
             (home / _STATE_FILE).unlink(missing_ok=True)
         if purge:
             for name in ("kafka", "postgres"):
@@ -345,14 +438,21 @@ def _postgres(
 def _raise_if_any_failed(
     kafka: Future[tuple[KafkaBroker | None, KafkaState]],
     postgres: Future[tuple[PostgresServer | None, PostgresState]],
+    *,
+    keep: tuple[bool, bool] = (False, False),
 ) -> None:
-    """When either service failed, stop the one that started and raise every reason."""
+    """When either service failed, stop the one that started (not one `keep` says was
+    already running) and raise every reason."""
     errors = [exc for exc in (kafka.exception(), postgres.exception()) if exc is not None]
     if not errors:
         return
-    if kafka.exception() is None and (broker := kafka.result()[0]) is not None:
+    if not keep[0] and kafka.exception() is None and (broker := kafka.result()[0]) is not None:
         broker.stop()
-    if postgres.exception() is None and (server := postgres.result()[0]) is not None:
+    if (
+        not keep[1]
+        and postgres.exception() is None
+        and (server := postgres.result()[0]) is not None
+    ):
         server.stop()
     if len(errors) == 1:
         raise errors[0]

@@ -14,7 +14,8 @@ from producers.acls import (
 )
 from producers.client import RESULT_EVENTS, EventPublisher, RecoveryClient, event_record_id
 from producers.encoding import EncodedRecord, RecordEncoder
-from producers.errors import DeliveryFailed, ProducersError, ProvisionError
+from producers.errors import DeliveryFailed, KafkaReadError, ProducersError, ProvisionError
+from producers.partitions import PartitionExtent, StoredRecord, partition_extents, read_range
 from producers.readback import TopicRecord, read_commands, read_topic
 from producers.relay import LineageCache, OutboxRelay, RelaySettings, lineage_from_ledger
 from producers.relay_health import relay_probes
@@ -41,13 +42,16 @@ __all__ = [
     "EncodedRecord",
     "EventPublisher",
     "Handler",
+    "KafkaReadError",
     "LineageCache",
     "OutboxRelay",
+    "PartitionExtent",
     "ProducersError",
     "ProvisionError",
     "RecordEncoder",
     "RecoveryClient",
     "RelaySettings",
+    "StoredRecord",
     "TopicRecord",
     "TopicResult",
     "WorkerStats",
@@ -56,9 +60,11 @@ __all__ = [
     "event_record_id",
     "lineage_from_ledger",
     "list_acls",
+    "partition_extents",
     "provision",
     "provision_acls",
     "read_commands",
+    "read_range",
     "read_topic",
     "relay_probes",
     "roster_from_env",

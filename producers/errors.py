@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DeliveryFailed", "ProducersError", "ProvisionError"]
+__all__ = ["DeliveryFailed", "KafkaReadError", "ProducersError", "ProvisionError"]
 
 
 class ProducersError(Exception):
@@ -24,3 +24,7 @@ class DeliveryFailed(ProducersError):
 
 class ProvisionError(ProducersError):
     """Creating the recovery topics failed; check the broker and the replication factor."""
+
+
+class KafkaReadError(ProducersError):
+    """What Kafka holds could not be read (the broker did not answer, or no such topic)."""

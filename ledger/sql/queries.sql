@@ -35,6 +35,31 @@ SELECT partition, next_offset FROM consumer_offsets
 WHERE consumer_group = %(group)s AND topic = %(topic)s
 ORDER BY partition;
 
+-- name: partition_attempts
+-- What the starts of a topic's partitions last attempted (crash quarantine, migration 0011).
+SELECT partition, first_offset, last_offset, starts, single, owner, record_starts
+FROM partition_attempts
+WHERE consumer_group = %(group)s AND topic = %(topic)s
+ORDER BY partition;
+
+-- name: record_attempt
+-- Record what a start is about to decide, only while `epoch` still owns the partition
+-- (no row returned: a newer claim fenced it).
+INSERT INTO partition_attempts AS a (consumer_group, topic, partition, first_offset,
+                                     last_offset, starts, single, record_starts, epoch,
+                                     owner)
+SELECT o.consumer_group, o.topic, o.partition, %(first)s, %(last)s, %(starts)s,
+       %(single)s, %(record_starts)s, o.epoch, o.owner
+FROM partition_owners AS o
+WHERE o.consumer_group = %(group)s AND o.topic = %(topic)s AND o.partition = %(partition)s
+  AND o.epoch = %(epoch)s
+ON CONFLICT (consumer_group, topic, partition) DO UPDATE
+    SET first_offset = EXCLUDED.first_offset, last_offset = EXCLUDED.last_offset,
+        starts = EXCLUDED.starts, single = EXCLUDED.single,
+        record_starts = EXCLUDED.record_starts, epoch = EXCLUDED.epoch,
+        owner = EXCLUDED.owner, attempted_at = now()
+RETURNING a.partition;
+
 -- name: check_epochs
 -- The epochs of the batch's partitions, share-locked until commit: a concurrent claim
 -- (an UPDATE of the same row) waits for this transaction, so the check holds at commit.

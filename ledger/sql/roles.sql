@@ -94,12 +94,12 @@ GRANT SELECT ON ledger_migrations
     TO recovery_controller, recovery_relay, recovery_reader, recovery_auditor;
 -- The controller: append-only history is INSERT only (never UPDATE, DELETE, TRUNCATE);
 -- UPDATE only where state moves: operations (folded view, counters, chain head, lineage),
--- intake chain heads, stored offsets and partition epochs. Outbox rows are inserted,
--- never changed by the controller.
+-- intake chain heads, stored offsets, partition epochs and the partitions' attempts
+-- (crash quarantine). Outbox rows are inserted, never changed by the controller.
 GRANT SELECT, INSERT ON events, decisions, evidence, approvals, audit_records, outbox
     TO recovery_controller;
-GRANT SELECT, INSERT, UPDATE ON operations, audit_chains, consumer_offsets, partition_owners
-    TO recovery_controller;
+GRANT SELECT, INSERT, UPDATE ON operations, audit_chains, consumer_offsets, partition_owners,
+    partition_attempts TO recovery_controller;
 GRANT USAGE ON SEQUENCE outbox_id_seq TO recovery_controller;
 -- The relay: reads unpublished rows with their audit records and the operations' lineage,
 -- and may change only the outbox columns it marks (published, held). LISTEN needs no

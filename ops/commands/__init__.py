@@ -21,6 +21,7 @@ from ops.commands import (
     keys,
     lineage,
     machines,
+    offsets,
     operations,
     outbox,
     policy,
@@ -53,3 +54,4 @@ COMMANDS.append(outbox.register)
 COMMANDS.extend([operations.register, review.register, keys.register])
 COMMANDS.extend([dlq.register, policy.register, replay.register])
 COMMANDS.append(console.register)
+COMMANDS.append(offsets.register)

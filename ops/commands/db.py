@@ -42,7 +42,7 @@ from ledger import (
 )
 from ops.db_passwords import default_password_file, resolve_passwords, store_passwords
 from ops.errors import StackError
-from ops.stack import read_state
+from ops.stack import live_state
 from schemas import ENV_DATABASE_URL
 
 __all__ = [
@@ -95,7 +95,7 @@ def resolve_database_url(flag: str | None) -> str | None:
     if url is not None:
         return url
     try:
-        state = read_state()
+        state = live_state()
     except StackError:
         return None
     return None if state is None else state.postgres.url

@@ -57,7 +57,7 @@ from consumer import (
 from ledger import LedgerError, PostgresLedger, migrate_database, require_current_schema
 from ops.errors import StackError
 from ops.settings import RUNTIME_ROLES
-from ops.stack import read_state
+from ops.stack import live_state
 from producers import (
     OutboxRelay,
     ProvisionError,
@@ -184,7 +184,7 @@ def resolve_services(bootstrap: str | None, database_url: str | None) -> Service
     kafka: dict[str, KafkaSecurity] = {}
     if bootstrap is None or database_url is None:
         try:
-            state = read_state()
+            state = live_state()
         except StackError:
             state = None
         if state is not None:

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from typing import TextIO
 
 from ops.errors import StackError
-from ops.stack import read_state
+from ops.stack import live_state
 from producers import ProvisionError, provision, provision_acls
 from schemas import ENV_KAFKA_BOOTSTRAP, KafkaConfigError, KafkaSecurity
 
@@ -54,7 +54,7 @@ def admin_connection(bootstrap: str | None) -> tuple[str, KafkaSecurity] | None:
     if os.environ.get(ENV_KAFKA_BOOTSTRAP):
         return os.environ[ENV_KAFKA_BOOTSTRAP], KafkaSecurity.from_env()
     try:
-        state = read_state()
+        state = live_state()
     except StackError:
         return None
     if state is None:

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, TextIO
 
@@ -49,9 +49,17 @@ def wait_until(
 
 class RoleProcess:
     """One controller or relay process (see the module docstring). A `RoleProcess` is
-    started once; a restart is a new `RoleProcess` (a new pid, a new member)."""
+    started once; a restart is a new `RoleProcess` (a new pid, a new member). `argv`
+    replaces the role's command line (a test build of the role, same environment)."""
 
-    def __init__(self, role: str, env: Mapping[str, str], log_path: Path) -> None:
+    def __init__(
+        self,
+        role: str,
+        env: Mapping[str, str],
+        log_path: Path,
+        *,
+        argv: Sequence[str] | None = None,
+    ) -> None:
         if role not in roles.ROLE_COMMANDS:
             raise ValueError(
                 f"unknown role {role!r}; expected one of {sorted(roles.ROLE_COMMANDS)}"
@@ -60,7 +68,7 @@ class RoleProcess:
         self.log_path = log_path
         self._assigned = threading.Event()
         self._proc = subprocess.Popen(
-            roles.role_argv(role),
+            list(argv) if argv is not None else roles.role_argv(role),
             env=roles.role_env(env, role),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -94,13 +94,21 @@ class FaultRun:
             env[f"RECOVERY_TOPIC_{stream.upper()}"] = getattr(self.topics, stream)
         return {**env, **self.extra_env}
 
-    def start(self, role: str) -> RoleProcess:
-        """Start a controller or relay process of this run (a new member each time)."""
+    def start(
+        self,
+        role: str,
+        *,
+        argv: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> RoleProcess:
+        """Start a controller or relay process of this run (a new member each time);
+        `argv` and `env` replace its command line and add to its environment."""
         self._members += 1
-        env = self.env()
+        child = {**self.env(), **(env or {})}
         if role == "controller":
-            env["RECOVERY_CONTROLLER_INSTANCE_ID"] = f"{self.group}-c{self._members}"
-        process = RoleProcess(role, env, self.log_dir / f"{role}-{self._members}.log")
+            child["RECOVERY_CONTROLLER_INSTANCE_ID"] = f"{self.group}-c{self._members}"
+        log_path = self.log_dir / f"{role}-{self._members}.log"
+        process = RoleProcess(role, child, log_path, argv=argv)
         self.processes.append(process)
         return process
 

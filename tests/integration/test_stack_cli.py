@@ -6,19 +6,22 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
+from ops.commands.run import resolve_services
 from ops.errors import StackError
 from ops.kafka import wait_for_kafka
 from ops.process import pid_alive, pid_cmdline
 from ops.settings import DATABASE_NAME, ENV_STACK_DIR
-from ops.stack import KafkaState, read_state, stack_up
+from ops.stack import KafkaState, live_state, read_state, stack_up
 from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_CONFIG_FILE, KafkaSecurity
 from tests.support.services import service_root
 
@@ -155,3 +158,79 @@ def _processes_using(folder: Path) -> list[int]:
         for entry in Path("/proc").iterdir()
         if entry.name.isdigit() and str(folder) in pid_cmdline(int(entry.name))
     ]
+
+
+def _wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + 10
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(pid), f"pid {pid} survived SIGKILL"
+
+
+def test_stack_up_restarts_only_the_service_that_died(stack_home: Path) -> None:
+    first = json.loads(_recoveryctl(stack_home, "stack", "up", "--json").stdout)
+    kafka_pid, postgres_pid = first["kafka"]["pid"], first["postgres"]["pid"]
+
+    os.kill(kafka_pid, signal.SIGKILL)  # the broker dies; PostgreSQL lives on
+    _wait_gone(kafka_pid)
+    up = _recoveryctl(stack_home, "stack", "up", "--json")
+    assert up.returncode == 0, up.stderr
+    second = json.loads(up.stdout)
+    assert "kafka restarted" in up.stderr
+    assert "postgres still running" in up.stderr
+    assert second["reused"] is True  # the stack stays its starter's to stop
+    assert second["postgres"]["pid"] == postgres_pid
+    assert second["kafka"]["pid"] != kafka_pid
+    assert second["kafka"]["bootstrap"] == first["kafka"]["bootstrap"]  # same port
+    wait_for_kafka(second["kafka"]["bootstrap"], timeout=5)
+
+    os.kill(postgres_pid, signal.SIGKILL)  # now the server dies; the broker lives on
+    _wait_gone(postgres_pid)
+    up = _recoveryctl(stack_home, "stack", "up", "--json")
+    assert up.returncode == 0, up.stderr
+    third = json.loads(up.stdout)
+    assert third["kafka"]["pid"] == second["kafka"]["pid"]
+    assert third["postgres"]["pid"] != postgres_pid
+    with psycopg.connect(third["postgres"]["url"]) as conn:
+        assert conn.execute("SELECT current_database()").fetchone() == (DATABASE_NAME,)
+    status = _recoveryctl(stack_home, "stack", "status", "--json")
+    assert json.loads(status.stdout)["running"] is True
+
+
+def test_no_command_trusts_the_state_of_a_stack_that_is_gone(
+    stack_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ENV_KAFKA_BOOTSTRAP, raising=False)
+    monkeypatch.delenv(ENV_DATABASE_URL, raising=False)
+    monkeypatch.setenv(ENV_STACK_DIR, str(stack_home))
+    # Stopped by the process that started it (as `recoveryctl bench` does): forgotten.
+    stack = stack_up(stack_home)
+    assert resolve_services(None, None) is not None
+    stack.stop()
+    assert read_state(stack_home) is None
+    assert resolve_services(None, None) is None
+    # Killed behind the state file's back: the file stays, but nobody trusts it.
+    killed = stack_up(stack_home)
+    state = killed.state
+    assert state.kafka.pid is not None
+    assert state.postgres.pid is not None
+    for pid in (state.kafka.pid, state.postgres.pid):
+        os.kill(pid, signal.SIGKILL)
+        _wait_gone(pid)
+    assert killed.kafka is not None
+    assert killed.kafka.process is not None
+    killed.kafka.process.wait(5)  # reap our child
+    assert read_state(stack_home) == state
+    assert live_state(stack_home) is None
+    assert resolve_services(None, None) is None
+    migrate = _recoveryctl(stack_home, "db", "migrate")
+    assert migrate.returncode == 2
+    assert "no database: pass --database-url" in migrate.stderr
+    # And `stack up` starts both again.
+    again = stack_up(stack_home)
+    try:
+        assert not again.reused
+        assert again.alive()
+    finally:
+        again.stop()
+    assert read_state(stack_home) is None

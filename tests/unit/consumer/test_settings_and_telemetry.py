@@ -61,6 +61,24 @@ def test_caller_consumer_config_cannot_turn_kafka_offset_storage_back_on() -> No
     assert config["fetch.min.bytes"] == "10"
 
 
+def test_static_membership_and_kip_848_protocol_reach_librdkafka() -> None:
+    dynamic = consumer_config(ControllerSettings.from_env(ENV))
+    assert "group.instance.id" not in dynamic
+    assert "group.protocol" not in dynamic
+    static = ControllerSettings.from_env(
+        {**ENV, "RECOVERY_CONTROLLER_GROUP_INSTANCE_ID": "controller-a"}
+    )
+    assert consumer_config(static)["group.instance.id"] == "controller-a"
+    assert consumer_config(static)["session.timeout.ms"] == static.session_timeout_ms
+    kip848 = consumer_config(
+        ControllerSettings.from_env({**ENV, "RECOVERY_CONTROLLER_GROUP_PROTOCOL": "consumer"})
+    )
+    # The broker holds the session timeout and the assignor; librdkafka refuses both.
+    assert kip848["group.protocol"] == "consumer"
+    assert "session.timeout.ms" not in kip848
+    assert "partition.assignment.strategy" not in kip848
+
+
 def test_console_and_none_exporters_build() -> None:
     build_telemetry("console", instance="c-1").shutdown()
     build_telemetry("none", instance="c-1").shutdown()

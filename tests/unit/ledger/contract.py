@@ -18,6 +18,7 @@ from ledger import (
     FencedError,
     Ledger,
     NonceReused,
+    PartitionAttempt,
     UnknownOperation,
     VersionConflict,
 )
@@ -61,6 +62,29 @@ class LedgerContract(abc.ABC):
         assert ledger.offsets(GROUP, TOPIC) == {0: 3}
 
     # -- one batch -----------------------------------------------------------------------
+
+    def test_a_recorded_attempt_comes_back_with_the_next_claim(self, ledger: Ledger) -> None:
+        (first,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        assert first.attempt is None
+        attempt = PartitionAttempt(TOPIC, 0, 5, 40, 2, False)
+        assert ledger.record_attempts(GROUP, [attempt], {(TOPIC, 0): first.epoch}) == ()
+        (second,) = ledger.claim(GROUP, TOPIC, [0], "controller-b")
+        assert second.attempt == PartitionAttempt(TOPIC, 0, 5, 40, 2, False, "controller-a")
+        single = PartitionAttempt(TOPIC, 0, 6, 40, 3, True, record_starts=2)
+        ledger.record_attempts(GROUP, [single], {(TOPIC, 0): second.epoch})
+        (third,) = ledger.claim(GROUP, TOPIC, [0], "controller-c")
+        assert third.attempt == PartitionAttempt(TOPIC, 0, 6, 40, 3, True, "controller-b", 2)
+
+    def test_a_fenced_start_cannot_record_an_attempt(self, ledger: Ledger) -> None:
+        (old,) = ledger.claim(GROUP, TOPIC, [0], "zombie")
+        (new,) = ledger.claim(GROUP, TOPIC, [0], "owner")
+        ledger.record_attempts(
+            GROUP, [PartitionAttempt(TOPIC, 0, 1, 9, 1, False)], {(TOPIC, 0): new.epoch}
+        )
+        stale = PartitionAttempt(TOPIC, 0, 1, 9, 5, True)
+        assert ledger.record_attempts(GROUP, [stale], {(TOPIC, 0): old.epoch}) == ((TOPIC, 0),)
+        (after,) = ledger.claim(GROUP, TOPIC, [0], "next")
+        assert after.attempt == PartitionAttempt(TOPIC, 0, 1, 9, 1, False, "owner")
 
     def test_committed_batch_stores_the_folded_view_and_every_row(self, ledger: Ledger) -> None:
         (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
