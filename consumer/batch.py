@@ -12,7 +12,8 @@ Per record, in consumption order:
 - an event id already used by another operation earlier in the batch: a dead letter
   (`event-id-conflict`); the ledger catches reuse across batches;
 - an operation already governed by another machine: a dead letter
-  (`machine-not-applicable`);
+  (`machine-not-applicable`); an event carrying another correlation id than the one the
+  operation was opened with: a dead letter (`correlation-mismatch`, SPEC §6.2);
 - otherwise the core decides it in the batch's `machines.BatchFold`, the fold
   `machines.Simulation` runs too: on the operation's view folded so far, a new
   operation opened with the lineage the ledger gives it on arrival
@@ -45,7 +46,15 @@ from consumer.intake import (
     failed,
 )
 from ledger import Batch, DeadLetter, Entry, Position, Source, batch_rows
-from machines import Arrival, BatchFold, Decision, OperationView, Outcome, Rules
+from machines import (
+    CORRELATION_MISMATCH,
+    Arrival,
+    BatchFold,
+    Decision,
+    OperationView,
+    Outcome,
+    Rules,
+)
 from schemas import DEFAULT_TOPICS, TopicNames
 
 log = logging.getLogger("consumer")
@@ -165,6 +174,15 @@ class _Decided:
                 f"record {item.record.coordinates}: event {event.event_id} names machine "
                 f"{machine.name}@{machine.version}, but operation {event.operation_id} is "
                 f"governed by {stored.machine_name} ({stored.machine_digest})",
+                event.event_id,
+                event.operation_id,
+            )
+        if stored is not None and stored.correlation_id not in ("", event.correlation_id):
+            return Refusal(
+                CORRELATION_MISMATCH,
+                f"record {item.record.coordinates}: event {event.event_id} carries "
+                f"correlation id {event.correlation_id}, but operation {event.operation_id} "
+                f"was opened with {stored.correlation_id}; send the operation's own",
                 event.event_id,
                 event.operation_id,
             )

@@ -43,7 +43,7 @@ from machines.containment import (
     lineage_below,
     with_lineage,
 )
-from machines.decision import Decision, Invocation, Outcome, apply, decide
+from machines.decision import CORRELATION_MISMATCH, Decision, Invocation, Outcome, apply, decide
 from machines.digest import (
     CANONICAL_FORM,
     canonical_ascii_json,
@@ -62,6 +62,10 @@ from machines.errors import (
     Severity,
 )
 from machines.event import (
+    ENVELOPE_FIELD_INVALID,
+    ENVELOPE_INVALID,
+    EVENT_TIME_OUT_OF_RANGE,
+    EVENT_TIME_WINDOW,
     CheckpointReport,
     ClassifierOutput,
     DeclaredFacts,
@@ -134,7 +138,12 @@ __all__ = [
     "ANSWERED_KINDS",
     "CANONICAL_FORM",
     "CATALOGUE",
+    "CORRELATION_MISMATCH",
     "DEFAULT_REGISTRY",
+    "ENVELOPE_FIELD_INVALID",
+    "ENVELOPE_INVALID",
+    "EVENT_TIME_OUT_OF_RANGE",
+    "EVENT_TIME_WINDOW",
     "MAX_LINEAGE_DEPTH",
     "SCENARIOS",
     "SPEC_VERSION",

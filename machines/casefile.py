@@ -165,6 +165,7 @@ class StepSpec(BaseModel):
     classifier: ClassifierSpec | None = None
     ancestor: str | None = None
     causation: str | None = None
+    correlation_id: str | None = None  # default: the operation's
     facts: FactsSpec | None = None  # a `facts` block on this step's envelope
     replay: str | None = None  # resend the exact event of this earlier step id
     expect: ExpectSpec = ExpectSpec()
@@ -299,6 +300,7 @@ class _Runner:
                 if op.deadline_seconds is None
                 else EPOCH + timedelta(seconds=op.deadline_seconds),
                 state=op.state,
+                correlation_id=op.correlation_id,
             ),
             EPOCH,
         )
@@ -320,7 +322,7 @@ class _Runner:
             event_type=step.event,
             event_id=event_id,
             operation_id=op.id,
-            correlation_id=op.correlation_id,
+            correlation_id=step.correlation_id or op.correlation_id,
             machine_name=self.machine.name,
             machine_version=self.machine.version,
             event_time=now,

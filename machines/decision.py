@@ -41,6 +41,8 @@ from machines.model import ActionRef, CapabilityKind, CapabilitySpec, Machine, R
 from machines.policy import Policy
 from machines.view import Approval, OperationView, evolve
 
+CORRELATION_MISMATCH = "correlation-mismatch"
+
 
 class Outcome(StrEnum):
     """What the decision did with the event."""
@@ -310,6 +312,13 @@ def _envelope_refusal(machine: Machine, view: OperationView, event: Event) -> No
             "wrong-operation",
             f"event {event.event_id} is for operation {event.operation_id}, not "
             f"{view.operation_id}; route it by operation id",
+        )
+    if view.correlation_id and event.correlation_id != view.correlation_id:
+        return Notice(
+            CORRELATION_MISMATCH,
+            f"event {event.event_id} carries correlation id {event.correlation_id}; "
+            f"operation {view.operation_id} was opened with {view.correlation_id}; send "
+            "the operation's own correlation id (SPEC 6.2)",
         )
     if (event.machine_name, event.machine_version) != (machine.name, machine.version) or (
         view.machine_digest != machine.digest

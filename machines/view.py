@@ -136,6 +136,10 @@ class OperationView:
     entry_approval: str | None = None
     open_commands: frozenset[str] = frozenset()
     seen_events: Mapping[str, str] = field(default_factory=lambda: _NO_EVENTS)
+    # The correlation id of the event that opened the operation (SPEC §6.2, §8 step 3):
+    # every later event must carry the same one. Empty for a view stored before it was
+    # kept, which then checks nothing.
+    correlation_id: str = ""
 
     def current_outcomes(self) -> frozenset[EffectOutcome]:
         """The outcomes trusted verifiers report for the current effect epoch: each
@@ -195,6 +199,7 @@ def new_view(
     facts: ToolFacts,
     budget_limit: int,
     deadline: datetime | None,
+    correlation_id: str = "",
 ) -> OperationView:
     """The view of an operation the controller has just started to govern."""
     return OperationView(
@@ -207,6 +212,7 @@ def new_view(
         facts=facts,
         budget_limit=budget_limit,
         deadline=deadline,
+        correlation_id=correlation_id,
     )
 
 

@@ -51,6 +51,7 @@ NEW: dict[str, Any] = {
     "entry_approval": "e-9",
     "open_commands": frozenset(),
     "seen_events": MappingProxyType({}),
+    "correlation_id": "corr-2",
 }
 
 
