@@ -6,12 +6,15 @@ I/O beyond reading the files it is asked to load; imports nothing from `ledger`,
 from __future__ import annotations
 
 from machines.applicability import (
+    SCOPE_MISSING,
     MachineSelectionError,
     OperationScope,
     applies,
+    matching_scope,
     overlap_warning,
     overlapping_pairs,
     redact,
+    scope_refusal,
     select_machine,
 )
 from machines.approvals import (
@@ -146,6 +149,7 @@ __all__ = [
     "EVENT_TIME_WINDOW",
     "MAX_LINEAGE_DEPTH",
     "SCENARIOS",
+    "SCOPE_MISSING",
     "SPEC_VERSION",
     "STANDARD_GUARDS",
     "ActionRef",
@@ -233,6 +237,7 @@ __all__ = [
     "load_registry",
     "load_trusted_publishers",
     "lock_entry",
+    "matching_scope",
     "new_view",
     "open_view",
     "overlap_warning",
@@ -244,6 +249,7 @@ __all__ = [
     "public_key_text",
     "redact",
     "run_case",
+    "scope_refusal",
     "select_machine",
     "sign_decision",
     "sign_machine",

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from machines.applicability import matching_scope
 from machines.approvals import insecure_test_key, public_key_b64, sign_decision
 from machines.batch import OperationSetup
 from machines.decision import Decision
@@ -340,6 +341,9 @@ class _Runner:
             classifier=self._classifier(step),
             causation=step.causation,
             facts=None if step.facts is None else DeclaredFacts(**step.facts.model_dump()),
+            # The scope a tool puts on its events; on the wire the opening event needs one
+            # (SPEC §8 step 2), and the in-memory runner decides the same events.
+            scope=matching_scope(self.machine.applies_to),
         )
         self.sent[event_id] = event
         return event

@@ -48,6 +48,7 @@ from machines import (
     load_policy,
     load_registry,
     load_trusted_publishers,
+    matching_scope,
     sign_decision,
 )
 from schemas import (
@@ -331,6 +332,7 @@ class _Generator:
             evidence=evidence,
             human_decision=human_decision,
             causation=causation,
+            scope=matching_scope(story.machine.applies_to),
         )
 
     def emit(self, story: _Story, event: Event) -> Decision | None:

@@ -34,6 +34,7 @@ from schemas import (
     event_to_json,
     event_to_record,
 )
+from tests.support.scopes import catalogue_scope
 
 __all__ = ["MAX_RECORD_BYTES", "Hostile", "Landed", "Outgoing", "RecordingProducer"]
 
@@ -143,6 +144,7 @@ class Hostile:
         """An event of `op` (email-send by default: TOOL_TIMEOUT leads to `unresolved`,
         where a human rejection is accepted)."""
         self.serial += 1
+        fields.setdefault("scope", catalogue_scope(machine))
         return Event(
             event_type=event_type,
             event_id=event_id or f"{op}-e{self.serial}",

@@ -38,6 +38,7 @@ from producers.worker import ActionResult, CapabilityWorker
 from schemas import CapabilityCommand, TopicNames
 from tests.integration.lineage.children import Child, log_tail, wait_until
 from tests.support.kafka import TopicFactory
+from tests.support.scopes import catalogue_scope
 
 pytestmark = pytest.mark.integration
 
@@ -186,6 +187,7 @@ def _report(client: RecoveryClient, op: str, event_type: str, **fields: Any) -> 
         lineage=_lineage(op),
         evidence_ref=f"ref-{uuid.uuid4().hex[:8]}",
         event_time=datetime.now(UTC),
+        scope=fields.pop("scope", catalogue_scope(MACHINE)),
         **fields,
     )
     client.flush()
