@@ -53,10 +53,13 @@ EVENT_TIME_WINDOW: tuple[datetime, datetime] = (
 
 # SPEC §6.2 names the envelope's identifiers; each is required, non-empty, bounded and
 # formatted: no whitespace or control characters, so an id prints, greps and keys the
-# same everywhere. Evidence references may be URLs, hence the longer bound.
+# same everywhere. An evidence reference is a locator or a note a person reads (a URL,
+# "coupa:request:REQ-1 (12 laptops)"): longer, inner spaces allowed, but not blank,
+# not padded and without control characters.
 MAX_ID_LENGTH = 256
 MAX_REFERENCE_LENGTH = 2048
 _TOKEN = re.compile(r"[^\s\x00-\x1f\x7f]+")
+_REFERENCE = re.compile(r"[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f\u2028\u2029]*[^\s\x00-\x1f\x7f])?")
 _EVENT_TYPE = re.compile(r"[A-Z][A-Z0-9_]{0,127}")
 
 
@@ -393,17 +396,18 @@ def envelope_problems(event: Event) -> list[str]:
         problem = _token_problem(name, value, MAX_ID_LENGTH)
         if problem:
             problems.append(problem)
-    problem = _token_problem("evidence_ref", event.evidence_ref, MAX_REFERENCE_LENGTH)
+    problem = _token_problem("evidence_ref", event.evidence_ref, MAX_REFERENCE_LENGTH, _REFERENCE)
     if problem:
         problems.append(problem)
     return problems
 
 
-def _token_problem(name: str, value: str, bound: int) -> str | None:
+def _token_problem(name: str, value: str, bound: int, form: re.Pattern[str] = _TOKEN) -> str | None:
     if not value:
         return f"{name} is empty"
     if len(value) > bound:
         return f"{name} is {len(value)} characters long; at most {bound}"
-    if not _TOKEN.fullmatch(value):
-        return f"{name} {value!r} holds whitespace or control characters"
+    if not form.fullmatch(value):
+        what = "whitespace or control characters" if form is _TOKEN else "control characters"
+        return f"{name} {value[:MAX_ID_LENGTH]!r} is blank, padded or holds {what}"
     return None

@@ -28,6 +28,9 @@ def _lineage(**change: object) -> dict[str, object]:
         ({"producer": ""}, "envelope-field-invalid"),
         ({"producer": "tool integration"}, "envelope-field-invalid"),
         ({"evidence_ref": ""}, "envelope-field-invalid"),
+        ({"evidence_ref": "  "}, "envelope-field-invalid"),
+        ({"evidence_ref": " ev://padded"}, "envelope-field-invalid"),
+        ({"evidence_ref": "ev://a\nb"}, "envelope-field-invalid"),
         ({"evidence_ref": "ev://" + "x" * 5000}, "envelope-field-invalid"),
         ({"machine_name": ""}, "envelope-field-invalid"),
         ({"machine_version": "1.0.0\n"}, "envelope-field-invalid"),
@@ -54,6 +57,8 @@ def test_an_envelope_field_that_is_empty_unbounded_or_malformed_is_refused(chang
 def test_a_well_formed_envelope_parses():
     e = event("TOOL_TIMEOUT", causation="op-1:2:0")
     assert parse_event(e.to_dict()) == e
+    note = replace(e, evidence_ref="coupa:request:REQ-1 (12 laptops)", payload_digest="")
+    assert parse_event(note.to_dict()) == note
 
 
 def test_the_window_is_wide_enough_for_every_deadline():
