@@ -466,12 +466,29 @@ def _withhold(
     draft.invocations = (_invocation(view, draft.sequence, 0, action, spec, "escalation"),)
 
 
-def _open_commands(current: frozenset[str], decision: Decision) -> frozenset[str]:
-    issued = {i.command_id for i in decision.invocations if i.kind in ANSWERED_KINDS}
+def _open_commands(
+    view: OperationView, decision: Decision
+) -> tuple[frozenset[str], tuple[tuple[str, int], ...]]:
+    """The open command ids after `decision`, and the effect epoch each was issued in:
+    the epoch after the invocations planned before it in the same decision (a verify
+    after a retry in one transition checks the retry's attempt)."""
+    current = view.open_commands
     answered = {decision.causation} if decision.causation is not None else set()
+    issued: list[tuple[str, int]] = []
+    epoch = view.epoch
+    for invocation in decision.invocations:
+        if invocation.kind in _EPOCH_KINDS:
+            epoch += 1
+        if invocation.kind in ANSWERED_KINDS:
+            issued.append((invocation.command_id, epoch))
     if not issued and not (answered & current):
-        return current
-    return (current - answered) | issued
+        return current, view.command_epochs
+    still = (current - answered) | {c for c, _ in issued}
+    epochs = tuple((c, e) for c, e in view.command_epochs if c in still) + tuple(issued)
+    return still, epochs
+
+
+_EPOCH_KINDS = frozenset({str(CapabilityKind.RETRY), str(CapabilityKind.COMPENSATE)})
 
 
 def _counters(view: OperationView, kinds: Sequence[str]) -> dict[str, int]:
@@ -518,7 +535,7 @@ def apply(view: OperationView, decision: Decision) -> OperationView:
         )
     if decision.state_after != decision.state_before:
         changes["entry_approval"] = None if decision.approval_consumed else used
-    changes["open_commands"] = _open_commands(view.open_commands, decision)
+    changes["open_commands"], changes["command_epochs"] = _open_commands(view, decision)
     changes["state"] = decision.state_after
     changes["version"] = decision.sequence
     changes["seen_events"] = MappingProxyType(seen)

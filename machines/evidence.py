@@ -161,7 +161,11 @@ def _verification(
             f"contradicts its type ({expected})",
         )
     reference = evidence.reference or event.evidence_ref
-    return Verification(verifier, expected, reference, event.event_id, view.epoch), None
+    # A verification answers one command of one attempt: it describes the effect epoch
+    # the command it names was issued in, and an answer to a command sent before a
+    # retry or compensation is recorded for that older epoch, where no guard reads it.
+    epoch = view.epoch if event.causation is None else view.command_epoch(event.causation)
+    return Verification(verifier, expected, reference, event.event_id, epoch), None
 
 
 def _approval(event: Event) -> Approval:

@@ -140,6 +140,10 @@ class OperationView:
     # every later event must carry the same one. Empty for a view stored before it was
     # kept, which then checks nothing.
     correlation_id: str = ""
+    # The effect epoch each open command was issued in: its answer is evidence about
+    # that attempt only (SPEC 7.1-7.2). A command missing here (a view stored before)
+    # answers for the current epoch.
+    command_epochs: tuple[tuple[str, int], ...] = ()
 
     def current_outcomes(self) -> frozenset[EffectOutcome]:
         """The outcomes trusted verifiers report for the current effect epoch: each
@@ -151,6 +155,13 @@ class OperationView:
             if v.epoch == epoch:
                 latest[v.verifier] = v.outcome
         return frozenset(latest.values())
+
+    def command_epoch(self, command_id: str) -> int:
+        """The effect epoch `command_id` was issued in (the current one if unknown)."""
+        for command, epoch in self.command_epochs:
+            if command == command_id:
+                return epoch
+        return self.epoch
 
     def current_verification_refs(self) -> tuple[str, ...]:
         """Evidence references of the current epoch's verifications, for the audit."""

@@ -196,9 +196,18 @@ class Driver:
             evidence=self._evidence(m, index),
             human_decision=self._decision(m, index),
             classifier=self._classifier(m),
+            causation=self._causation(m),
         )
         self.sent.append(event)
         return event
+
+    def _causation(self, m: dict[str, Any]) -> str | None:
+        # Verifications answer an open command half of the time, possibly one sent
+        # before a retry (a late answer), so the epoch binding is exercised.
+        open_commands = sorted(self.view.open_commands)
+        if not m["event"].startswith("VERIFICATION_") or not open_commands or m["pick"] % 2:
+            return None
+        return open_commands[(m["pick"] // 2) % len(open_commands)]
 
     def _resolve(self, m: dict[str, Any]) -> dict[str, Any]:
         m = dict(m)
@@ -341,6 +350,11 @@ def _check(
         assert d.state_after == before.state
         assert all(i.origin == "escalation" for i in d.invocations)
     trusted = with_evidence(before, d.evidence)
+    verification = d.evidence.verification
+    if verification is not None and event.causation is not None:
+        # Evidence answers the attempt of the command it names, never a later one.
+        assert verification.epoch == before.command_epoch(event.causation)
+        assert verification.epoch <= before.epoch
     kinds = [i.kind for i in d.invocations]
     target = d.transition_target or before.state
     ctx = GuardContext(trusted, POLICY, now, Transition(before.state, event.event_type, 0, target))

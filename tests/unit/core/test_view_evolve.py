@@ -52,6 +52,7 @@ NEW: dict[str, Any] = {
     "open_commands": frozenset(),
     "seen_events": MappingProxyType({}),
     "correlation_id": "corr-2",
+    "command_epochs": (("op-2:1:0", 1),),
 }
 
 
