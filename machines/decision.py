@@ -407,6 +407,12 @@ def _take(
             # A material action spends the approval: one approval, one resumption.
             approval = approval or valid_approval(ctx)
             consumed = True
+        if spec.kind is CapabilityKind.RETRY:
+            # The retry command carries exactly the key declared for the original call.
+            params = MappingProxyType(
+                {**action.params, "idempotency_key": work.facts.idempotency_key}
+            )
+            action = ActionRef(capability=action.capability, params=params)
         counted = _counters(work, (spec.kind,))
         if counted:
             work = evolve(work, counted)

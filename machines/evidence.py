@@ -84,6 +84,8 @@ class EvidenceDelta:
                 "compensation_supported": f.compensation_supported,
                 "status_api": f.status_api,
             }
+            if f.key_declared_late:
+                out["facts"]["key_declared_late"] = True
         return out
 
 

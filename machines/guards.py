@@ -88,9 +88,17 @@ def _within_budget(view: OperationView, policy: Policy) -> bool:
     return view.budget_spent < limit
 
 
+def _key_state(view: OperationView) -> str:
+    facts = view.facts
+    if not facts.idempotency_key:
+        return "absent"
+    return "declared-late" if facts.key_declared_late else "present"
+
+
 def retry_permitted(ctx: GuardContext) -> GuardResult:
     """Retry is safe right now (SPEC §7.1-7.2, SKILL §2, §4): authoritative not-applied
-    evidence for the current epoch, an idempotency key, attempts below the policy limit,
+    evidence for the current epoch, the idempotency key declared at or before the failure
+    report (not one declared afterwards), attempts below the policy limit,
     before the deadline and within the retry budget, and a clear lineage: a descendant
     of a contained operation does not carry on with its effect (CONFORMANCE L5.5). The
     core evaluates this itself before any retry-kind capability, whatever guard the
@@ -98,9 +106,10 @@ def retry_permitted(ctx: GuardContext) -> GuardResult:
     view = ctx.view
     evidence = not_applied(ctx)
     lineage = lineage_clear(ctx)
+    key = _key_state(view)
     value = (
         evidence.value
-        and bool(view.facts.idempotency_key)
+        and key == "present"
         and view.retry_attempts < ctx.policy.max_retry_attempts
         and _within_deadline(view, ctx.now)
         and _within_budget(view, ctx.policy)
@@ -108,7 +117,7 @@ def retry_permitted(ctx: GuardContext) -> GuardResult:
     )
     refs = (
         *evidence.evidence,
-        f"idempotency-key:{'present' if view.facts.idempotency_key else 'absent'}",
+        f"idempotency-key:{key}",
         f"attempts:{view.retry_attempts}/{ctx.policy.max_retry_attempts}",
         f"budget:{view.budget_spent}/{min(view.budget_limit, ctx.policy.retry_budget)}",
         f"deadline:{view.deadline.isoformat() if view.deadline else 'none'}",

@@ -37,6 +37,10 @@ class ToolFacts:
     compensation_supported: bool = False
     status_api: bool = False
     declared_by: str | None = None
+    # True when the idempotency key was declared after the event that opened the
+    # operation (its failure report): not the key of the original call, so it never
+    # makes a retry safe (agent-failure-recovery practice §4).
+    key_declared_late: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -363,6 +363,9 @@ def _check(
         assert retry_permitted(ctx).value, "retry without retry.permitted"
         assert trusted.current_outcomes() == {"not_applied"}
         assert trusted.facts.idempotency_key
+        assert not trusted.facts.key_declared_late, "retry on a key minted after the failure"
+        retry = next(i for i in d.invocations if i.kind == CapabilityKind.RETRY)
+        assert retry.params["idempotency_key"] == trusted.facts.idempotency_key
     if CapabilityKind.RESUME in kinds:
         approval = valid_approval(ctx)
         assert approval is not None, "resume without a valid approval"
