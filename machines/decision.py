@@ -42,6 +42,7 @@ from machines.policy import Policy
 from machines.view import Approval, OperationView, evolve
 
 CORRELATION_MISMATCH = "correlation-mismatch"
+ESCALATION_SUPPRESSED = "escalation-suppressed"
 
 
 class Outcome(StrEnum):
@@ -111,6 +112,11 @@ class Decision:
     classifier: ClassifierRecord | None = None
     approval_used: str | None = None
     approval_consumed: bool = False
+    # The open condition this decision escalated, or met again and only counted
+    # (`escalation_suppressed`): its refusal code, and the event type when the machine
+    # knows it (a stream of unknown types is one condition).
+    escalation: str | None = None
+    escalation_suppressed: bool = False
 
     @property
     def capabilities(self) -> tuple[str, ...]:
@@ -157,6 +163,9 @@ class Decision:
             "evidence": {} if evidence is NO_EVIDENCE else evidence.to_dict(),
             "classifier": None if self.classifier is None else self.classifier.to_dict(),
             "approval": {"used": self.approval_used, "consumed": self.approval_consumed},
+            "escalation": None
+            if self.escalation is None
+            else {"condition": self.escalation, "suppressed": self.escalation_suppressed},
         }
 
 
@@ -168,7 +177,10 @@ class _Draft:
         "approval_consumed",
         "approval_used",
         "classifier",
+        "condition_scope",
         "errors",
+        "escalation",
+        "escalation_suppressed",
         "evidence",
         "guards",
         "invocations",
@@ -192,6 +204,9 @@ class _Draft:
         self.classifier: ClassifierRecord | None = None
         self.approval_used: str | None = None
         self.approval_consumed = False
+        self.condition_scope = ""
+        self.escalation: str | None = None
+        self.escalation_suppressed = False
 
 
 def decide(
@@ -253,6 +268,8 @@ def _decide(
             ),
         )
         return
+    if event.event_type in _events_of(machine):
+        draft.condition_scope = event.event_type
     draft.classifier, refusal = classifier_refusal(event, policy)
     refusal = refusal or authority_refusal(event, view) or causation_refusal(event, view)
     if refusal is None:
@@ -263,6 +280,20 @@ def _decide(
     compiled = compile_machine(machine, registry, guard_table)
     candidates = compiled.get((view.state, event.event_type), ())
     _select(draft, candidates, view, event, policy, registry, now)
+
+
+_EVENTS: dict[str, frozenset[str]] = {}
+
+
+def _events_of(machine: Machine) -> frozenset[str]:
+    """Every event type some state of `machine` accepts (cached by digest)."""
+    events = _EVENTS.get(machine.digest)
+    if events is None:
+        events = frozenset(e for state in machine.states.values() for e in state.on)
+        if len(_EVENTS) > 256:
+            _EVENTS.clear()
+        _EVENTS[machine.digest] = events
+    return events
 
 
 def _finish(
@@ -303,6 +334,8 @@ def _finish(
         classifier=draft.classifier,
         approval_used=draft.approval_used,
         approval_consumed=draft.approval_consumed,
+        escalation=draft.escalation,
+        escalation_suppressed=draft.escalation_suppressed,
     )
 
 
@@ -456,6 +489,23 @@ def _withhold(
     """State unchanged, the notice recorded, and the policy's escalation invoked."""
     draft.outcome = outcome
     draft.refusals = (*draft.refusals, notice)
+    condition = f"{notice.code}:{draft.condition_scope}" if draft.condition_scope else notice.code
+    draft.escalation = condition
+    repeats = view.escalated(condition)
+    if repeats:
+        draft.escalation_suppressed = True
+        # No escalation storms: the condition is open and a human was told; this event
+        # is recorded and counted, not paged again.
+        draft.errors = (
+            *draft.errors,
+            Notice(
+                ESCALATION_SUPPRESSED,
+                f"operation {view.operation_id} state {view.state}: condition {condition} "
+                f"was already escalated; not escalated again (repeat {repeats} since, "
+                "counted in the view)",
+            ),
+        )
+        return
     spec = registry.capabilities.get(policy.escalation_capability)
     if spec is None or policy.escalation_capability in policy.forbidden_capabilities:
         missing = Notice(
@@ -492,6 +542,22 @@ def _open_commands(
     still = (current - answered) | {c for c, _ in issued}
     epochs = tuple((c, e) for c, e in view.command_epochs if c in still) + tuple(issued)
     return still, epochs
+
+
+def _escalations(view: OperationView, decision: Decision) -> tuple[tuple[str, int], ...]:
+    """The open escalation conditions after `decision`: none once the state changes; a
+    condition escalated by this decision opens with count 1; a suppressed repeat adds 1."""
+    if decision.state_after != decision.state_before:
+        return ()
+    current = view.escalations
+    condition = decision.escalation
+    if condition is None:
+        return current
+    if decision.escalation_suppressed:
+        return tuple((c, n + 1 if c == condition else n) for c, n in current)
+    if any(i.origin == "escalation" for i in decision.invocations):
+        return (*current, (condition, 1))
+    return current
 
 
 _EPOCH_KINDS = frozenset({str(CapabilityKind.RETRY), str(CapabilityKind.COMPENSATE)})
@@ -542,6 +608,9 @@ def apply(view: OperationView, decision: Decision) -> OperationView:
     if decision.state_after != decision.state_before:
         changes["entry_approval"] = None if decision.approval_consumed else used
     changes["open_commands"], changes["command_epochs"] = _open_commands(view, decision)
+    escalations = _escalations(view, decision)
+    if escalations is not view.escalations:
+        changes["escalations"] = escalations
     changes["state"] = decision.state_after
     changes["version"] = decision.sequence
     changes["seen_events"] = MappingProxyType(seen)

@@ -148,6 +148,10 @@ class OperationView:
     # that attempt only (SPEC 7.1-7.2). A command missing here (a view stored before)
     # answers for the current epoch.
     command_epochs: tuple[tuple[str, int], ...] = ()
+    # The conditions escalated in the current state (a refusal or rejection code) and how
+    # many events have met each since: one escalation per open condition, the repeats
+    # counted, not paged again. Leaving the state closes them.
+    escalations: tuple[tuple[str, int], ...] = ()
 
     def current_outcomes(self) -> frozenset[EffectOutcome]:
         """The outcomes trusted verifiers report for the current effect epoch: each
@@ -166,6 +170,14 @@ class OperationView:
             if command == command_id:
                 return epoch
         return self.epoch
+
+    def escalated(self, condition: str) -> int:
+        """How many events have met `condition` in the current state since it was
+        escalated (0: it is not open)."""
+        for code, count in self.escalations:
+            if code == condition:
+                return count
+        return 0
 
     def current_verification_refs(self) -> tuple[str, ...]:
         """Evidence references of the current epoch's verifications, for the audit."""

@@ -389,13 +389,20 @@ def test_random_sequences_never_break_an_invariant(name, moves, fault, fact, goa
     registry, table = _faulted(fault)
     driver = Driver(machine, fact, goal)
     trace: list[tuple[Event, datetime, Decision]] = []
+    escalated: set[str | None] = set()
     for index, m in enumerate(moves):
         event = driver.event(m, index)
         before = driver.view
         d = decide(machine, before, event, POLICY, registry, driver.now, guard_table=table)
         trace.append((event, driver.now, d))
         _check(machine, before, event, d, driver.now, registry, table)
+        # No escalation storms: one escalation per open condition while in a state.
+        if any(i.origin == "escalation" for i in d.invocations):
+            assert d.escalation not in escalated, f"escalated {d.escalation} twice"
+            escalated.add(d.escalation)
         after = apply(before, d)
+        if after.state != before.state:
+            escalated.clear()
         assert after.retry_attempts >= before.retry_attempts
         assert after.budget_spent >= before.budget_spent
         assert after.recovery_attempts >= before.recovery_attempts

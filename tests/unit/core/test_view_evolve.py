@@ -53,6 +53,7 @@ NEW: dict[str, Any] = {
     "seen_events": MappingProxyType({}),
     "correlation_id": "corr-2",
     "command_epochs": (("op-2:1:0", 1),),
+    "escalations": (("no-transition", 2),),
 }
 
 
