@@ -109,6 +109,7 @@ from machines.model import (
 from machines.policy import (
     Policy,
     PolicyError,
+    check_policy_against_machines,
     check_policy_against_registry,
     load_policy,
     parse_policy,
@@ -218,6 +219,7 @@ __all__ = [
     "canonical_text",
     "catalogue_packages",
     "check_decision",
+    "check_policy_against_machines",
     "check_policy_against_registry",
     "containment_of",
     "decide",

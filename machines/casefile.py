@@ -38,7 +38,13 @@ from machines.event import (
 from machines.facts import declare
 from machines.guards import STANDARD_GUARDS, GuardContext, GuardFn, GuardResult
 from machines.model import GuardSpec, Machine, Registry
-from machines.policy import Policy, PolicyError, check_policy_against_registry, parse_policy
+from machines.policy import (
+    Policy,
+    PolicyError,
+    check_policy_against_machines,
+    check_policy_against_registry,
+    parse_policy,
+)
 from machines.simulation import Simulation
 from machines.view import ToolFacts
 
@@ -288,6 +294,7 @@ class _Runner:
         registry_used, table = faulted(registry, case.guard_faults)
         self.policy = case_policy(case, registry)
         check_policy_against_registry(self.policy, registry)
+        check_policy_against_machines(self.policy, (machine,), registry)
         self.sim = Simulation(machine, registry_used, self.policy, guard_table=table)
         op = case.operation
         self.sim.open(
