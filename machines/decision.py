@@ -39,7 +39,7 @@ from machines.invariants import (
 )
 from machines.model import ActionRef, CapabilityKind, CapabilitySpec, Machine, Registry, Transition
 from machines.policy import Policy
-from machines.view import Approval, OperationView, evolve
+from machines.view import Approval, OperationView, checkpoint_digest, evolve
 
 CORRELATION_MISMATCH = "correlation-mismatch"
 ESCALATION_SUPPRESSED = "escalation-suppressed"
@@ -440,12 +440,7 @@ def _take(
             # A material action spends the approval: one approval, one resumption.
             approval = approval or valid_approval(ctx)
             consumed = True
-        if spec.kind is CapabilityKind.RETRY:
-            # The retry command carries exactly the key declared for the original call.
-            params = MappingProxyType(
-                {**action.params, "idempotency_key": work.facts.idempotency_key}
-            )
-            action = ActionRef(capability=action.capability, params=params)
+        action = _bound(action, spec, work, now)
         counted = _counters(work, (spec.kind,))
         if counted:
             work = evolve(work, counted)
@@ -458,6 +453,27 @@ def _take(
     draft.invocations = tuple(invocations)
     draft.approval_used = approval.event_id if approval is not None else None
     draft.approval_consumed = consumed and approval is not None
+
+
+def _bound(
+    action: ActionRef, spec: CapabilitySpec, work: OperationView, now: datetime
+) -> ActionRef:
+    """`action` with what the decision chose bound into its params: a retry carries
+    exactly the idempotency key declared for the original call; a resume names the
+    checkpoint the gate selected (the newest eligible, which may be older than the
+    newest saved) by id and digest, never a symbolic "last-verified-checkpoint"."""
+    if spec.kind is CapabilityKind.RETRY:
+        params = {**action.params, "idempotency_key": work.facts.idempotency_key}
+    elif spec.kind is CapabilityKind.RESUME:
+        chosen = work.newest_eligible_checkpoint(now)
+        if chosen is None:  # action_refusal withholds a resume without one
+            return action
+        params = {k: v for k, v in action.params.items() if k != "from"}
+        params["checkpoint_id"] = chosen.checkpoint_id
+        params["checkpoint_digest"] = checkpoint_digest(chosen)
+    else:
+        return action
+    return ActionRef(capability=action.capability, params=MappingProxyType(params))
 
 
 def _invocation(

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from machines.event import EffectOutcome, Verdict
+from machines.event import EffectOutcome, Verdict, sha256_digest
 
 _NO_EVENTS: Mapping[str, str] = MappingProxyType({})
 
@@ -94,6 +94,28 @@ class Checkpoint:
             and self.policy_digest == policy_digest
             and (self.valid_until is None or now < self.valid_until)
         )
+
+
+def checkpoint_digest(checkpoint: Checkpoint) -> str:
+    """`sha256:<hex>` over the checkpoint as the ledger knows it (id, save time,
+    reference, validation and the digests it was bound to, validity, the event that
+    reported it): what a resume command and a reviewed approval name it by, so the
+    worker and the approver can tell it from another checkpoint with the same id."""
+    return sha256_digest(
+        {
+            "checkpoint_id": checkpoint.checkpoint_id,
+            "saved_at": checkpoint.saved_at.isoformat(),
+            "reference": checkpoint.reference,
+            "validated": checkpoint.validated,
+            "validator": checkpoint.validator,
+            "machine_digest": checkpoint.machine_digest,
+            "policy_digest": checkpoint.policy_digest,
+            "valid_until": None
+            if checkpoint.valid_until is None
+            else checkpoint.valid_until.isoformat(),
+            "event_id": checkpoint.event_id,
+        }
+    )
 
 
 @dataclass(frozen=True, slots=True)

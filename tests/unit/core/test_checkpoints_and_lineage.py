@@ -17,6 +17,7 @@ from core_support import (
 )
 
 from machines.decision import Outcome, apply, decide
+from machines.view import checkpoint_digest
 
 
 def _feed(v, *events):  # type: ignore[no-untyped-def]
@@ -122,3 +123,21 @@ def test_view_survives_a_json_round_trip_with_every_part_filled():
     assert view_from_json(data) == v
     assert v.approvals
     assert v.used_nonces
+
+
+def test_the_resume_command_names_the_newest_eligible_checkpoint_by_id_and_digest():
+    v = _feed(
+        view("resume-pending"),
+        verification("VERIFICATION_FOUND"),
+        checkpoint_event("cp-a", T0, event_id="c1"),
+        # Newer, but not eligible: the resume must not name it.
+        checkpoint_event("cp-b", T0 + timedelta(minutes=9), event_id="c3", validated=False),
+    )
+    d = decide(machine(), v, approval("resume-pending", "resuming"), policy(), registry(), T0)
+    resumes = [i for i in d.invocations if i.kind == "resume"]
+    assert len(resumes) == 1
+    chosen = v.newest_eligible_checkpoint(T0)
+    assert chosen is not None
+    assert resumes[0].params["checkpoint_id"] == "cp-a"
+    assert resumes[0].params["checkpoint_digest"] == checkpoint_digest(chosen)
+    assert "last-verified-checkpoint" not in resumes[0].params.values()

@@ -46,6 +46,7 @@ from machines.view import (
     LineageStatus,
     OperationView,
     ToolFacts,
+    checkpoint_digest,
     new_view,
     view_from_json,
     view_to_json,
@@ -378,7 +379,12 @@ def _check(
         assert outcomes in ({"applied"}, {"not_applied"}) or (
             trusted.facts.side_effect_confirmed and outcomes <= {"applied"}
         )
-        assert trusted.newest_eligible_checkpoint(now) is not None
+        chosen = trusted.newest_eligible_checkpoint(now)
+        assert chosen is not None
+        resume = next(i for i in d.invocations if i.kind == CapabilityKind.RESUME)
+        assert resume.params["checkpoint_id"] == chosen.checkpoint_id
+        assert resume.params["checkpoint_digest"] == checkpoint_digest(chosen)
+        assert "from" not in resume.params
 
 
 @pytest.mark.parametrize("name", sorted(MACHINES))
