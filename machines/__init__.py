@@ -22,6 +22,7 @@ from machines.approvals import (
     check_decision,
     insecure_test_key,
     public_key_b64,
+    review_digest,
     sign_decision,
 )
 from machines.batch import BatchFold, OperationSetup, Rules, open_view
@@ -252,6 +253,7 @@ __all__ = [
     "public_key_b64",
     "public_key_text",
     "redact",
+    "review_digest",
     "run_case",
     "scope_refusal",
     "select_machine",

@@ -22,7 +22,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from machines.applicability import matching_scope
-from machines.approvals import insecure_test_key, public_key_b64, sign_decision
+from machines.approvals import insecure_test_key, public_key_b64, review_digest, sign_decision
 from machines.batch import OperationSetup
 from machines.decision import Decision
 from machines.event import (
@@ -127,6 +127,8 @@ class ApprovalSpec(BaseModel):
     decision: Literal["approved", "rejected"] | None = None
     signed_by: str | None = None  # test key name; default the approver's own key
     tamper: bool = False  # change a bound field after signing
+    for_resume: bool = False  # given for the resume itself (binds the checkpoint)
+    reviewed: Literal["current", "other"] = "current"  # digest of the view, or another
 
 
 class CheckpointSpec(BaseModel):
@@ -421,6 +423,10 @@ class _Runner:
             expires_at=now + timedelta(seconds=spec.expires_in),
             nonce=spec.nonce or f"nonce-{step.id or self.clock}",
             decision=verdict,
+            reviewed_digest=review_digest(view, spec.transition, now, for_resume=spec.for_resume)
+            if spec.reviewed == "current"
+            else OTHER_DIGEST,
+            for_resume=spec.for_resume,
         )
         signed = sign_decision(unsigned, insecure_test_key(spec.signed_by or spec.approver))
         if spec.tamper:

@@ -138,7 +138,11 @@ class EvidencePayload:
 class HumanDecision:
     """A signed HUMAN_APPROVED / HUMAN_REJECTED block (SPEC §9; see `machines.approvals`).
 
-    `transition` is the target state the approver authorises from `state`."""
+    `transition` is the target state the approver authorises from `state`.
+    `reviewed_digest` (signature domain v2) binds an approval to what the approver
+    reviewed: `machines.review_digest` of the operation's ledger position, evidence, the
+    proposed transition and, when `for_resume` is set (the approval is given for the
+    resume itself), the checkpoint the resume would start from."""
 
     __pydantic_config__: ClassVar[ConfigDict] = _STRICT
 
@@ -151,6 +155,8 @@ class HumanDecision:
     nonce: str
     decision: Verdict
     signature: str = ""
+    reviewed_digest: str = ""
+    for_resume: bool = False
 
     def signed_fields(self) -> dict[str, Any]:
         """Every field the signature covers (all but the signature itself)."""
@@ -163,6 +169,8 @@ class HumanDecision:
             "expires_at": self.expires_at.isoformat(),
             "nonce": self.nonce,
             "decision": self.decision,
+            "reviewed_digest": self.reviewed_digest,
+            "for_resume": self.for_resume,
         }
 
 
@@ -302,6 +310,8 @@ def _decision_content(decision: HumanDecision) -> dict[str, Any]:
         "nonce": decision.nonce,
         "decision": decision.decision,
         "signature": decision.signature,
+        "reviewed_digest": decision.reviewed_digest,
+        "for_resume": decision.for_resume,
     }
 
 

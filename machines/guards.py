@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 
+from machines.approvals import basis_digest
 from machines.model import Transition
 from machines.policy import Policy
 from machines.view import Approval, OperationView
@@ -141,13 +142,23 @@ def valid_approval(ctx: GuardContext) -> Approval | None:
         if (
             approval.decision != "approved"
             or approval.consumed
+            or approval.withdrawn
             or approval.machine_digest != view.machine_digest
             or ctx.now >= approval.expires_at
         ):
             continue
         exact = approval.state == view.state and approval.transition == ctx.transition.target
-        if exact or approval.event_id == view.entry_approval:
-            return approval
+        # The approval that moved the operation into this state carries on only when it
+        # was given for what comes next (the resume itself), not merely for the route.
+        entry = approval.event_id == view.entry_approval and approval.for_resume
+        if not (exact or entry):
+            continue
+        # New evidence, or another eligible checkpoint, since it was signed voids it.
+        if approval.basis and approval.basis != basis_digest(
+            view, ctx.now, for_resume=approval.for_resume
+        ):
+            continue
+        return approval
     return None
 
 

@@ -68,6 +68,13 @@ class Approval:
     decision: Verdict
     event_id: str
     consumed: bool = False
+    # Given for the resume itself (the reviewed digest bound the checkpoint), the digest
+    # of the evidence it was given on (`machines.approvals.evidence_basis`: new evidence
+    # or another eligible checkpoint voids it), and whether a later rejection by an
+    # accountable approver withdrew it.
+    for_resume: bool = False
+    basis: str = ""
+    withdrawn: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,7 @@ def test_checkpoint_validated_by_an_untrusted_validator_is_not_eligible():
 
 def test_resume_is_withheld_and_escalated_when_no_checkpoint_is_eligible():
     v = _feed(view("resume-pending"), verification("VERIFICATION_FOUND"))
-    d = decide(machine(), v, approval("resume-pending", "resuming"), policy(), registry(), T0)
+    d = decide(machine(), v, approval("resume-pending", "resuming", on=v), policy(), registry(), T0)
     assert d.outcome is Outcome.REJECTED
     assert d.state_after == "resume-pending"
     assert "checkpoint:none-eligible" in d.guards[0].evidence
@@ -58,7 +58,7 @@ def test_resume_is_withheld_and_escalated_when_no_checkpoint_is_eligible():
 
 def test_resume_needs_verified_state():
     v = _feed(view("resume-pending"), checkpoint_event("cp-a", T0))
-    d = decide(machine(), v, approval("resume-pending", "resuming"), policy(), registry(), T0)
+    d = decide(machine(), v, approval("resume-pending", "resuming", on=v), policy(), registry(), T0)
     assert d.outcome is Outcome.REJECTED
 
 
@@ -70,7 +70,7 @@ def test_contained_ancestor_blocks_resume_even_with_approval_and_checkpoint():
         event("ANCESTOR_CONTAINED", "a1", producer="recovery-controller"),
     )
     assert v.lineage.contained_ancestors == ("op-1",)
-    d = decide(machine(), v, approval("resume-pending", "resuming"), policy(), registry(), T0)
+    d = decide(machine(), v, approval("resume-pending", "resuming", on=v), policy(), registry(), T0)
     assert d.outcome is Outcome.REJECTED
     assert "contained:op-1" in d.guards[0].evidence
 
@@ -81,7 +81,7 @@ def test_recovery_attempts_are_bounded_by_policy():
         verification("VERIFICATION_FOUND"),
         checkpoint_event("cp-a", T0),
     )
-    d = decide(machine(), v, approval("resume-pending", "resuming"), policy(), registry(), T0)
+    d = decide(machine(), v, approval("resume-pending", "resuming", on=v), policy(), registry(), T0)
     assert d.outcome is Outcome.REJECTED
     assert "recovery-attempts:3/3" in d.guards[0].evidence
 
@@ -90,7 +90,7 @@ def test_resume_with_everything_in_place_counts_a_recovery_attempt():
     v = _feed(
         view("resume-pending"), verification("VERIFICATION_FOUND"), checkpoint_event("cp-a", T0)
     )
-    d = decide(machine(), v, approval("resume-pending", "resuming"), policy(), registry(), T0)
+    d = decide(machine(), v, approval("resume-pending", "resuming", on=v), policy(), registry(), T0)
     assert d.outcome is Outcome.TRANSITIONED
     assert apply(v, d).recovery_attempts == 1
 
@@ -117,8 +117,8 @@ def test_view_survives_a_json_round_trip_with_every_part_filled():
         verification("VERIFICATION_FOUND"),
         checkpoint_event("cp-a", T0),
         event("ANCESTOR_CONTAINED", "a1", producer="recovery-controller"),
-        approval("resume-pending", "resuming", "h9"),
     )
+    v = _feed(v, approval("resume-pending", "resuming", "h9", on=v))
     data = json.loads(json.dumps(view_to_json(v)))
     assert view_from_json(data) == v
     assert v.approvals
@@ -133,7 +133,7 @@ def test_the_resume_command_names_the_newest_eligible_checkpoint_by_id_and_diges
         # Newer, but not eligible: the resume must not name it.
         checkpoint_event("cp-b", T0 + timedelta(minutes=9), event_id="c3", validated=False),
     )
-    d = decide(machine(), v, approval("resume-pending", "resuming"), policy(), registry(), T0)
+    d = decide(machine(), v, approval("resume-pending", "resuming", on=v), policy(), registry(), T0)
     resumes = [i for i in d.invocations if i.kind == "resume"]
     assert len(resumes) == 1
     chosen = v.newest_eligible_checkpoint(T0)

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from machines import CATALOGUE, Machine, load_catalogue, load_registry
-from machines.approvals import insecure_test_key, public_key_b64, sign_decision
+from machines.approvals import insecure_test_key, public_key_b64, review_digest, sign_decision
 from machines.casefile import faulted
 from machines.decision import Decision, Outcome, apply, decide
 from machines.event import (
@@ -99,7 +99,16 @@ EVENTS = (
     "RESUME_NOW",
 )
 PRODUCERS = ("tool-integration", "verifier-1", "untrusted-verifier", AGENT, PARENT, "approver-1")
-APPROVAL_KINDS = ("valid", "forged", "replayed", "expired", "self", "stale", "other-target")
+APPROVAL_KINDS = (
+    "valid",
+    "forged",
+    "replayed",
+    "expired",
+    "self",
+    "stale",
+    "other-target",
+    "unreviewed",
+)
 
 AUTO = "<auto>"  # the plausible choice for the current state (weighted heavily)
 
@@ -280,6 +289,7 @@ class Driver:
         kind = m["approval"]
         approver = AGENT if kind == "self" else APPROVERS[m["pick"] % 2]
         target = m["target"]
+        for_resume = "resume-pending" in (self.view.state, target)
         nonce = f"n{index}"
         if kind == "replayed" and self.nonces:
             nonce = self.nonces[m["pick"] % len(self.nonces)]
@@ -293,6 +303,12 @@ class Driver:
             expires_at=self.now + timedelta(seconds=-1 if kind == "expired" else 600),
             nonce=nonce,
             decision="approved" if m["event"] == "HUMAN_APPROVED" else "rejected",
+            # Reviewed on the driver's view (what a review packet would show), for the
+            # resume when it is one; "unreviewed" signs a digest of something else.
+            reviewed_digest="sha256:" + "7" * 64
+            if kind == "unreviewed"
+            else review_digest(self.view, target, self.now, for_resume=for_resume),
+            for_resume=for_resume,
         )
         signer = "mallory" if kind == "forged" else approver
         return sign_decision(decision, insecure_test_key(signer))
