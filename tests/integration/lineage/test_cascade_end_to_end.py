@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from ledger import Ledger, PostgresLedger, UnknownOperation
-from machines import Lineage
+from machines import Lineage, review_digest
 from machines.event import CheckpointReport, EvidencePayload
 from ops.commands.lineage import lineage_report
 from producers import EventPublisher, RecoveryClient
@@ -219,6 +219,10 @@ def _human(stack: Stack, approver: str, op: str, verdict: str, state: str, trans
         transition=transition,
         lineage=_lineage(op),
         expires_at=datetime.now(UTC) + timedelta(hours=1),
+        # Reviewed on the operation as the ledger holds it (what a review packet shows).
+        reviewed_digest=review_digest(
+            stack.ledger.load_views([op])[op], transition, datetime.now(UTC)
+        ),
     )
     client.flush()
     client.publisher.close()
