@@ -43,6 +43,7 @@ from machines.view import Approval, OperationView, checkpoint_digest, evolve
 
 CORRELATION_MISMATCH = "correlation-mismatch"
 ESCALATION_SUPPRESSED = "escalation-suppressed"
+AFFECTED_AGENT_FINAL = "affected-agent-final"
 
 
 class Outcome(StrEnum):
@@ -279,10 +280,47 @@ def _decide(
         return
     compiled = compile_machine(machine, registry, guard_table)
     candidates = compiled.get((view.state, event.event_type), ())
+    if view.lineage.includes(event.producer):
+        # SPEC 7.7: the affected agent's word is not evidence; its own report never
+        # moves the operation to a final state (the pipeline or a verifier must).
+        finals = _finals_of(machine)
+        # Approval-gated transitions stay: a human decides those (the agent may ask to
+        # resume; the resume gate, not its word, lets it).
+        kept = tuple(
+            c
+            for c in candidates
+            if c.uses_approval
+            or c.transition.guard in _APPROVAL_GUARDS
+            or c.transition.target not in finals
+        )
+        if candidates and not kept:
+            notice = Notice(
+                AFFECTED_AGENT_FINAL,
+                f"{event.event_type} {event.event_id} refused in state {view.state}: "
+                f"producer {event.producer} is the affected agent or in its lineage, and its "
+                "own report never completes the operation; have the pipeline, the tool or "
+                "a verifier report it",
+            )
+            _withhold(draft, Outcome.REFUSED, notice, view, policy, registry)
+            return
+        candidates = kept
     _select(draft, candidates, view, event, policy, registry, now)
 
 
 _EVENTS: dict[str, frozenset[str]] = {}
+_FINALS: dict[str, frozenset[str]] = {}
+_APPROVAL_GUARDS = frozenset({"approval.granted", "resume.permitted"})
+
+
+def _finals_of(machine: Machine) -> frozenset[str]:
+    """The final states of `machine` (cached by digest)."""
+    finals = _FINALS.get(machine.digest)
+    if finals is None:
+        finals = frozenset(n for n, s in machine.states.items() if s.final)
+        if len(_FINALS) > 256:
+            _FINALS.clear()
+        _FINALS[machine.digest] = finals
+    return finals
 
 
 def _events_of(machine: Machine) -> frozenset[str]:

@@ -366,6 +366,14 @@ def _check(
     if d.outcome is not Outcome.TRANSITIONED:
         assert d.state_after == before.state
         assert all(i.origin == "escalation" for i in d.invocations)
+    if (
+        d.outcome is Outcome.TRANSITIONED
+        and before.lineage.includes(event.producer)
+        and machine.states[d.state_after].final
+    ):
+        # The affected agent's word never completes the operation (SPEC 7.7); only an
+        # approval-gated transition (a resume) may end in a final state on its request.
+        assert d.approval_used is not None, "the affected agent completed its own operation"
     trusted = with_evidence(before, d.evidence)
     verification = d.evidence.verification
     if verification is not None and event.causation is not None:
