@@ -234,8 +234,9 @@ class Hostile:
             self.bad(self.event(op()), "key-mismatch", "key-mismatch", key=b"someone-else"),
             Outgoing("deep-json", op().encode(), b"[" * _DEPTH + b"]" * _DEPTH,
                      CONTENT_TYPE_JSON, "json-*"),
+            # A 40,000-character machine name is over the envelope's bound (SPEC 6.2).
             Outgoing("huge-strings", huge_event.operation_id.encode(), huge.encode(),
-                     CONTENT_TYPE_JSON, "machine-unknown"),
+                     CONTENT_TYPE_JSON, "envelope-field-invalid"),
             self.good(self.event(forged_op), "good"),
             self.bad(self.rejection(forged_op, uuid.uuid4().hex, forged=True),
                      "forged-signature", "forged-signature"),
