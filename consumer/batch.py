@@ -12,7 +12,10 @@ Per record, in consumption order:
 - an event id already used by another operation earlier in the batch: a dead letter
   (`event-id-conflict`); the ledger catches reuse across batches;
 - an operation already governed by another machine: a dead letter
-  (`machine-not-applicable`);
+  (`machine-not-applicable`); an event that opens an operation without a `scope` block,
+  or with one the machine's `applies_to` does not admit (`scope-missing`,
+  `machine-not-applicable`: `machines.scope_refusal`, SPEC §8 step 2): dead letters
+  too;
 - otherwise the core decides it in the batch's `machines.BatchFold`, the fold
   `machines.Simulation` runs too: on the operation's view folded so far, a new
   operation opened with the lineage the ledger gives it on arrival
@@ -20,7 +23,9 @@ Per record, in consumption order:
   `openings`) or below a parent the batch opened earlier; the decision becomes an
   `Entry`. Duplicates and conflicts are entries too: the ledger records a conflict's
   audit record and dead letter with the operation. A forged or replayed human decision
-  is recorded as the refused decision it is *and* dead-lettered (`forged-signature`).
+  is recorded as the refused decision it is *and* dead-lettered (`forged-signature`),
+  and so is an event carrying another correlation id than the one its operation was
+  opened with (`correlation-mismatch`, SPEC §6.2).
 
 What turns intake results and decisions into ledger rows, dead letters and positions
 is here; the fold itself is in `machines.batch`.
@@ -45,7 +50,16 @@ from consumer.intake import (
     failed,
 )
 from ledger import Batch, DeadLetter, Entry, Position, RowSigner, Source, batch_rows
-from machines import Arrival, BatchFold, Decision, OperationView, Outcome, Rules
+from machines import (
+    CORRELATION_MISMATCH,
+    Arrival,
+    BatchFold,
+    Decision,
+    OperationView,
+    Outcome,
+    Rules,
+    scope_refusal,
+)
 from schemas import DEFAULT_TOPICS, TopicNames
 
 log = logging.getLogger("consumer")
@@ -109,11 +123,17 @@ def openings(
 ) -> dict[str, str | None]:
     """The operations the batch's accepted events would open (not in `stored`), each with
     the parent operation its first event names: what `Ledger.arrival_lineage` answers
-    in one read, so a new operation is decided below its stored parent's lineage."""
+    in one read, so a new operation is decided below its stored parent's lineage. An
+    event that could not open its operation (`machines.scope_refusal`) is passed over."""
     found: dict[str, str | None] = {}
     for r in results:
-        if isinstance(r, Accepted) and r.event.operation_id not in stored:
-            found.setdefault(r.event.operation_id, r.event.lineage.parent_operation)
+        if (
+            isinstance(r, Accepted)
+            and r.event.operation_id not in stored
+            and r.event.operation_id not in found
+            and scope_refusal(r.machine, r.event, opening=True) is None
+        ):
+            found[r.event.operation_id] = r.event.lineage.parent_operation
     return found
 
 
@@ -165,6 +185,15 @@ class _Decided:
                 f"record {item.record.coordinates}: event {event.event_id} names machine "
                 f"{machine.name}@{machine.version}, but operation {event.operation_id} is "
                 f"governed by {stored.machine_name} ({stored.machine_digest})",
+                event.event_id,
+                event.operation_id,
+            )
+        unmatched = scope_refusal(machine, event, opening=stored is None)
+        if unmatched is not None:
+            code, reason = unmatched
+            return Refusal(
+                code,
+                f"record {item.record.coordinates}: {reason}",
                 event.event_id,
                 event.operation_id,
             )
@@ -294,6 +323,16 @@ def _decide(
         original = dead_letter_record(decided.controller, record, refusal, now)
     decided.entries.append(Entry(event, decision, source, dict(trace), original))
     decided.decisions.append(decision)
+    foreign = [n for n in decision.refusals if n.code == CORRELATION_MISMATCH]
+    if foreign:
+        # Recorded as the refused decision it is (audited on the operation) and
+        # dead-lettered: it belongs to another conversation, or its producer is wrong.
+        return Refusal(
+            CORRELATION_MISMATCH,
+            f"record {record.coordinates}: {foreign[0].message}",
+            event.event_id,
+            event.operation_id,
+        )
     forged = [n for n in decision.refusals if n.code in FORGED_REFUSALS]
     if not forged:
         return None

@@ -29,6 +29,7 @@ from machines import (
     Policy,
     PolicyError,
     Rules,
+    check_policy_against_machines,
     check_policy_against_registry,
     load_locked_machines,
     load_policy,
@@ -114,6 +115,7 @@ def load_rules(settings: ControllerSettings) -> tuple[dict[str, Machine], Rules]
         machines = load_locked_machines(settings.lock_path, registry, trust)
         policy = controller_policy(settings)
         check_policy_against_registry(policy, registry)
+        check_policy_against_machines(policy, machines.values(), registry)
     except (MachineError, PolicyError, OSError) as exc:
         raise ControllerError(f"controller cannot load its machines or policy: {exc}") from exc
     if not machines:

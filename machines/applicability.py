@@ -17,7 +17,11 @@ from typing import Any
 
 from machines.digest import canonical_json
 from machines.errors import Code, Location, MachineError, Problem, Severity
+from machines.event import Event, Scope
 from machines.model import AppliesTo, AuditSpec, Machine
+
+SCOPE_MISSING = "scope-missing"
+MACHINE_NOT_APPLICABLE = "machine-not-applicable"
 
 
 class MachineSelectionError(MachineError):
@@ -47,6 +51,57 @@ def applies(applies_to: AppliesTo, scope: OperationScope) -> bool:
         and _dimension(applies_to.agents, scope.agent)
         and _dimension(applies_to.environments, scope.environment)
     )
+
+
+def scope_refusal(machine: Machine, event: Event, *, opening: bool) -> tuple[str, str] | None:
+    """Why `machine` may not govern the operation `event` is about, as `(code, reason)`,
+    or None (SPEC §8 step 2: applies_to is matched for every operation). The event that
+    opens an operation must carry its `scope` (capability, tool, environment), since
+    without it nothing can be matched (`scope-missing`); a scope that is present, on any
+    event, must match the machine's `applies_to` with `lineage.agent` as the agent
+    (`machine-not-applicable`). Later events may leave the scope out: the operation was
+    matched when it opened."""
+    where = f"event {event.event_id} (operation {event.operation_id})"
+    scope = event.scope
+    if scope is None:
+        if not opening:
+            return None
+        return SCOPE_MISSING, (
+            f"{where} opens the operation without a scope block; applies_to of "
+            f"{machine.name}@{machine.version} is matched for every operation, so send "
+            "the capability, tool and environment on the opening event"
+        )
+    operation = OperationScope(
+        capability=scope.capability,
+        tool=scope.tool,
+        agent=event.lineage.agent,
+        environment=scope.environment,
+    )
+    if applies(machine.applies_to, operation):
+        return None
+    allowed = machine.applies_to
+    return MACHINE_NOT_APPLICABLE, (
+        f"{where}: machine {machine.name}@{machine.version} does not apply to capability "
+        f"{scope.capability}, tool {scope.tool}, agent {event.lineage.agent}, environment "
+        f"{scope.environment} (it applies to capabilities {_listed(allowed.capabilities)}, "
+        f"tools {_listed(allowed.tools)}, agents {_listed(allowed.agents)}, environments "
+        f"{_listed(allowed.environments)}); send the event for the machine that governs "
+        "this operation, or correct the scope"
+    )
+
+
+def matching_scope(applies_to: AppliesTo) -> Scope:
+    """A scope `applies_to` admits: its first capability, tool and environment (None
+    where it admits any). For examples, demos and tests that stand for a tool."""
+    return Scope(
+        capability=applies_to.capabilities[0],
+        tool=applies_to.tools[0] if applies_to.tools else None,
+        environment=applies_to.environments[0] if applies_to.environments else None,
+    )
+
+
+def _listed(values: tuple[str, ...]) -> str:
+    return ", ".join(values) if values else "any"
 
 
 def select_machine(machines: Iterable[Machine], scope: OperationScope) -> Machine:

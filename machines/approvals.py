@@ -16,19 +16,23 @@ import binascii
 from dataclasses import replace
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from machines.event import HumanDecision, canonical_bytes
+from machines.event import HumanDecision, canonical_bytes, sha256_digest
 from machines.policy import Policy
 
 # Re-exported: test cases import it from here.
 from machines.testkeys import insecure_test_key as insecure_test_key
-from machines.view import OperationView
+from machines.view import OperationView, checkpoint_digest
 
-SIGNATURE_DOMAIN = "agent-recovery/human-decision/v1"
+# v2 (issue #16): the signature also covers `reviewed_digest` and `for_resume`, so a v1
+# signature never verifies under v2 and an approval is bound to what was reviewed.
+SIGNATURE_DOMAIN = "agent-recovery/human-decision/v2"
+REVIEW_DOMAIN = "agent-recovery/review/v1"
 
 
 class ApprovalRejection(StrEnum):
@@ -45,6 +49,64 @@ class ApprovalRejection(StrEnum):
     EXPIRED = "approval-expired"
     REPLAYED_NONCE = "approval-replayed-nonce"
     APPROVER_IN_LINEAGE = "approval-approver-in-lineage"
+    REVIEW_MISMATCH = "approval-review-mismatch"
+
+
+def evidence_basis(view: OperationView, now: datetime, *, for_resume: bool) -> dict[str, Any]:
+    """The evidence an approval is given on: every trusted verification of the current
+    effect epoch (verifier, outcome, reference, event id) and, for a resume, the
+    checkpoint the resume would start from (the newest eligible, id and digest)."""
+    epoch = view.epoch
+    verifications = sorted(
+        (
+            {
+                "verifier": v.verifier,
+                "outcome": v.outcome,
+                "reference": v.reference,
+                "event_id": v.event_id,
+            }
+            for v in view.verifications
+            if v.epoch == epoch
+        ),
+        key=lambda v: v["event_id"],
+    )
+    basis: dict[str, Any] = {"epoch": epoch, "verifications": verifications}
+    if for_resume:
+        chosen = view.newest_eligible_checkpoint(now)
+        basis["checkpoint"] = (
+            None
+            if chosen is None
+            else {"id": chosen.checkpoint_id, "digest": checkpoint_digest(chosen)}
+        )
+    return basis
+
+
+def review_digest(
+    view: OperationView, transition: str, now: datetime, *, for_resume: bool = False
+) -> str:
+    """The digest an approver signs as `reviewed_digest` (SPEC §9; paper notes §1, §3.2):
+    over the operation, its machine, the ledger position (`view.version`) and state it
+    was reviewed at, the proposed transition (target state) and `evidence_basis`. The
+    controller recomputes it from its own view when the approval arrives; a review
+    packet shows it so the approver signs exactly what they saw."""
+    return sha256_digest(
+        {
+            "domain": REVIEW_DOMAIN,
+            "operation_id": view.operation_id,
+            "machine_digest": view.machine_digest,
+            "position": view.version,
+            "state": view.state,
+            "transition": transition,
+            "for_resume": for_resume,
+            "evidence": evidence_basis(view, now, for_resume=for_resume),
+        }
+    )
+
+
+def basis_digest(view: OperationView, now: datetime, *, for_resume: bool) -> str:
+    """`sha256` of `evidence_basis`: kept with an accepted approval and compared when
+    it is used, so evidence that arrived after signing voids it."""
+    return sha256_digest(evidence_basis(view, now, for_resume=for_resume))
 
 
 def signing_payload(decision: HumanDecision) -> bytes:
@@ -130,4 +192,10 @@ def _check_binding(
         return ApprovalRejection.EXPIRED
     if decision.nonce in view.used_nonces:
         return ApprovalRejection.REPLAYED_NONCE
+    # An approval authorises what the approver saw; a rejection fails closed whatever
+    # was seen, so only approvals must match the controller's own view of the review.
+    if decision.decision == "approved" and decision.reviewed_digest != review_digest(
+        view, decision.transition, now, for_resume=decision.for_resume
+    ):
+        return ApprovalRejection.REVIEW_MISMATCH
     return None

@@ -53,6 +53,7 @@ class OperationSetup:
     budget: int | None = None
     deadline: datetime | None = None
     state: str | None = None
+    correlation_id: str = ""
 
 
 def open_view(
@@ -77,6 +78,7 @@ def open_view(
         facts=setup.facts,
         budget_limit=budget,
         deadline=deadline,
+        correlation_id=setup.correlation_id,
     )
 
 
@@ -135,7 +137,11 @@ class BatchFold:
                 # is recorded until the view is built, so an event that fails to open
                 # its operation leaves the fold as it was.
                 arrival = self.arrival_in_batch(event)
-                setup = OperationSetup(operation_id=op, agent=event.lineage.agent)
+                setup = OperationSetup(
+                    operation_id=op,
+                    agent=event.lineage.agent,
+                    correlation_id=event.correlation_id,
+                )
                 opened = open_view(machine, self.rules.policy, setup, event.event_time)
                 view = arrival.applied_to(opened)
                 self.opened[op] = (event, arrival)

@@ -21,7 +21,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from machines.approvals import insecure_test_key, public_key_b64, sign_decision
+from machines.applicability import matching_scope
+from machines.approvals import insecure_test_key, public_key_b64, review_digest, sign_decision
 from machines.batch import OperationSetup
 from machines.decision import Decision
 from machines.event import (
@@ -37,7 +38,13 @@ from machines.event import (
 from machines.facts import declare
 from machines.guards import STANDARD_GUARDS, GuardContext, GuardFn, GuardResult
 from machines.model import GuardSpec, Machine, Registry
-from machines.policy import Policy, PolicyError, check_policy_against_registry, parse_policy
+from machines.policy import (
+    Policy,
+    PolicyError,
+    check_policy_against_machines,
+    check_policy_against_registry,
+    parse_policy,
+)
 from machines.simulation import Simulation
 from machines.view import ToolFacts
 
@@ -120,6 +127,8 @@ class ApprovalSpec(BaseModel):
     decision: Literal["approved", "rejected"] | None = None
     signed_by: str | None = None  # test key name; default the approver's own key
     tamper: bool = False  # change a bound field after signing
+    for_resume: bool = False  # given for the resume itself (binds the checkpoint)
+    reviewed: Literal["current", "other"] = "current"  # digest of the view, or another
 
 
 class CheckpointSpec(BaseModel):
@@ -165,6 +174,7 @@ class StepSpec(BaseModel):
     classifier: ClassifierSpec | None = None
     ancestor: str | None = None
     causation: str | None = None
+    correlation_id: str | None = None  # default: the operation's
     facts: FactsSpec | None = None  # a `facts` block on this step's envelope
     replay: str | None = None  # resend the exact event of this earlier step id
     expect: ExpectSpec = ExpectSpec()
@@ -286,6 +296,7 @@ class _Runner:
         registry_used, table = faulted(registry, case.guard_faults)
         self.policy = case_policy(case, registry)
         check_policy_against_registry(self.policy, registry)
+        check_policy_against_machines(self.policy, (machine,), registry)
         self.sim = Simulation(machine, registry_used, self.policy, guard_table=table)
         op = case.operation
         self.sim.open(
@@ -299,6 +310,7 @@ class _Runner:
                 if op.deadline_seconds is None
                 else EPOCH + timedelta(seconds=op.deadline_seconds),
                 state=op.state,
+                correlation_id=op.correlation_id,
             ),
             EPOCH,
         )
@@ -320,7 +332,7 @@ class _Runner:
             event_type=step.event,
             event_id=event_id,
             operation_id=op.id,
-            correlation_id=op.correlation_id,
+            correlation_id=step.correlation_id or op.correlation_id,
             machine_name=self.machine.name,
             machine_version=self.machine.version,
             event_time=now,
@@ -338,6 +350,9 @@ class _Runner:
             classifier=self._classifier(step),
             causation=step.causation,
             facts=None if step.facts is None else DeclaredFacts(**step.facts.model_dump()),
+            # The scope a tool puts on its events; on the wire the opening event needs one
+            # (SPEC §8 step 2), and the in-memory runner decides the same events.
+            scope=matching_scope(self.machine.applies_to),
         )
         self.sent[event_id] = event
         return event
@@ -408,6 +423,10 @@ class _Runner:
             expires_at=now + timedelta(seconds=spec.expires_in),
             nonce=spec.nonce or f"nonce-{step.id or self.clock}",
             decision=verdict,
+            reviewed_digest=review_digest(view, spec.transition, now, for_resume=spec.for_resume)
+            if spec.reviewed == "current"
+            else OTHER_DIGEST,
+            for_resume=spec.for_resume,
         )
         signed = sign_decision(unsigned, insecure_test_key(spec.signed_by or spec.approver))
         if spec.tamper:

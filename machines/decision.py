@@ -39,7 +39,11 @@ from machines.invariants import (
 )
 from machines.model import ActionRef, CapabilityKind, CapabilitySpec, Machine, Registry, Transition
 from machines.policy import Policy
-from machines.view import Approval, OperationView, evolve
+from machines.view import Approval, OperationView, checkpoint_digest, evolve
+
+CORRELATION_MISMATCH = "correlation-mismatch"
+ESCALATION_SUPPRESSED = "escalation-suppressed"
+AFFECTED_AGENT_FINAL = "affected-agent-final"
 
 
 class Outcome(StrEnum):
@@ -109,6 +113,11 @@ class Decision:
     classifier: ClassifierRecord | None = None
     approval_used: str | None = None
     approval_consumed: bool = False
+    # The open condition this decision escalated, or met again and only counted
+    # (`escalation_suppressed`): its refusal code, and the event type when the machine
+    # knows it (a stream of unknown types is one condition).
+    escalation: str | None = None
+    escalation_suppressed: bool = False
 
     @property
     def capabilities(self) -> tuple[str, ...]:
@@ -155,6 +164,9 @@ class Decision:
             "evidence": {} if evidence is NO_EVIDENCE else evidence.to_dict(),
             "classifier": None if self.classifier is None else self.classifier.to_dict(),
             "approval": {"used": self.approval_used, "consumed": self.approval_consumed},
+            "escalation": None
+            if self.escalation is None
+            else {"condition": self.escalation, "suppressed": self.escalation_suppressed},
         }
 
 
@@ -166,7 +178,10 @@ class _Draft:
         "approval_consumed",
         "approval_used",
         "classifier",
+        "condition_scope",
         "errors",
+        "escalation",
+        "escalation_suppressed",
         "evidence",
         "guards",
         "invocations",
@@ -190,6 +205,9 @@ class _Draft:
         self.classifier: ClassifierRecord | None = None
         self.approval_used: str | None = None
         self.approval_consumed = False
+        self.condition_scope = ""
+        self.escalation: str | None = None
+        self.escalation_suppressed = False
 
 
 def decide(
@@ -251,6 +269,8 @@ def _decide(
             ),
         )
         return
+    if event.event_type in _events_of(machine):
+        draft.condition_scope = event.event_type
     draft.classifier, refusal = classifier_refusal(event, policy)
     refusal = refusal or authority_refusal(event, view) or causation_refusal(event, view)
     if refusal is None:
@@ -260,7 +280,58 @@ def _decide(
         return
     compiled = compile_machine(machine, registry, guard_table)
     candidates = compiled.get((view.state, event.event_type), ())
+    if view.lineage.includes(event.producer):
+        # SPEC 7.7: the affected agent's word is not evidence; its own report never
+        # moves the operation to a final state (the pipeline or a verifier must).
+        finals = _finals_of(machine)
+        # Approval-gated transitions stay: a human decides those (the agent may ask to
+        # resume; the resume gate, not its word, lets it).
+        kept = tuple(
+            c
+            for c in candidates
+            if c.uses_approval
+            or c.transition.guard in _APPROVAL_GUARDS
+            or c.transition.target not in finals
+        )
+        if candidates and not kept:
+            notice = Notice(
+                AFFECTED_AGENT_FINAL,
+                f"{event.event_type} {event.event_id} refused in state {view.state}: "
+                f"producer {event.producer} is the affected agent or in its lineage, and its "
+                "own report never completes the operation; have the pipeline, the tool or "
+                "a verifier report it",
+            )
+            _withhold(draft, Outcome.REFUSED, notice, view, policy, registry)
+            return
+        candidates = kept
     _select(draft, candidates, view, event, policy, registry, now)
+
+
+_EVENTS: dict[str, frozenset[str]] = {}
+_FINALS: dict[str, frozenset[str]] = {}
+_APPROVAL_GUARDS = frozenset({"approval.granted", "resume.permitted"})
+
+
+def _finals_of(machine: Machine) -> frozenset[str]:
+    """The final states of `machine` (cached by digest)."""
+    finals = _FINALS.get(machine.digest)
+    if finals is None:
+        finals = frozenset(n for n, s in machine.states.items() if s.final)
+        if len(_FINALS) > 256:
+            _FINALS.clear()
+        _FINALS[machine.digest] = finals
+    return finals
+
+
+def _events_of(machine: Machine) -> frozenset[str]:
+    """Every event type some state of `machine` accepts (cached by digest)."""
+    events = _EVENTS.get(machine.digest)
+    if events is None:
+        events = frozenset(e for state in machine.states.values() for e in state.on)
+        if len(_EVENTS) > 256:
+            _EVENTS.clear()
+        _EVENTS[machine.digest] = events
+    return events
 
 
 def _finish(
@@ -301,6 +372,8 @@ def _finish(
         classifier=draft.classifier,
         approval_used=draft.approval_used,
         approval_consumed=draft.approval_consumed,
+        escalation=draft.escalation,
+        escalation_suppressed=draft.escalation_suppressed,
     )
 
 
@@ -310,6 +383,13 @@ def _envelope_refusal(machine: Machine, view: OperationView, event: Event) -> No
             "wrong-operation",
             f"event {event.event_id} is for operation {event.operation_id}, not "
             f"{view.operation_id}; route it by operation id",
+        )
+    if view.correlation_id and event.correlation_id != view.correlation_id:
+        return Notice(
+            CORRELATION_MISMATCH,
+            f"event {event.event_id} carries correlation id {event.correlation_id}; "
+            f"operation {view.operation_id} was opened with {view.correlation_id}; send "
+            "the operation's own correlation id (SPEC 6.2)",
         )
     if (event.machine_name, event.machine_version) != (machine.name, machine.version) or (
         view.machine_digest != machine.digest
@@ -398,6 +478,7 @@ def _take(
             # A material action spends the approval: one approval, one resumption.
             approval = approval or valid_approval(ctx)
             consumed = True
+        action = _bound(action, spec, work, now)
         counted = _counters(work, (spec.kind,))
         if counted:
             work = evolve(work, counted)
@@ -410,6 +491,27 @@ def _take(
     draft.invocations = tuple(invocations)
     draft.approval_used = approval.event_id if approval is not None else None
     draft.approval_consumed = consumed and approval is not None
+
+
+def _bound(
+    action: ActionRef, spec: CapabilitySpec, work: OperationView, now: datetime
+) -> ActionRef:
+    """`action` with what the decision chose bound into its params: a retry carries
+    exactly the idempotency key declared for the original call; a resume names the
+    checkpoint the gate selected (the newest eligible, which may be older than the
+    newest saved) by id and digest, never a symbolic "last-verified-checkpoint"."""
+    if spec.kind is CapabilityKind.RETRY:
+        params = {**action.params, "idempotency_key": work.facts.idempotency_key}
+    elif spec.kind is CapabilityKind.RESUME:
+        chosen = work.newest_eligible_checkpoint(now)
+        if chosen is None:  # action_refusal withholds a resume without one
+            return action
+        params = {k: v for k, v in action.params.items() if k != "from"}
+        params["checkpoint_id"] = chosen.checkpoint_id
+        params["checkpoint_digest"] = checkpoint_digest(chosen)
+    else:
+        return action
+    return ActionRef(capability=action.capability, params=MappingProxyType(params))
 
 
 def _invocation(
@@ -441,6 +543,23 @@ def _withhold(
     """State unchanged, the notice recorded, and the policy's escalation invoked."""
     draft.outcome = outcome
     draft.refusals = (*draft.refusals, notice)
+    condition = f"{notice.code}:{draft.condition_scope}" if draft.condition_scope else notice.code
+    draft.escalation = condition
+    repeats = view.escalated(condition)
+    if repeats:
+        draft.escalation_suppressed = True
+        # No escalation storms: the condition is open and a human was told; this event
+        # is recorded and counted, not paged again.
+        draft.errors = (
+            *draft.errors,
+            Notice(
+                ESCALATION_SUPPRESSED,
+                f"operation {view.operation_id} state {view.state}: condition {condition} "
+                f"was already escalated; not escalated again (repeat {repeats} since, "
+                "counted in the view)",
+            ),
+        )
+        return
     spec = registry.capabilities.get(policy.escalation_capability)
     if spec is None or policy.escalation_capability in policy.forbidden_capabilities:
         missing = Notice(
@@ -457,12 +576,45 @@ def _withhold(
     draft.invocations = (_invocation(view, draft.sequence, 0, action, spec, "escalation"),)
 
 
-def _open_commands(current: frozenset[str], decision: Decision) -> frozenset[str]:
-    issued = {i.command_id for i in decision.invocations if i.kind in ANSWERED_KINDS}
+def _open_commands(
+    view: OperationView, decision: Decision
+) -> tuple[frozenset[str], tuple[tuple[str, int], ...]]:
+    """The open command ids after `decision`, and the effect epoch each was issued in:
+    the epoch after the invocations planned before it in the same decision (a verify
+    after a retry in one transition checks the retry's attempt)."""
+    current = view.open_commands
     answered = {decision.causation} if decision.causation is not None else set()
+    issued: list[tuple[str, int]] = []
+    epoch = view.epoch
+    for invocation in decision.invocations:
+        if invocation.kind in _EPOCH_KINDS:
+            epoch += 1
+        if invocation.kind in ANSWERED_KINDS:
+            issued.append((invocation.command_id, epoch))
     if not issued and not (answered & current):
+        return current, view.command_epochs
+    still = (current - answered) | {c for c, _ in issued}
+    epochs = tuple((c, e) for c, e in view.command_epochs if c in still) + tuple(issued)
+    return still, epochs
+
+
+def _escalations(view: OperationView, decision: Decision) -> tuple[tuple[str, int], ...]:
+    """The open escalation conditions after `decision`: none once the state changes; a
+    condition escalated by this decision opens with count 1; a suppressed repeat adds 1."""
+    if decision.state_after != decision.state_before:
+        return ()
+    current = view.escalations
+    condition = decision.escalation
+    if condition is None:
         return current
-    return (current - answered) | issued
+    if decision.escalation_suppressed:
+        return tuple((c, n + 1 if c == condition else n) for c, n in current)
+    if any(i.origin == "escalation" for i in decision.invocations):
+        return (*current, (condition, 1))
+    return current
+
+
+_EPOCH_KINDS = frozenset({str(CapabilityKind.RETRY), str(CapabilityKind.COMPENSATE)})
 
 
 def _counters(view: OperationView, kinds: Sequence[str]) -> dict[str, int]:
@@ -509,7 +661,10 @@ def apply(view: OperationView, decision: Decision) -> OperationView:
         )
     if decision.state_after != decision.state_before:
         changes["entry_approval"] = None if decision.approval_consumed else used
-    changes["open_commands"] = _open_commands(view.open_commands, decision)
+    changes["open_commands"], changes["command_epochs"] = _open_commands(view, decision)
+    escalations = _escalations(view, decision)
+    if escalations is not view.escalations:
+        changes["escalations"] = escalations
     changes["state"] = decision.state_after
     changes["version"] = decision.sequence
     changes["seen_events"] = MappingProxyType(seen)

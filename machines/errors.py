@@ -54,6 +54,7 @@ class Code(StrEnum):
     # Structure
     INITIAL_NOT_A_STATE = "initial-not-a-state"
     TARGET_NOT_A_STATE = "target-not-a-state"
+    PRODUCERS_EVENT_UNKNOWN = "producers-event-unknown"
     FINAL_STATE_ACTS = "final-state-acts"
     NO_FINAL_STATE = "no-final-state"
     UNGUARDED_NOT_LAST = "unguarded-not-last"

@@ -10,9 +10,10 @@ event id (DESIGN "Exactly-once effect on the ledger").
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
@@ -27,7 +28,39 @@ _STRICT: ConfigDict = ConfigDict(extra="forbid")
 
 
 class EventError(ValueError):
-    """The event envelope is invalid; dead-letter it with this reason and the raw bytes."""
+    """The event envelope is invalid; dead-letter it with this reason and the raw bytes.
+
+    `code` is the dead-letter reason: `envelope-invalid` (the shape is wrong),
+    `envelope-field-invalid` (a field is empty, too long or malformed) or
+    `event-time-out-of-range` (outside `EVENT_TIME_WINDOW`)."""
+
+    def __init__(self, message: str, code: str = "envelope-invalid") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+ENVELOPE_INVALID = "envelope-invalid"
+ENVELOPE_FIELD_INVALID = "envelope-field-invalid"
+EVENT_TIME_OUT_OF_RANGE = "event-time-out-of-range"
+
+# The event times an envelope may carry: generous for clock skew and replays of old
+# streams, far enough from `datetime.max` that every deadline and lease computed from an
+# event time (days to years ahead) fits, so a far-future time is a refusal, not a crash.
+EVENT_TIME_WINDOW: tuple[datetime, datetime] = (
+    datetime(2000, 1, 1, tzinfo=UTC),
+    datetime(2200, 1, 1, tzinfo=UTC),
+)
+
+# SPEC §6.2 names the envelope's identifiers; each is required, non-empty, bounded and
+# formatted: no whitespace or control characters, so an id prints, greps and keys the
+# same everywhere. An evidence reference is a locator or a note a person reads (a URL,
+# "coupa:request:REQ-1 (12 laptops)"): longer, inner spaces allowed, but not blank,
+# not padded and without control characters.
+MAX_ID_LENGTH = 256
+MAX_REFERENCE_LENGTH = 2048
+_TOKEN = re.compile(r"[^\s\x00-\x1f\x7f]+")
+_REFERENCE = re.compile(r"[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f\u2028\u2029]*[^\s\x00-\x1f\x7f])?")
+_EVENT_TYPE = re.compile(r"[A-Z][A-Z0-9_]{0,127}")
 
 
 def canonical_bytes(value: Any) -> bytes:
@@ -105,7 +138,11 @@ class EvidencePayload:
 class HumanDecision:
     """A signed HUMAN_APPROVED / HUMAN_REJECTED block (SPEC §9; see `machines.approvals`).
 
-    `transition` is the target state the approver authorises from `state`."""
+    `transition` is the target state the approver authorises from `state`.
+    `reviewed_digest` (signature domain v2) binds an approval to what the approver
+    reviewed: `machines.review_digest` of the operation's ledger position, evidence, the
+    proposed transition and, when `for_resume` is set (the approval is given for the
+    resume itself), the checkpoint the resume would start from."""
 
     __pydantic_config__: ClassVar[ConfigDict] = _STRICT
 
@@ -118,6 +155,8 @@ class HumanDecision:
     nonce: str
     decision: Verdict
     signature: str = ""
+    reviewed_digest: str = ""
+    for_resume: bool = False
 
     def signed_fields(self) -> dict[str, Any]:
         """Every field the signature covers (all but the signature itself)."""
@@ -130,6 +169,8 @@ class HumanDecision:
             "expires_at": self.expires_at.isoformat(),
             "nonce": self.nonce,
             "decision": self.decision,
+            "reviewed_digest": self.reviewed_digest,
+            "for_resume": self.for_resume,
         }
 
 
@@ -269,6 +310,8 @@ def _decision_content(decision: HumanDecision) -> dict[str, Any]:
         "nonce": decision.nonce,
         "decision": decision.decision,
         "signature": decision.signature,
+        "reviewed_digest": decision.reviewed_digest,
+        "for_resume": decision.for_resume,
     }
 
 
@@ -298,19 +341,83 @@ _ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 
 def parse_event(data: Mapping[str, Any]) -> Event:
-    """Validate a decoded envelope into an `Event`. Raises `EventError` naming the event id
-    and every invalid field; a caller-supplied `payload_digest` is ignored and recomputed,
-    so a sender cannot make two different payloads look identical."""
+    """Validate a decoded envelope into an `Event` (SPEC §6.2). Raises `EventError`, whose
+    `code` is the dead-letter reason, naming the event id and every invalid field: the
+    shape (`envelope-invalid`), a required identifier that is empty, longer than its
+    bound or holds whitespace or control characters (`envelope-field-invalid`), or an
+    event time outside `EVENT_TIME_WINDOW` (`event-time-out-of-range`). A caller-supplied
+    `payload_digest` is ignored and recomputed, so a sender cannot make two different
+    payloads look identical."""
     body = {k: v for k, v in data.items() if k != "payload_digest"}
     try:
         event = _ADAPTER.validate_python(body)
     except ValidationError as exc:
         event_id = data.get("event_id", "<no event_id>")
-        raise EventError(f"event {event_id}: invalid envelope, dead-letter it: {exc}") from exc
-    if not event.event_type.isupper():
+        raise EventError(f"event {event_id!r}: invalid envelope, dead-letter it: {exc}") from exc
+    if not _EVENT_TYPE.fullmatch(event.event_type):
         raise EventError(
-            f"event {event.event_id}: event type {event.event_type!r} must be an uppercase id"
+            f"event {event.event_id[:MAX_ID_LENGTH]!r}: event type "
+            f"{event.event_type[:MAX_ID_LENGTH]!r} must be an uppercase id (A-Z, 0-9, _; "
+            "at most 128 characters)"
+        )
+    problems = envelope_problems(event)
+    if problems:
+        raise EventError(
+            f"event {event.event_id[:MAX_ID_LENGTH]!r}: invalid envelope field(s), "
+            f"dead-letter it and fix the producer: {'; '.join(problems)}",
+            ENVELOPE_FIELD_INVALID,
         )
     if event.event_time.tzinfo is None:
         raise EventError(f"event {event.event_id}: event_time must carry a timezone")
+    low, high = EVENT_TIME_WINDOW
+    if not low <= event.event_time < high:
+        raise EventError(
+            f"event {event.event_id} (operation {event.operation_id}) has event_time "
+            f"{event.event_time.isoformat()}, outside {low.date()} .. {high.date()}; send "
+            "the time the event happened, in UTC",
+            EVENT_TIME_OUT_OF_RANGE,
+        )
     return event
+
+
+def envelope_problems(event: Event) -> list[str]:
+    """What is wrong with the envelope's identifiers (empty for a valid one): each of
+    SPEC §6.2's fields and the lineage's, non-empty, bounded and without whitespace or
+    control characters."""
+    problems: list[str] = []
+    lineage = event.lineage
+    required = (
+        ("event_id", event.event_id),
+        ("operation_id", event.operation_id),
+        ("correlation_id", event.correlation_id),
+        ("machine_name", event.machine_name),
+        ("machine_version", event.machine_version),
+        ("producer", event.producer),
+        ("lineage.agent", lineage.agent),
+        ("lineage.task", lineage.task),
+        ("lineage.initiating_principal", lineage.initiating_principal),
+    )
+    optional = (
+        ("causation", event.causation),
+        ("lineage.origin_operation", lineage.origin_operation),
+        ("lineage.parent_operation", lineage.parent_operation),
+    )
+    for name, value in (*required, *((n, v) for n, v in optional if v is not None)):
+        problem = _token_problem(name, value, MAX_ID_LENGTH)
+        if problem:
+            problems.append(problem)
+    problem = _token_problem("evidence_ref", event.evidence_ref, MAX_REFERENCE_LENGTH, _REFERENCE)
+    if problem:
+        problems.append(problem)
+    return problems
+
+
+def _token_problem(name: str, value: str, bound: int, form: re.Pattern[str] = _TOKEN) -> str | None:
+    if not value:
+        return f"{name} is empty"
+    if len(value) > bound:
+        return f"{name} is {len(value)} characters long; at most {bound}"
+    if not form.fullmatch(value):
+        what = "whitespace or control characters" if form is _TOKEN else "control characters"
+        return f"{name} {value[:MAX_ID_LENGTH]!r} is blank, padded or holds {what}"
+    return None

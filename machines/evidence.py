@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from machines.approvals import check_decision
+from machines.approvals import basis_digest, check_decision
 from machines.event import EffectOutcome, Event
 from machines.facts import admit_facts
 from machines.invariants import HUMAN_EVENTS, VERIFICATION_EVENTS, Notice
@@ -84,6 +84,8 @@ class EvidenceDelta:
                 "compensation_supported": f.compensation_supported,
                 "status_api": f.status_api,
             }
+            if f.key_declared_late:
+                out["facts"]["key_declared_late"] = True
         return out
 
 
@@ -128,7 +130,7 @@ def _offered(
                 f"{event_type} {event.event_id} from approver {approver} refused in state "
                 f"{view.state}: {rejection}",
             )
-        return EvidenceDelta(approval=_approval(event)), None
+        return EvidenceDelta(approval=_approval(event, view, now)), None
     contained = _contained_ancestor(event) if event_type == "ANCESTOR_CONTAINED" else None
     checkpoint = _checkpoint(event, view, policy)
     if contained is None and checkpoint is None:
@@ -161,13 +163,19 @@ def _verification(
             f"contradicts its type ({expected})",
         )
     reference = evidence.reference or event.evidence_ref
-    return Verification(verifier, expected, reference, event.event_id, view.epoch), None
+    # A verification answers one command of one attempt: it describes the effect epoch
+    # the command it names was issued in, and an answer to a command sent before a
+    # retry or compensation is recorded for that older epoch, where no guard reads it.
+    epoch = view.epoch if event.causation is None else view.command_epoch(event.causation)
+    return Verification(verifier, expected, reference, event.event_id, epoch), None
 
 
-def _approval(event: Event) -> Approval:
+def _approval(event: Event, view: OperationView, now: datetime) -> Approval:
     decision = event.human_decision
     assert decision is not None  # check_decision refused a missing block
     return Approval(
+        for_resume=decision.for_resume,
+        basis=basis_digest(view, now, for_resume=decision.for_resume),
         approver=decision.approver,
         state=decision.state,
         transition=decision.transition,
@@ -230,7 +238,13 @@ def evidence_changes(view: OperationView, delta: EvidenceDelta) -> dict[str, Any
     if delta.verification is not None:
         changes["verifications"] = (*view.verifications, delta.verification)
     if delta.approval is not None:
-        changes["approvals"] = (*view.approvals, delta.approval)
+        earlier = view.approvals
+        if delta.approval.decision == "rejected":
+            # A later rejection by an accountable approver withdraws earlier approvals.
+            earlier = tuple(
+                replace(a, withdrawn=True) if a.decision == "approved" else a for a in earlier
+            )
+        changes["approvals"] = (*earlier, delta.approval)
         changes["used_nonces"] = view.used_nonces | {delta.approval.nonce}
     if delta.facts is not None:
         changes["facts"] = delta.facts

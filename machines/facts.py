@@ -18,6 +18,13 @@ facts"), applied by `admit_facts` to every event that carries a `facts` block:
    authority about effects (`trusted_verifiers`). Anyone else is refused
    (`facts-untrusted`).
 
+4. An idempotency key counts for retry only when it was declared at or before the
+   failure report, that is on the event that opened the operation (or by the case file
+   that opened it): a key declared later, by a trusted producer, is recorded with
+   `key_declared_late` and never authorises a retry (agent-failure-recovery practice
+   §4: never mint a new key after a timeout). The retry command carries exactly the
+   declared key (`machines.invariants`).
+
 A refusal refuses the whole event, as an untrusted verification does: acting on an
 event whose declaration we refused would let its type speak for facts we did not accept.
 Case files declare facts through `declare` too, so a case and a live envelope with the
@@ -25,6 +32,8 @@ same declaration open the same view.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from machines.event import DeclaredFacts, Event
 from machines.invariants import Notice
@@ -97,8 +106,13 @@ def admit_facts(
             "is refused; open a new operation if the facts really changed",
         )
     opens = view.version == 0 and not view.seen_events
-    if opens or producer in policy.trusted_verifiers:
+    if opens:
         return offered, None
+    if producer in policy.trusted_verifiers:
+        # Accepted, but a key declared after the failure report is not the original
+        # call's: the facts stand, and retry.permitted stays false (rule 4).
+        late = offered.idempotency_key is not None
+        return replace(offered, key_declared_late=late), None
     return None, Notice(
         FACTS_UNTRUSTED,
         f"{where}: producer {producer} declares tool facts after the operation opened "

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 
+from machines.approvals import basis_digest
 from machines.model import Transition
 from machines.policy import Policy
 from machines.view import Approval, OperationView
@@ -88,9 +89,17 @@ def _within_budget(view: OperationView, policy: Policy) -> bool:
     return view.budget_spent < limit
 
 
+def _key_state(view: OperationView) -> str:
+    facts = view.facts
+    if not facts.idempotency_key:
+        return "absent"
+    return "declared-late" if facts.key_declared_late else "present"
+
+
 def retry_permitted(ctx: GuardContext) -> GuardResult:
     """Retry is safe right now (SPEC §7.1-7.2, SKILL §2, §4): authoritative not-applied
-    evidence for the current epoch, an idempotency key, attempts below the policy limit,
+    evidence for the current epoch, the idempotency key declared at or before the failure
+    report (not one declared afterwards), attempts below the policy limit,
     before the deadline and within the retry budget, and a clear lineage: a descendant
     of a contained operation does not carry on with its effect (CONFORMANCE L5.5). The
     core evaluates this itself before any retry-kind capability, whatever guard the
@@ -98,9 +107,10 @@ def retry_permitted(ctx: GuardContext) -> GuardResult:
     view = ctx.view
     evidence = not_applied(ctx)
     lineage = lineage_clear(ctx)
+    key = _key_state(view)
     value = (
         evidence.value
-        and bool(view.facts.idempotency_key)
+        and key == "present"
         and view.retry_attempts < ctx.policy.max_retry_attempts
         and _within_deadline(view, ctx.now)
         and _within_budget(view, ctx.policy)
@@ -108,7 +118,7 @@ def retry_permitted(ctx: GuardContext) -> GuardResult:
     )
     refs = (
         *evidence.evidence,
-        f"idempotency-key:{'present' if view.facts.idempotency_key else 'absent'}",
+        f"idempotency-key:{key}",
         f"attempts:{view.retry_attempts}/{ctx.policy.max_retry_attempts}",
         f"budget:{view.budget_spent}/{min(view.budget_limit, ctx.policy.retry_budget)}",
         f"deadline:{view.deadline.isoformat() if view.deadline else 'none'}",
@@ -132,13 +142,23 @@ def valid_approval(ctx: GuardContext) -> Approval | None:
         if (
             approval.decision != "approved"
             or approval.consumed
+            or approval.withdrawn
             or approval.machine_digest != view.machine_digest
             or ctx.now >= approval.expires_at
         ):
             continue
         exact = approval.state == view.state and approval.transition == ctx.transition.target
-        if exact or approval.event_id == view.entry_approval:
-            return approval
+        # The approval that moved the operation into this state carries on only when it
+        # was given for what comes next (the resume itself), not merely for the route.
+        entry = approval.event_id == view.entry_approval and approval.for_resume
+        if not (exact or entry):
+            continue
+        # New evidence, or another eligible checkpoint, since it was signed voids it.
+        if approval.basis and approval.basis != basis_digest(
+            view, ctx.now, for_resume=approval.for_resume
+        ):
+            continue
+        return approval
     return None
 
 

@@ -141,11 +141,23 @@ def action_refusal(
     combined = _combined_stop_revoke(action, spec)
     if combined is not None:
         return combined
+    if (
+        spec.kind is CapabilityKind.RETRY
+        and "idempotency_key" in action.params
+        and (action.params["idempotency_key"] != ctx.view.facts.idempotency_key)
+    ):
+        return Notice(
+            "idempotency-key-mismatch",
+            f"retry {capability} refused: its params name idempotency key "
+            f"{action.params['idempotency_key']!r}, not the key the tool declared for the "
+            "original call; a retry carries exactly that key, so drop the param",
+        )
     if spec.kind is CapabilityKind.RETRY and not retry_permitted(ctx).value:
         return Notice(
             "retry-not-permitted",
             f"retry {capability} refused: retry.permitted is false now (needs authoritative "
-            "not-applied evidence, an idempotency key, attempts, deadline and budget, and no "
+            "not-applied evidence, the idempotency key declared with the failure, attempts, "
+            "deadline and budget, and no "
             "contained ancestor)",
         )
     if spec.kind is CapabilityKind.RESUME and not resume_permitted(ctx).value:

@@ -98,6 +98,19 @@ class Machine:
     states: Mapping[str, State]
     audit: AuditSpec
     digest: str
+    # Per event type, the producer roles it must come from (RECOVERY.yaml `producers`).
+    producers: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: _EMPTY)
+
+    def producer_roles(self, event_type: str) -> tuple[str, ...]:
+        """The producer roles `event_type` must come from for this machine (SPEC §7.7):
+        what the machine declares, else the core's default for the event (verifications
+        from a `verifier`, human decisions from an `approver`, action results from a
+        `worker`, lineage containment from the `controller`); empty means any role. The
+        roster's intake check compares it with the authenticated producer's roles."""
+        declared = self.producers.get(event_type)
+        if declared is not None:
+            return declared
+        return default_producer_roles(event_type)
 
     def transitions_for(self, state: str, event: str) -> tuple[Transition, ...]:
         """The ordered candidate transitions for `event` in `state` (empty if not accepted)."""
@@ -105,6 +118,34 @@ class Machine:
         if found is None or found.final:
             return ()
         return found.on.get(event, ())
+
+
+PRODUCER_ROLES: tuple[str, ...] = (
+    "tool",
+    "verifier",
+    "worker",
+    "validator",
+    "orchestrator",
+    "classifier",
+    "approver",
+    "controller",
+)
+"""The producer roles a roster grants and a machine's `producers` block names."""
+
+_RESULT_PREFIXES = ("RETRY_", "COMPENSATION_", "CONTAINMENT_", "RESUME_")
+
+
+def default_producer_roles(event_type: str) -> tuple[str, ...]:
+    """The core's default producer roles of an event type (empty: any role)."""
+    if event_type.startswith("VERIFICATION_"):
+        return ("verifier",)
+    if event_type in ("HUMAN_APPROVED", "HUMAN_REJECTED"):
+        return ("approver",)
+    if event_type == "ANCESTOR_CONTAINED":
+        return ("controller",)
+    if event_type.startswith(_RESULT_PREFIXES) and event_type.endswith(("_SUCCEEDED", "_FAILED")):
+        return ("worker",)
+    return ()
 
 
 @dataclass(frozen=True, slots=True)

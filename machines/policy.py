@@ -22,7 +22,7 @@ from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from machines.event import sha256_digest
-from machines.model import CapabilityKind, Registry
+from machines.model import CapabilityKind, Machine, Registry, Transition
 from machines.roster import ProducerEntry, Roster
 from machines.testkeys import public_name_key_b64
 
@@ -110,7 +110,9 @@ class ClassifierPolicy(BaseModel):
     @field_validator("allowed_events")
     @classmethod
     def _no_authority_events(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        bad = sorted(set(value) & CLASSIFIER_FORBIDDEN_EVENTS)
+        bad = sorted(
+            e for e in value if e in CLASSIFIER_FORBIDDEN_EVENTS or e.endswith(_SUCCESS_SUFFIXES)
+        )
         if bad:
             raise ValueError(
                 f"a classifier may not propose {', '.join(bad)}: these carry evidence or "
@@ -245,6 +247,58 @@ def load_roster(path: str | Path) -> Roster:
         return Roster.model_validate(data)
     except ValidationError as exc:
         raise PolicyError(f"roster {path}: {exc}") from exc
+
+
+# Event names that report success or confirm an effect: a classifier never proposes one,
+# whatever machine would receive it (SPEC §11).
+_SUCCESS_SUFFIXES = ("_SUCCEEDED", "_COMPLETED", "_CONFIRMED", "_RESUMED", "_APPLIED")
+
+# What a classifier-proposed event may not cause in any machine: it may start recovery
+# or raise urgency, never retry, resume or compensate, nor complete the operation.
+_CLASSIFIER_FORBIDDEN_KINDS = frozenset(
+    {CapabilityKind.RETRY, CapabilityKind.RESUME, CapabilityKind.COMPENSATE}
+)
+
+
+def check_policy_against_machines(
+    policy: Policy, machines: Iterable[Machine], registry: Registry
+) -> None:
+    """Refuse a policy whose `classifier.allowed_events` would let a classifier's
+    proposal complete an operation (a transition into a final state), or retry, resume
+    or compensate (a planned action of that kind, the target's entry actions included)
+    in any of `machines` (SPEC §11: a classifier may start recovery or raise urgency,
+    nothing more). Raises `PolicyError` naming each machine, state and event."""
+    allowed = set(policy.classifier.allowed_events)
+    problems: list[str] = []
+    for machine in machines:
+        for state in machine.states.values():
+            for event in sorted(allowed & set(state.on)):
+                for transition in state.on[event]:
+                    why = _classifier_overreach(machine, transition, registry)
+                    if why:
+                        problems.append(
+                            f"{machine.name}@{machine.version} {state.name} --{event}--> "
+                            f"{transition.target} {why}"
+                        )
+    if problems:
+        raise PolicyError(
+            f"policy {policy.id}: classifier.allowed_events lets a classifier's proposal "
+            "do more than start recovery or raise urgency (SPEC §11): "
+            + "; ".join(problems)
+            + "; remove those events from classifier.allowed_events"
+        )
+
+
+def _classifier_overreach(machine: Machine, transition: Transition, registry: Registry) -> str:
+    target = machine.states.get(transition.target)
+    if target is not None and target.final:
+        return "completes the operation"
+    actions = (*transition.actions, *(target.entry if target is not None else ()))
+    for action in actions:
+        spec = registry.capabilities.get(action.capability)
+        if spec is not None and spec.kind in _CLASSIFIER_FORBIDDEN_KINDS:
+            return f"invokes {action.capability} ({spec.kind})"
+    return ""
 
 
 def check_policy_against_registry(policy: Policy, registry: Registry) -> None:

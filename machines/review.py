@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from machines.approvals import insecure_test_key, public_key_b64, sign_decision
+from machines.approvals import insecure_test_key, public_key_b64, review_digest, sign_decision
 from machines.decision import Decision, decide
 from machines.digest import digest_of
 from machines.event import Event, HumanDecision, Lineage, Verdict
@@ -397,6 +397,9 @@ def _proposals(rules: _Rules) -> dict[str, Any]:
         proposals[event_type] = {
             "state": rules.view.state,
             "transition": chosen,
+            # What an approver signs as `reviewed_digest` (SPEC §9): the controller
+            # recomputes it from its view when the decision arrives.
+            "reviewed_digest": review_digest(rules.view, chosen, rules.now),
             "guard": candidate.guard,
             "actions": [a.capability for a in candidate.actions],
         }
@@ -457,6 +460,7 @@ def _hypothetical(rules: _Rules, event_type: str) -> Decision | None:
                 expires_at=rules.now + _HYPOTHETICAL_VALIDITY,
                 nonce=f"review-packet:{event_type}:{target}",
                 decision=_VERDICTS[event_type],
+                reviewed_digest=review_digest(rules.view, target, rules.now),
             ),
             key,
         )

@@ -123,10 +123,28 @@ def check_document(data: Any, file: str, lines: Lines, registry: Registry) -> li
         return out.problems
     semantic = _Collector(file, lines)
     _check_structure(shaped, semantic)
+    _check_producers(data, shaped, semantic)
     _check_registry(shaped, registry, semantic)
     reported = {p.location.path for p in out.problems if p.severity is Severity.ERROR}
     out.problems.extend(p for p in semantic.problems if not covered(p.location.path, reported))
     return out.problems
+
+
+def _check_producers(data: dict[str, Any], shaped: dict[str, Any], out: _Collector) -> None:
+    # Each event the `producers` block names must be one some state accepts: a role
+    # rule for an event the machine never receives is a typo that guards nothing.
+    declared = data.get("producers")
+    if not isinstance(declared, dict):
+        return
+    accepted = {e for state in shaped["states"].values() for e in state.get("on", {})}
+    for event in declared:
+        if event not in accepted:
+            out.add(
+                Code.PRODUCERS_EVENT_UNKNOWN,
+                f"producers.{event}",
+                f"producers names event {event}, which no state accepts",
+                f"name one of: {', '.join(sorted(accepted))}",
+            )
 
 
 def _is_action(raw: Any) -> bool:
@@ -503,4 +521,7 @@ def build_machine(data: Mapping[str, Any], digest: str) -> Machine:
             redact=tuple(audit.get("redact", ())),
         ),
         digest=digest,
+        producers=MappingProxyType(
+            {e: tuple(roles) for e, roles in data.get("producers", {}).items()}
+        ),
     )

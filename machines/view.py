@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from machines.event import EffectOutcome, Verdict
+from machines.event import EffectOutcome, Verdict, sha256_digest
 
 _NO_EVENTS: Mapping[str, str] = MappingProxyType({})
 
@@ -37,6 +37,10 @@ class ToolFacts:
     compensation_supported: bool = False
     status_api: bool = False
     declared_by: str | None = None
+    # True when the idempotency key was declared after the event that opened the
+    # operation (its failure report): not the key of the original call, so it never
+    # makes a retry safe (agent-failure-recovery practice §4).
+    key_declared_late: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,13 @@ class Approval:
     decision: Verdict
     event_id: str
     consumed: bool = False
+    # Given for the resume itself (the reviewed digest bound the checkpoint), the digest
+    # of the evidence it was given on (`machines.approvals.evidence_basis`: new evidence
+    # or another eligible checkpoint voids it), and whether a later rejection by an
+    # accountable approver withdrew it.
+    for_resume: bool = False
+    basis: str = ""
+    withdrawn: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +101,28 @@ class Checkpoint:
             and self.policy_digest == policy_digest
             and (self.valid_until is None or now < self.valid_until)
         )
+
+
+def checkpoint_digest(checkpoint: Checkpoint) -> str:
+    """`sha256:<hex>` over the checkpoint as the ledger knows it (id, save time,
+    reference, validation and the digests it was bound to, validity, the event that
+    reported it): what a resume command and a reviewed approval name it by, so the
+    worker and the approver can tell it from another checkpoint with the same id."""
+    return sha256_digest(
+        {
+            "checkpoint_id": checkpoint.checkpoint_id,
+            "saved_at": checkpoint.saved_at.isoformat(),
+            "reference": checkpoint.reference,
+            "validated": checkpoint.validated,
+            "validator": checkpoint.validator,
+            "machine_digest": checkpoint.machine_digest,
+            "policy_digest": checkpoint.policy_digest,
+            "valid_until": None
+            if checkpoint.valid_until is None
+            else checkpoint.valid_until.isoformat(),
+            "event_id": checkpoint.event_id,
+        }
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +169,18 @@ class OperationView:
     entry_approval: str | None = None
     open_commands: frozenset[str] = frozenset()
     seen_events: Mapping[str, str] = field(default_factory=lambda: _NO_EVENTS)
+    # The correlation id of the event that opened the operation (SPEC §6.2, §8 step 3):
+    # every later event must carry the same one. Empty for a view stored before it was
+    # kept, which then checks nothing.
+    correlation_id: str = ""
+    # The effect epoch each open command was issued in: its answer is evidence about
+    # that attempt only (SPEC 7.1-7.2). A command missing here (a view stored before)
+    # answers for the current epoch.
+    command_epochs: tuple[tuple[str, int], ...] = ()
+    # The conditions escalated in the current state (a refusal or rejection code) and how
+    # many events have met each since: one escalation per open condition, the repeats
+    # counted, not paged again. Leaving the state closes them.
+    escalations: tuple[tuple[str, int], ...] = ()
 
     def current_outcomes(self) -> frozenset[EffectOutcome]:
         """The outcomes trusted verifiers report for the current effect epoch: each
@@ -147,6 +192,21 @@ class OperationView:
             if v.epoch == epoch:
                 latest[v.verifier] = v.outcome
         return frozenset(latest.values())
+
+    def command_epoch(self, command_id: str) -> int:
+        """The effect epoch `command_id` was issued in (the current one if unknown)."""
+        for command, epoch in self.command_epochs:
+            if command == command_id:
+                return epoch
+        return self.epoch
+
+    def escalated(self, condition: str) -> int:
+        """How many events have met `condition` in the current state since it was
+        escalated (0: it is not open)."""
+        for code, count in self.escalations:
+            if code == condition:
+                return count
+        return 0
 
     def current_verification_refs(self) -> tuple[str, ...]:
         """Evidence references of the current epoch's verifications, for the audit."""
@@ -195,6 +255,7 @@ def new_view(
     facts: ToolFacts,
     budget_limit: int,
     deadline: datetime | None,
+    correlation_id: str = "",
 ) -> OperationView:
     """The view of an operation the controller has just started to govern."""
     return OperationView(
@@ -207,6 +268,7 @@ def new_view(
         facts=facts,
         budget_limit=budget_limit,
         deadline=deadline,
+        correlation_id=correlation_id,
     )
 
 

@@ -48,6 +48,7 @@ from machines import (
     load_registry,
     load_trusted_publishers,
     public_key_b64,
+    review_digest,
 )
 from ops.commands.run import Runtime, Services, run_roles
 from ops.demo_scenarios import (
@@ -410,7 +411,11 @@ def _react(
             say.line(f"{scenario.name}: tool reports {reaction.event_type}")
             continue
         info = ledger.operation(item.operation_id)
+        # What the approver reviewed: the operation as the ledger holds it now (the
+        # review packet shows this digest; the controller recomputes it on arrival).
+        reviewed = ledger.load_views([item.operation_id])[item.operation_id]
         approver.publish_human_decision(
+            reviewed_digest=review_digest(reviewed, reaction.target, datetime.now(UTC)),
             private_key=insecure_test_key(APPROVER),
             verdict="approved" if reaction.kind == "approve" else "rejected",
             operation_id=item.operation_id,

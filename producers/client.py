@@ -420,12 +420,18 @@ class RecoveryClient:
         expires_at: datetime,
         nonce: str | None = None,
         event_time: datetime | None = None,
+        reviewed_digest: str = "",
+        for_resume: bool = False,
     ) -> Event:
-        """Sign a decision with the approver's Ed25519 key (`machines.approvals`) and
-        publish it as HUMAN_APPROVED or HUMAN_REJECTED. The approver is this client's
-        producer identity; the decision binds the operation, the state the approver
-        looked at, the target state, the machine digest, an expiry and a fresh nonce.
-        `expires_at` must be in UTC: the signature covers its ISO-8601 form."""
+        """Sign a decision with the approver's Ed25519 key (`machines.approvals`, domain
+        v2) and publish it as HUMAN_APPROVED or HUMAN_REJECTED. The approver is this
+        client's producer identity; the decision binds the operation, the state the
+        approver looked at, the target state, the machine digest, an expiry, a fresh
+        nonce and `reviewed_digest`: `machines.review_digest` of the operation's view as
+        reviewed (a review packet shows it), which an approval must match when it
+        arrives; `for_resume` says the approval is given for the resume itself and binds
+        its checkpoint. A rejection needs no digest. `expires_at` must be in UTC: the
+        signature covers its ISO-8601 form."""
         if expires_at.utcoffset() != timedelta(0):
             raise WireError(
                 WireCode.NON_UTC_TIME,
@@ -443,6 +449,8 @@ class RecoveryClient:
                 expires_at=expires_at,
                 nonce=nonce,
                 decision=verdict,
+                reviewed_digest=reviewed_digest,
+                for_resume=for_resume,
             ),
             private_key,
         )

@@ -27,13 +27,14 @@ _ZERO = timedelta(0)
 
 
 def record_to_event(record: Mapping[str, Any]) -> Event:
-    """Validate a decoded envelope into an `Event`; raises `WireError` with code
-    `envelope-invalid` naming the event id and the invalid fields. Any `payload_digest`
+    """Validate a decoded envelope into an `Event`; raises `WireError` with the code
+    `machines.parse_event` gives (`envelope-invalid`, `envelope-field-invalid`,
+    `event-time-out-of-range`) naming the event id and the invalid fields. Any `payload_digest`
     in the record is ignored: the digest is recomputed from the content."""
     try:
         return parse_event(record)
     except EventError as exc:
-        raise WireError(WireCode.ENVELOPE_INVALID, str(exc)) from exc
+        raise WireError(WireCode(exc.code), str(exc)) from exc
     except (TypeError, ValueError) as exc:  # a record that is not a mapping of fields
         raise WireError(WireCode.ENVELOPE_INVALID, f"not an event envelope: {exc}") from exc
 

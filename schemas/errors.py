@@ -27,6 +27,8 @@ class WireCode(StrEnum):
     UNKNOWN_SCHEMA = "schema-unknown"
     RECORD_INVALID = "record-invalid"
     ENVELOPE_INVALID = "envelope-invalid"
+    ENVELOPE_FIELD_INVALID = "envelope-field-invalid"
+    EVENT_TIME_OUT_OF_RANGE = "event-time-out-of-range"
     NON_UTC_TIME = "non-utc-time"
 
 

@@ -48,6 +48,8 @@ from machines import (
     load_policy,
     load_registry,
     load_trusted_publishers,
+    matching_scope,
+    review_digest,
     sign_decision,
 )
 from schemas import (
@@ -282,6 +284,9 @@ class _Generator:
 
     def approval(self, story: _Story, state: str, verdict: str, target: str, forged: bool) -> Event:
         nonce = f"{self.rng.getrandbits(128):032x}"
+        # Reviewed on the operation as the controller will hold it (the simulation's).
+        seen = self.sims[story.machine.name].views.get(story.op)
+        reviewed = "" if seen is None else review_digest(seen, target, self.now)
         decision = sign_decision(
             HumanDecision(
                 approver=APPROVER,
@@ -292,6 +297,7 @@ class _Generator:
                 expires_at=self.now + timedelta(days=1),
                 nonce=nonce,
                 decision="approved" if verdict == "HUMAN_APPROVED" else "rejected",
+                reviewed_digest=reviewed,
             ),
             self.forger if forged else self.key,
         )
@@ -331,6 +337,7 @@ class _Generator:
             evidence=evidence,
             human_decision=human_decision,
             causation=causation,
+            scope=matching_scope(story.machine.applies_to),
         )
 
     def emit(self, story: _Story, event: Event) -> Decision | None:

@@ -283,6 +283,7 @@ def _decide(
                 transition=str(proposal["transition"]),
                 lineage=lineage,
                 expires_at=expires_at,
+                reviewed_digest=str(proposal.get("reviewed_digest", "")),
             )
     except (DeliveryFailed, ProducersError, WireError) as exc:
         print(f"recoveryctl {verb}: operation {op}: could not publish: {exc}", file=err)

@@ -29,6 +29,7 @@ from machines import (
     Simulation,
     SimulationError,
     ToolFacts,
+    check_policy_against_machines,
     check_policy_against_registry,
     load_machine,
     load_policy,
@@ -86,6 +87,7 @@ def _run(args: argparse.Namespace) -> int:
         machine = load_machine(args.path, registry)
         policy = load_policy(args.policy) if args.policy else Policy(id="simulate-default")
         check_policy_against_registry(policy, registry)
+        check_policy_against_machines(policy, (machine,), registry)
         lines = args.events.read_text(encoding="utf-8").splitlines()
     except (MachineError, PolicyError, OSError) as exc:
         print(f"recoveryctl simulate: {exc}", file=sys.stderr)

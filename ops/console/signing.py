@@ -36,6 +36,8 @@ _FIELDS = frozenset(
         "expires_at",
         "nonce",
         "decision",
+        "reviewed_digest",
+        "for_resume",
     }
 )
 
@@ -81,6 +83,7 @@ def pending(
             expires_at=(now + ttl).replace(microsecond=0),
             nonce=f"{nonce}-{verdict}",
             decision=verdict,
+            reviewed_digest=str(proposal.get("reviewed_digest", "")),
         )
         found.append(
             PendingDecision(
@@ -121,6 +124,8 @@ def submitted_decision(
             expires_at=datetime.fromisoformat(str(fields["expires_at"])),
             nonce=str(fields["nonce"]),
             decision=fields["decision"],
+            reviewed_digest=str(fields["reviewed_digest"]),
+            for_resume=fields["for_resume"] is True,
             signature=signature,
         )
     except (TypeError, ValueError) as exc:

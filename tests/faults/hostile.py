@@ -35,6 +35,7 @@ from schemas import (
     event_to_record,
     kafka_config,
 )
+from tests.support.scopes import catalogue_scope
 
 __all__ = ["MAX_RECORD_BYTES", "Hostile", "Landed", "Outgoing", "RecordingProducer"]
 
@@ -144,6 +145,7 @@ class Hostile:
         """An event of `op` (email-send by default: TOOL_TIMEOUT leads to `unresolved`,
         where a human rejection is accepted)."""
         self.serial += 1
+        fields.setdefault("scope", catalogue_scope(machine))
         return Event(
             event_type=event_type,
             event_id=event_id or f"{op}-e{self.serial}",
@@ -233,8 +235,9 @@ class Hostile:
             self.bad(self.event(op()), "key-mismatch", "key-mismatch", key=b"someone-else"),
             Outgoing("deep-json", op().encode(), b"[" * _DEPTH + b"]" * _DEPTH,
                      CONTENT_TYPE_JSON, "json-*"),
+            # A 40,000-character machine name is over the envelope's bound (SPEC 6.2).
             Outgoing("huge-strings", huge_event.operation_id.encode(), huge.encode(),
-                     CONTENT_TYPE_JSON, "machine-unknown"),
+                     CONTENT_TYPE_JSON, "envelope-field-invalid"),
             self.good(self.event(forged_op), "good"),
             self.bad(self.rejection(forged_op, uuid.uuid4().hex, forged=True),
                      "forged-signature", "forged-signature"),

@@ -219,8 +219,10 @@ class Fuzzer:
         )
         seen = Counter(e.source.offset for e in planned.batch.entries if e.source is not None)
         seen.update(r.offset for r, _ in planned.refused)
-        # A forged decision is recorded *and* dead-lettered: one record, both ways.
-        forged = {r.offset for r, f in planned.refused if f.code == "forged-signature"}
+        # A forged decision, or one under another correlation id, is recorded *and*
+        # dead-lettered: one record, both ways.
+        both = {"forged-signature", "correlation-mismatch"}
+        forged = {r.offset for r, f in planned.refused if f.code in both}
         twice = [o for o, n in seen.items() if n != 1 and not (n == 2 and o in forged)]
         missing = [r.offset for r in records if r.offset not in seen]
         if twice or missing:

@@ -125,7 +125,7 @@ def test_the_payload_a_page_signs_is_the_decision_the_controller_accepts(
     approve = offered["approved"]
     assert (approve.event_type, approve.target) == ("HUMAN_APPROVED", "resume-pending")
     fields = json.loads(approve.payload)
-    assert fields["domain"] == "agent-recovery/human-decision/v1"
+    assert fields["domain"] == "agent-recovery/human-decision/v2"
     assert (fields["operation_id"], fields["state"], fields["nonce"]) == (
         OP,
         "unresolved",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from machines import DEFAULT_REGISTRY, load_policy, load_registry
-from machines.approvals import insecure_test_key, public_key_b64, sign_decision
+from machines.approvals import insecure_test_key, public_key_b64, review_digest, sign_decision
 from machines.decision import Decision
 from machines.event import Event, EvidencePayload, HumanDecision, Lineage
 from machines.model import Machine
@@ -133,6 +133,7 @@ class _Incident:
                 expires_at=_NOW + timedelta(minutes=30),
                 nonce=f"n-{self._n}",
                 decision="approved" if verdict == "approve" else "rejected",
+                reviewed_digest=review_digest(self.sim.views[self.op], target, _NOW),
             ),
             insecure_test_key(APPROVER),
         )

@@ -23,6 +23,7 @@ from ledger import Ledger, OutboxRecord, PostgresLedger
 from machines import Lineage
 from producers import EventPublisher, RecoveryClient
 from schemas import TopicNames
+from tests.support.scopes import catalogue_scope
 
 APPROVER = "approver-1"
 VERIFIER = "verifier-1"
@@ -153,7 +154,9 @@ class Tool:
         agent: str = "agent-1",
         **fields: Any,
     ) -> str:
-        """Publish one event of `machine`@1.0.0 for `operation`; returns its event id."""
+        """Publish one event of `machine`@1.0.0 for `operation`, with a scope the
+        catalogue machine applies to unless `scope` is given; returns its event id."""
+        fields.setdefault("scope", catalogue_scope(machine))
         event = self.client.publish_event(
             event_type,
             operation_id=operation,

@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from ledger import Ledger, PostgresLedger, UnknownOperation
-from machines import Lineage
+from machines import Lineage, review_digest
 from machines.event import CheckpointReport, EvidencePayload
 from ops.commands.lineage import lineage_report
 from producers import EventPublisher, RecoveryClient
@@ -39,6 +39,7 @@ from schemas import CapabilityCommand, TopicNames
 from tests.integration.lineage.children import Child, log_tail, wait_until
 from tests.support.commands import worker_roster
 from tests.support.kafka import TopicFactory
+from tests.support.scopes import catalogue_scope
 
 pytestmark = pytest.mark.integration
 
@@ -187,6 +188,7 @@ def _report(client: RecoveryClient, op: str, event_type: str, **fields: Any) -> 
         lineage=_lineage(op),
         evidence_ref=f"ref-{uuid.uuid4().hex[:8]}",
         event_time=datetime.now(UTC),
+        scope=fields.pop("scope", catalogue_scope(MACHINE)),
         **fields,
     )
     client.flush()
@@ -218,6 +220,10 @@ def _human(stack: Stack, approver: str, op: str, verdict: str, state: str, trans
         transition=transition,
         lineage=_lineage(op),
         expires_at=datetime.now(UTC) + timedelta(hours=1),
+        # Reviewed on the operation as the ledger holds it (what a review packet shows).
+        reviewed_digest=review_digest(
+            stack.ledger.load_views([op])[op], transition, datetime.now(UTC)
+        ),
     )
     client.flush()
     client.publisher.close()

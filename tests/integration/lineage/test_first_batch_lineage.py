@@ -38,6 +38,7 @@ from tests.integration.consumer.harness import (
     write_policy,
 )
 from tests.support.kafka import TopicFactory
+from tests.support.scopes import catalogue_scope
 
 pytestmark = pytest.mark.integration
 
@@ -82,6 +83,7 @@ def _parent_event(bootstrap: str, topics: TopicNames) -> None:
             initiating_principal="alice",
             delegated_credentials=("cred-parent",),
         ),
+        scope=catalogue_scope("delegated-research"),
     )
 
 

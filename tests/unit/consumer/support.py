@@ -7,7 +7,7 @@ from functools import cache
 from typing import Any
 
 from consumer import ControllerSettings, RawRecord, load_rules
-from machines import Event, EvidencePayload, Lineage, Machine, Policy, Rules
+from machines import Event, EvidencePayload, Lineage, Machine, Policy, Rules, matching_scope
 from schemas import (
     CONTENT_TYPE,
     CONTENT_TYPE_AVRO,
@@ -43,12 +43,16 @@ def event(
     agent: str = "agent-1",
     **fields: Any,
 ) -> Event:
-    """A valid event of `machine` for `operation`."""
+    """A valid event of `machine` for `operation`, with a scope its `applies_to` admits
+    (an operation opens only with one) unless `scope` is given."""
+    if "scope" not in fields:
+        known = pinned()[0].get(f"{machine}@{version}")
+        fields["scope"] = None if known is None else matching_scope(known.applies_to)
     return Event(
         event_type=event_type,
         event_id=event_id or f"{operation}-{event_type.lower()}",
         operation_id=operation,
-        correlation_id=f"corr-{operation}",
+        correlation_id=fields.pop("correlation_id", f"corr-{operation}"),
         machine_name=machine,
         machine_version=version,
         event_time=T0,

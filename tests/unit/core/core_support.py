@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
-from machines.approvals import insecure_test_key, public_key_b64, sign_decision
+from machines.approvals import insecure_test_key, public_key_b64, review_digest, sign_decision
 from machines.event import (
     CheckpointReport,
     ClassifierOutput,
@@ -279,8 +279,13 @@ def approval(
     digest: str | None = None,
     event_type: str = "HUMAN_APPROVED",
     producer: str | None = None,
+    on: OperationView | None = None,
+    for_resume: bool = False,
+    at: datetime = T0,
 ) -> Event:
-    """A signed human decision for the demo operation."""
+    """A signed human decision for the demo operation, reviewed on the view `on`
+    (default: `view(state)`, an operation with nothing decided yet)."""
+    reviewed = on if on is not None else view(state)
     decision = HumanDecision(
         approver=approver,
         operation_id=operation_id,
@@ -290,6 +295,8 @@ def approval(
         expires_at=expires or T0 + timedelta(minutes=10),
         nonce=nonce,
         decision="approved" if event_type == "HUMAN_APPROVED" else "rejected",
+        reviewed_digest=review_digest(reviewed, transition, at, for_resume=for_resume),
+        for_resume=for_resume,
     )
     signed = sign_decision(decision, insecure_test_key(key or approver))
     return event(event_type, event_id, producer=producer or approver, human_decision=signed)

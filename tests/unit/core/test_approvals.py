@@ -107,7 +107,7 @@ def _resume_ready():  # type: ignore[no-untyped-def]
 
 def test_resume_spends_the_approval_and_it_cannot_be_used_twice():
     v = _resume_ready()
-    d = decide(machine(), v, approval("resume-pending", "resuming"), policy(), registry(), T0)
+    d = decide(machine(), v, approval("resume-pending", "resuming", on=v), policy(), registry(), T0)
     assert d.outcome is Outcome.TRANSITIONED
     assert d.capabilities == ("agent.resume",)
     assert d.approval_consumed

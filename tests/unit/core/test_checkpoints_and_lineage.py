@@ -17,6 +17,7 @@ from core_support import (
 )
 
 from machines.decision import Outcome, apply, decide
+from machines.view import checkpoint_digest
 
 
 def _feed(v, *events):  # type: ignore[no-untyped-def]
@@ -48,7 +49,7 @@ def test_checkpoint_validated_by_an_untrusted_validator_is_not_eligible():
 
 def test_resume_is_withheld_and_escalated_when_no_checkpoint_is_eligible():
     v = _feed(view("resume-pending"), verification("VERIFICATION_FOUND"))
-    d = decide(machine(), v, approval("resume-pending", "resuming"), policy(), registry(), T0)
+    d = decide(machine(), v, approval("resume-pending", "resuming", on=v), policy(), registry(), T0)
     assert d.outcome is Outcome.REJECTED
     assert d.state_after == "resume-pending"
     assert "checkpoint:none-eligible" in d.guards[0].evidence
@@ -57,7 +58,7 @@ def test_resume_is_withheld_and_escalated_when_no_checkpoint_is_eligible():
 
 def test_resume_needs_verified_state():
     v = _feed(view("resume-pending"), checkpoint_event("cp-a", T0))
-    d = decide(machine(), v, approval("resume-pending", "resuming"), policy(), registry(), T0)
+    d = decide(machine(), v, approval("resume-pending", "resuming", on=v), policy(), registry(), T0)
     assert d.outcome is Outcome.REJECTED
 
 
@@ -69,7 +70,7 @@ def test_contained_ancestor_blocks_resume_even_with_approval_and_checkpoint():
         event("ANCESTOR_CONTAINED", "a1", producer="recovery-controller"),
     )
     assert v.lineage.contained_ancestors == ("op-1",)
-    d = decide(machine(), v, approval("resume-pending", "resuming"), policy(), registry(), T0)
+    d = decide(machine(), v, approval("resume-pending", "resuming", on=v), policy(), registry(), T0)
     assert d.outcome is Outcome.REJECTED
     assert "contained:op-1" in d.guards[0].evidence
 
@@ -80,7 +81,7 @@ def test_recovery_attempts_are_bounded_by_policy():
         verification("VERIFICATION_FOUND"),
         checkpoint_event("cp-a", T0),
     )
-    d = decide(machine(), v, approval("resume-pending", "resuming"), policy(), registry(), T0)
+    d = decide(machine(), v, approval("resume-pending", "resuming", on=v), policy(), registry(), T0)
     assert d.outcome is Outcome.REJECTED
     assert "recovery-attempts:3/3" in d.guards[0].evidence
 
@@ -89,7 +90,7 @@ def test_resume_with_everything_in_place_counts_a_recovery_attempt():
     v = _feed(
         view("resume-pending"), verification("VERIFICATION_FOUND"), checkpoint_event("cp-a", T0)
     )
-    d = decide(machine(), v, approval("resume-pending", "resuming"), policy(), registry(), T0)
+    d = decide(machine(), v, approval("resume-pending", "resuming", on=v), policy(), registry(), T0)
     assert d.outcome is Outcome.TRANSITIONED
     assert apply(v, d).recovery_attempts == 1
 
@@ -116,9 +117,27 @@ def test_view_survives_a_json_round_trip_with_every_part_filled():
         verification("VERIFICATION_FOUND"),
         checkpoint_event("cp-a", T0),
         event("ANCESTOR_CONTAINED", "a1", producer="recovery-controller"),
-        approval("resume-pending", "resuming", "h9"),
     )
+    v = _feed(v, approval("resume-pending", "resuming", "h9", on=v))
     data = json.loads(json.dumps(view_to_json(v)))
     assert view_from_json(data) == v
     assert v.approvals
     assert v.used_nonces
+
+
+def test_the_resume_command_names_the_newest_eligible_checkpoint_by_id_and_digest():
+    v = _feed(
+        view("resume-pending"),
+        verification("VERIFICATION_FOUND"),
+        checkpoint_event("cp-a", T0, event_id="c1"),
+        # Newer, but not eligible: the resume must not name it.
+        checkpoint_event("cp-b", T0 + timedelta(minutes=9), event_id="c3", validated=False),
+    )
+    d = decide(machine(), v, approval("resume-pending", "resuming", on=v), policy(), registry(), T0)
+    resumes = [i for i in d.invocations if i.kind == "resume"]
+    assert len(resumes) == 1
+    chosen = v.newest_eligible_checkpoint(T0)
+    assert chosen is not None
+    assert resumes[0].params["checkpoint_id"] == "cp-a"
+    assert resumes[0].params["checkpoint_digest"] == checkpoint_digest(chosen)
+    assert "last-verified-checkpoint" not in resumes[0].params.values()

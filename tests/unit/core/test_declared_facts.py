@@ -7,6 +7,7 @@ catalogue's procurement-request machine (its retry needs an idempotency key).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
 from pathlib import Path
@@ -120,13 +121,27 @@ def test_an_untrusted_producer_cannot_declare_facts_after_the_operation_opened()
     assert sim.views[OP].facts.declared_by is None
 
 
-def test_a_trusted_verifier_may_declare_facts_later_when_none_were_declared() -> None:
+def test_a_trusted_verifier_may_declare_facts_later_but_its_key_never_authorises_a_retry() -> None:
     sim = _sim()
     _feed(sim, _event("TOOL_TIMEOUT", 1))
     decision = _feed(sim, _not_found(2, facts=KEYED))
-    # Its facts count for the very decision that carries them.
-    assert decision.state_after == "retrying"
-    assert sim.views[OP].facts == declare(KEYED, VERIFIER)
+    # Its facts count for the very decision that carries them, but a key declared after
+    # the failure report is not the original call's (issue #16 class 2).
+    assert decision.state_after != "retrying"
+    assert sim.views[OP].facts == replace(declare(KEYED, VERIFIER), key_declared_late=True)
+    assert decision.evidence.to_dict()["facts"]["key_declared_late"] is True
+    retry = [g for g in decision.guards if g.guard == "retry.permitted"]
+    assert retry
+    assert retry[0].value is False
+    assert "idempotency-key:declared-late" in retry[0].evidence
+
+
+def test_the_retry_command_carries_exactly_the_declared_key() -> None:
+    sim = _sim()
+    _feed(sim, _event("TOOL_TIMEOUT", 1, facts=KEYED))
+    decision = _feed(sim, _not_found(2))
+    retries = [i for i in decision.invocations if i.kind == "retry"]
+    assert [i.params["idempotency_key"] for i in retries] == [KEYED.idempotency_key]
 
 
 def test_declared_facts_never_change_and_a_differing_declaration_is_refused() -> None:

@@ -93,3 +93,35 @@ def test_escalation_params_must_fit_the_capability_schema():
     with pytest.raises(PolicyError, match="params schema"):
         check_policy_against_registry(policy(), reg)
     check_policy_against_registry(policy(escalation_params={"queue": "ops"}), reg)
+
+
+@pytest.mark.parametrize("event", ["STEP_COMPLETED", "DEPLOY_SUCCEEDED", "EFFECT_CONFIRMED"])
+def test_a_classifier_may_not_be_allowed_an_event_that_reports_success(event):  # type: ignore[no-untyped-def]
+    with pytest.raises(PolicyError, match=event):
+        parse_policy({"id": "p", "classifier": {"allowed_events": [event]}})
+
+
+def test_a_classifier_event_that_would_retry_complete_or_resume_is_refused_at_load():  # type: ignore[no-untyped-def]
+    from consumer import ControllerSettings, load_rules
+    from machines import check_policy_against_machines
+
+    pinned, rules = load_rules(
+        ControllerSettings(bootstrap="unused", database_url="unused", demo_mode=True)
+    )
+    machines = list(pinned.values())
+    check_policy_against_machines(parse_policy({"id": "ok"}), machines, rules.registry)
+    # Past the name check (a custom event name the validator cannot know), the machines
+    # themselves say what the event would do: here it completes a deployment, and a
+    # resume request would resume an agent.
+    base = parse_policy({"id": "p"})
+    for event, where in [
+        ("STEP_COMPLETED", "rolling-out --STEP_COMPLETED--> completed completes"),
+        ("RESUME_REQUESTED", "resume-pending --RESUME_REQUESTED--> resumed completes"),
+    ]:
+        loose = base.model_copy(
+            update={"classifier": base.classifier.model_copy(update={"allowed_events": (event,)})}
+        )
+        with pytest.raises(PolicyError, match=where):
+            check_policy_against_machines(loose, machines, rules.registry)
+    done = parse_policy({"id": "p", "classifier": {"allowed_events": ["DUPLICATE_DETECTED"]}})
+    check_policy_against_machines(done, machines, rules.registry)

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from machines import CATALOGUE, Machine, load_catalogue, load_registry
-from machines.approvals import insecure_test_key, public_key_b64, sign_decision
+from machines.approvals import insecure_test_key, public_key_b64, review_digest, sign_decision
 from machines.casefile import faulted
 from machines.decision import Decision, Outcome, apply, decide
 from machines.event import (
@@ -46,6 +46,7 @@ from machines.view import (
     LineageStatus,
     OperationView,
     ToolFacts,
+    checkpoint_digest,
     new_view,
     view_from_json,
     view_to_json,
@@ -98,7 +99,16 @@ EVENTS = (
     "RESUME_NOW",
 )
 PRODUCERS = ("tool-integration", "verifier-1", "untrusted-verifier", AGENT, PARENT, "approver-1")
-APPROVAL_KINDS = ("valid", "forged", "replayed", "expired", "self", "stale", "other-target")
+APPROVAL_KINDS = (
+    "valid",
+    "forged",
+    "replayed",
+    "expired",
+    "self",
+    "stale",
+    "other-target",
+    "unreviewed",
+)
 
 AUTO = "<auto>"  # the plausible choice for the current state (weighted heavily)
 
@@ -196,9 +206,18 @@ class Driver:
             evidence=self._evidence(m, index),
             human_decision=self._decision(m, index),
             classifier=self._classifier(m),
+            causation=self._causation(m),
         )
         self.sent.append(event)
         return event
+
+    def _causation(self, m: dict[str, Any]) -> str | None:
+        # Verifications answer an open command half of the time, possibly one sent
+        # before a retry (a late answer), so the epoch binding is exercised.
+        open_commands = sorted(self.view.open_commands)
+        if not m["event"].startswith("VERIFICATION_") or not open_commands or m["pick"] % 2:
+            return None
+        return open_commands[(m["pick"] // 2) % len(open_commands)]
 
     def _resolve(self, m: dict[str, Any]) -> dict[str, Any]:
         m = dict(m)
@@ -270,6 +289,7 @@ class Driver:
         kind = m["approval"]
         approver = AGENT if kind == "self" else APPROVERS[m["pick"] % 2]
         target = m["target"]
+        for_resume = "resume-pending" in (self.view.state, target)
         nonce = f"n{index}"
         if kind == "replayed" and self.nonces:
             nonce = self.nonces[m["pick"] % len(self.nonces)]
@@ -283,6 +303,12 @@ class Driver:
             expires_at=self.now + timedelta(seconds=-1 if kind == "expired" else 600),
             nonce=nonce,
             decision="approved" if m["event"] == "HUMAN_APPROVED" else "rejected",
+            # Reviewed on the driver's view (what a review packet would show), for the
+            # resume when it is one; "unreviewed" signs a digest of something else.
+            reviewed_digest="sha256:" + "7" * 64
+            if kind == "unreviewed"
+            else review_digest(self.view, target, self.now, for_resume=for_resume),
+            for_resume=for_resume,
         )
         signer = "mallory" if kind == "forged" else approver
         return sign_decision(decision, insecure_test_key(signer))
@@ -340,7 +366,20 @@ def _check(
     if d.outcome is not Outcome.TRANSITIONED:
         assert d.state_after == before.state
         assert all(i.origin == "escalation" for i in d.invocations)
+    if (
+        d.outcome is Outcome.TRANSITIONED
+        and before.lineage.includes(event.producer)
+        and machine.states[d.state_after].final
+    ):
+        # The affected agent's word never completes the operation (SPEC 7.7); only an
+        # approval-gated transition (a resume) may end in a final state on its request.
+        assert d.approval_used is not None, "the affected agent completed its own operation"
     trusted = with_evidence(before, d.evidence)
+    verification = d.evidence.verification
+    if verification is not None and event.causation is not None:
+        # Evidence answers the attempt of the command it names, never a later one.
+        assert verification.epoch == before.command_epoch(event.causation)
+        assert verification.epoch <= before.epoch
     kinds = [i.kind for i in d.invocations]
     target = d.transition_target or before.state
     ctx = GuardContext(trusted, POLICY, now, Transition(before.state, event.event_type, 0, target))
@@ -349,6 +388,9 @@ def _check(
         assert retry_permitted(ctx).value, "retry without retry.permitted"
         assert trusted.current_outcomes() == {"not_applied"}
         assert trusted.facts.idempotency_key
+        assert not trusted.facts.key_declared_late, "retry on a key minted after the failure"
+        retry = next(i for i in d.invocations if i.kind == CapabilityKind.RETRY)
+        assert retry.params["idempotency_key"] == trusted.facts.idempotency_key
     if CapabilityKind.RESUME in kinds:
         approval = valid_approval(ctx)
         assert approval is not None, "resume without a valid approval"
@@ -361,7 +403,12 @@ def _check(
         assert outcomes in ({"applied"}, {"not_applied"}) or (
             trusted.facts.side_effect_confirmed and outcomes <= {"applied"}
         )
-        assert trusted.newest_eligible_checkpoint(now) is not None
+        chosen = trusted.newest_eligible_checkpoint(now)
+        assert chosen is not None
+        resume = next(i for i in d.invocations if i.kind == CapabilityKind.RESUME)
+        assert resume.params["checkpoint_id"] == chosen.checkpoint_id
+        assert resume.params["checkpoint_digest"] == checkpoint_digest(chosen)
+        assert "from" not in resume.params
 
 
 @pytest.mark.parametrize("name", sorted(MACHINES))
@@ -372,13 +419,20 @@ def test_random_sequences_never_break_an_invariant(name, moves, fault, fact, goa
     registry, table = _faulted(fault)
     driver = Driver(machine, fact, goal)
     trace: list[tuple[Event, datetime, Decision]] = []
+    escalated: set[str | None] = set()
     for index, m in enumerate(moves):
         event = driver.event(m, index)
         before = driver.view
         d = decide(machine, before, event, POLICY, registry, driver.now, guard_table=table)
         trace.append((event, driver.now, d))
         _check(machine, before, event, d, driver.now, registry, table)
+        # No escalation storms: one escalation per open condition while in a state.
+        if any(i.origin == "escalation" for i in d.invocations):
+            assert d.escalation not in escalated, f"escalated {d.escalation} twice"
+            escalated.add(d.escalation)
         after = apply(before, d)
+        if after.state != before.state:
+            escalated.clear()
         assert after.retry_attempts >= before.retry_attempts
         assert after.budget_spent >= before.budget_spent
         assert after.recovery_attempts >= before.recovery_attempts

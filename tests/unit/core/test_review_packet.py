@@ -28,6 +28,7 @@ from machines import (
     load_registry,
     open_view,
     packet_digest,
+    review_digest,
     review_packet,
 )
 
@@ -131,9 +132,12 @@ def test_escalated_email_packet_decides_both_consequences_through_the_core(
         "agent.stop-task",
         "credentials.revoke-delegation",
     ]
+    view, _, _ = _escalated(email, registry, Policy(id="default"))
     assert packet.proposal("HUMAN_APPROVED") == {
         "state": "unresolved",
         "transition": "resume-pending",
+        # What the approver signs; the controller recomputes it from its own view.
+        "reviewed_digest": review_digest(view, "resume-pending", T0),
         "guard": "approval.granted",
         "actions": [],
     }

@@ -51,6 +51,9 @@ NEW: dict[str, Any] = {
     "entry_approval": "e-9",
     "open_commands": frozenset(),
     "seen_events": MappingProxyType({}),
+    "correlation_id": "corr-2",
+    "command_epochs": (("op-2:1:0", 1),),
+    "escalations": (("no-transition", 2),),
 }
 
 

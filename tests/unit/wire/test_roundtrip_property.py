@@ -28,16 +28,25 @@ DECODER = WireDecoder()
 
 text = st.text(min_size=1, max_size=20)
 maybe_text = st.none() | text
+# The envelope's identifiers are tokens (SPEC 6.2, `machines.parse_event`): non-empty,
+# bounded, no whitespace or control characters.
+ids = st.text(
+    st.characters(blacklist_categories=("Cc", "Cs", "Zs", "Zl", "Zp")), min_size=1, max_size=20
+).filter(lambda s: not any(c.isspace() for c in s))
+maybe_id = st.none() | ids
 utc_times = st.datetimes(
     min_value=datetime(1971, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)
 )
+event_times = st.datetimes(
+    min_value=datetime(2000, 1, 1), max_value=datetime(2199, 12, 31), timezones=st.just(UTC)
+)
 lineages = st.builds(
     Lineage,
-    agent=text,
-    task=text,
-    initiating_principal=text,
-    origin_operation=maybe_text,
-    parent_operation=maybe_text,
+    agent=ids,
+    task=ids,
+    initiating_principal=ids,
+    origin_operation=maybe_id,
+    parent_operation=maybe_id,
     delegated_credentials=st.lists(text, max_size=3).map(tuple),
 )
 checkpoints = st.builds(
@@ -82,19 +91,19 @@ classifiers = st.builds(
 events = st.builds(
     Event,
     event_type=st.from_regex(r"[A-Z][A-Z_]{0,20}", fullmatch=True),
-    event_id=text,
-    operation_id=text,
-    correlation_id=text,
-    machine_name=text,
-    machine_version=text,
-    event_time=utc_times,
-    evidence_ref=text,
-    producer=text,
+    event_id=ids,
+    operation_id=ids,
+    correlation_id=ids,
+    machine_name=ids,
+    machine_version=ids,
+    event_time=event_times,
+    evidence_ref=ids,
+    producer=ids,
     lineage=lineages,
     evidence=st.none() | evidence,
     human_decision=st.none() | decisions,
     classifier=st.none() | classifiers,
-    causation=maybe_text,
+    causation=maybe_id,
 )
 
 
