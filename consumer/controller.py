@@ -181,7 +181,18 @@ class Controller:
         self.settings = settings
         self.ledger = ledger
         self.rules = rules
-        self._intake = Intake(machines, max_record_bytes=settings.max_record_bytes)
+        self._intake = Intake(
+            machines,
+            roster=rules.policy.roster,
+            max_record_bytes=settings.max_record_bytes,
+            clock=clock,
+        )
+        if not rules.policy.producers:
+            log.warning(
+                "policy %s lists no producers: every event will be refused as "
+                "producer-unknown; add the producer roster (`producers:`) to the policy",
+                rules.policy.id,
+            )
         telemetry = telemetry or Telemetry.disabled()
         self._tracer = BatchTracer(
             telemetry.tracer_provider, group=settings.group_id, client=settings.instance_id

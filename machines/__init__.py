@@ -114,6 +114,12 @@ from machines.policy import (
     load_roster,
     parse_policy,
 )
+from machines.producer_roles import (
+    DEFAULT_EVENT_ROLES,
+    EventRoles,
+    check_event_role,
+    check_opening,
+)
 from machines.provenance import (
     LockFile,
     dump_model,
@@ -153,6 +159,7 @@ __all__ = [
     "ANY",
     "CANONICAL_FORM",
     "CATALOGUE",
+    "DEFAULT_EVENT_ROLES",
     "DEFAULT_REGISTRY",
     "MAX_LINEAGE_DEPTH",
     "SCENARIOS",
@@ -179,6 +186,7 @@ __all__ = [
     "DeclaredFacts",
     "Event",
     "EventError",
+    "EventRoles",
     "EvidencePayload",
     "Grant",
     "GuardContext",
@@ -232,6 +240,8 @@ __all__ = [
     "canonical_text",
     "catalogue_packages",
     "check_decision",
+    "check_event_role",
+    "check_opening",
     "check_policy_against_registry",
     "containment_of",
     "decide",

@@ -465,6 +465,15 @@ def _open_commands(current: frozenset[str], decision: Decision) -> frozenset[str
     return (current - answered) | issued
 
 
+def _command_capabilities(view: OperationView, decision: Decision) -> tuple[tuple[str, str], ...]:
+    answered = decision.causation
+    kept = tuple((c, cap) for c, cap in view.command_capabilities if c != answered)
+    issued = tuple(
+        (i.command_id, i.capability) for i in decision.invocations if i.kind in ANSWERED_KINDS
+    )
+    return kept + issued
+
+
 def _counters(view: OperationView, kinds: Sequence[str]) -> dict[str, int]:
     """The counters that invoking capabilities of `kinds` advances, as `evolve` changes:
     a retry spends an attempt and a unit of budget and starts a new epoch, a compensation
@@ -510,6 +519,8 @@ def apply(view: OperationView, decision: Decision) -> OperationView:
     if decision.state_after != decision.state_before:
         changes["entry_approval"] = None if decision.approval_consumed else used
     changes["open_commands"] = _open_commands(view.open_commands, decision)
+    if decision.invocations or view.command_capabilities:
+        changes["command_capabilities"] = _command_capabilities(view, decision)
     changes["state"] = decision.state_after
     changes["version"] = decision.sequence
     changes["seen_events"] = MappingProxyType(seen)

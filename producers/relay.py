@@ -230,8 +230,11 @@ class OutboxRelay:
         self._ledger = ledger
         self._database_url = database_url
         self._topics = topics or TopicNames.from_env()
+        # The relay's records are the controller's; they are signed with its key on the
+        # relay's own path, not as a producer of events.
         self._publisher = EventPublisher(
             bootstrap,
+            signer=None,
             topics=self._topics,
             producer_config={
                 "client.id": self.instance,

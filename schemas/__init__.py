@@ -32,8 +32,12 @@ from schemas.codec import (
 from schemas.command import CapabilityCommand
 from schemas.deployment import (
     DEFAULT_TOPICS,
+    ENV_CONTROLLER_SIGNING_KEY_FILE,
     ENV_DATABASE_URL,
     ENV_KAFKA_BOOTSTRAP,
+    ENV_PRODUCER_ID,
+    ENV_PRODUCER_KEY_FILE,
+    ENV_ROSTER_FILE,
     ENV_TOPIC_PREFIX,
     TopicNames,
 )
@@ -60,7 +64,9 @@ from schemas.signing import (
     RECORD_SIGNATURE_DOMAIN,
     SIGNED_HEADERS,
     RecordSigner,
+    SignerSettingMissing,
     record_signing_message,
+    signer_from_env,
     verify_record,
 )
 
@@ -73,8 +79,12 @@ __all__ = [
     "DEAD_LETTER",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_TOPICS",
+    "ENV_CONTROLLER_SIGNING_KEY_FILE",
     "ENV_DATABASE_URL",
     "ENV_KAFKA_BOOTSTRAP",
+    "ENV_PRODUCER_ID",
+    "ENV_PRODUCER_KEY_FILE",
+    "ENV_ROSTER_FILE",
     "ENV_TOPIC_PREFIX",
     "EVENT_ENVELOPE",
     "EVENT_SCHEMA",
@@ -99,6 +109,7 @@ __all__ = [
     "RecordSigner",
     "SchemaCatalog",
     "SchemaVersion",
+    "SignerSettingMissing",
     "TopicNames",
     "WireCode",
     "WireDecoder",
@@ -114,5 +125,6 @@ __all__ = [
     "record_id",
     "record_signing_message",
     "record_to_event",
+    "signer_from_env",
     "verify_record",
 ]

@@ -18,8 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "DEFAULT_TOPICS",
+    "ENV_CONTROLLER_SIGNING_KEY_FILE",
     "ENV_DATABASE_URL",
     "ENV_KAFKA_BOOTSTRAP",
+    "ENV_PRODUCER_ID",
+    "ENV_PRODUCER_KEY_FILE",
+    "ENV_ROSTER_FILE",
     "ENV_TOPIC_PREFIX",
     "TopicNames",
 ]
@@ -30,6 +34,13 @@ ENV_KAFKA_BOOTSTRAP: Final = "RECOVERY_KAFKA_BOOTSTRAP"
 ENV_DATABASE_URL: Final = "RECOVERY_DATABASE_URL"
 
 ENV_TOPIC_PREFIX: Final = "RECOVERY_TOPIC_"
+
+# Who a producer is and the key it signs its records with (the client library, the
+# worker); the controller's own key; a worker's roster (a policy or producers-only file).
+ENV_PRODUCER_ID: Final = "RECOVERY_PRODUCER_ID"
+ENV_PRODUCER_KEY_FILE: Final = "RECOVERY_PRODUCER_KEY_FILE"
+ENV_CONTROLLER_SIGNING_KEY_FILE: Final = "RECOVERY_CONTROLLER_SIGNING_KEY_FILE"
+ENV_ROSTER_FILE: Final = "RECOVERY_ROSTER_FILE"
 
 _NAME = r"^[A-Za-z0-9._-]{1,249}$"
 

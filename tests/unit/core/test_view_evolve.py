@@ -26,6 +26,10 @@ BASE = OperationView(
     deadline=datetime(2026, 1, 1, tzinfo=UTC),
     open_commands=frozenset({"op-1:3:0"}),
     seen_events=MappingProxyType({"e-1": "sha256:cc"}),
+    capability="email.send",
+    tool="smtp",
+    environment="prod",
+    command_capabilities=(("op-1:3:0", "agent.stop-task"),),
 )
 
 # A new value for every field, so each one is checked to land where it belongs.
@@ -51,6 +55,10 @@ NEW: dict[str, Any] = {
     "entry_approval": "e-9",
     "open_commands": frozenset(),
     "seen_events": MappingProxyType({}),
+    "capability": "payment.refund",
+    "tool": "stripe",
+    "environment": "staging",
+    "command_capabilities": (),
 }
 
 

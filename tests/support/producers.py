@@ -1,0 +1,139 @@
+"""The tests' producer roster: every producer name the tests publish as, with a key and
+every role for any scope, so that tests about something else are not refused at intake;
+tests about authentication build narrower producers with `producer_entry`.
+
+Keys are derived from the producer's name (`machines.insecure_test_key`): fine in tests,
+never anywhere else. Every publisher in the tests signs through `signers()`, and every
+controller a test runs gets a policy with `roster()` (`with_roster`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from functools import cache
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from machines import (
+    ANY,
+    Grant,
+    Policy,
+    ProducerEntry,
+    ProducerKey,
+    Role,
+    Roster,
+    insecure_test_key,
+    public_key_text,
+)
+from schemas import RecordSigner
+
+# Every producer id a test or a catalogue case publishes as.
+TEST_PRODUCERS: tuple[str, ...] = (
+    "agent-1",
+    "agent-7",
+    "approval-console",
+    "approvals-service",
+    "approver-1",
+    "approver-console",
+    "approver-ui",
+    "bench-tool",
+    "bench-worker",
+    "bob",
+    "controller-1",
+    "coupa-adapter",
+    "coupa-integration",
+    "coupa-worker",
+    "demo",
+    "deploy-agent",
+    "fault-tool",
+    "nobody",
+    "recovery-controller",
+    "research-orchestrator",
+    "research-subagent-4",
+    "research-worker",
+    "smtp-relay",
+    "someone-else",
+    "status-api",
+    "tool-1",
+    "tool-2",
+    "tool-integration",
+    "validator-1",
+    "verifier-1",
+    "worker-containment",
+    "worker-payments",
+    "payment.verify-refund",
+    "procurement.verify-request",
+    "deploy.verify-steps",
+)
+
+
+def key_of(producer: str) -> Ed25519PrivateKey:
+    """The private key of test producer `producer` (derived from its name)."""
+    return insecure_test_key(f"test producer:{producer}")
+
+
+def all_grants() -> tuple[Grant, ...]:
+    """Every role, for any capability, tool, environment and agent."""
+    return tuple(
+        Grant(role=role, capabilities=(ANY,), tools=(ANY,), environments=(ANY,), agents=(ANY,))
+        for role in Role
+    )
+
+
+def producer_entry(
+    producer: str,
+    grants: Iterable[Grant] | None = None,
+    *,
+    key: Ed25519PrivateKey | None = None,
+    **key_fields: Any,
+) -> ProducerEntry:
+    """A roster entry for `producer` with its test key (or `key`), `grants` (default:
+    every role for anything) and key fields (`not_before`, `not_after`, `revoked`)."""
+    public = public_key_text((key or key_of(producer)).public_key())
+    return ProducerEntry(
+        id=producer,
+        keys=(ProducerKey(public_key=public, **key_fields),),
+        grants=tuple(all_grants() if grants is None else grants),
+    )
+
+
+@cache
+def roster() -> Roster:
+    """Every test producer with every role."""
+    return Roster(producers=tuple(producer_entry(p) for p in TEST_PRODUCERS))
+
+
+def roster_with(*entries: ProducerEntry) -> Roster:
+    """The test roster with `entries` added or replacing the test producers of their ids."""
+    replaced = {e.id for e in entries}
+    kept = tuple(p for p in roster().producers if p.id not in replaced)
+    return Roster(producers=kept + tuple(entries))
+
+
+def signer(producer: str, key: Ed25519PrivateKey | None = None) -> RecordSigner:
+    """The record signer of test producer `producer`."""
+    return RecordSigner(producer, key or key_of(producer))
+
+
+@cache
+def _signers() -> dict[str, RecordSigner]:
+    return {p: signer(p) for p in TEST_PRODUCERS}
+
+
+def signers() -> Mapping[str, RecordSigner]:
+    """A signer for every test producer (what a test's `EventPublisher` holds)."""
+    return _signers()
+
+
+def with_roster(policy: Policy, extra: Roster | None = None) -> Policy:
+    """`policy` with the test roster (or `extra`) as its producers, unless it has its own."""
+    if policy.producers:
+        return policy
+    chosen = extra or roster()
+    return policy.model_copy(update={"producers": chosen.producers})
+
+
+def roster_document() -> list[dict[str, Any]]:
+    """The test roster as a policy file's `producers:` list (JSON-ready)."""
+    return [p.model_dump(mode="json") for p in roster().producers]
