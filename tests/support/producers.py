@@ -106,9 +106,9 @@ def roster() -> Roster:
 
 def roster_with(*entries: ProducerEntry) -> Roster:
     """The test roster with `entries` added or replacing the test producers of their ids."""
-    replaced = {e.id for e in entries}
-    kept = tuple(p for p in roster().producers if p.id not in replaced)
-    return Roster(producers=kept + tuple(entries))
+    chosen = {e.id: e for e in entries}  # a later entry of the same id wins
+    kept = tuple(p for p in roster().producers if p.id not in chosen)
+    return Roster(producers=kept + tuple(chosen.values()))
 
 
 def signer(producer: str, key: Ed25519PrivateKey | None = None) -> RecordSigner:
