@@ -29,7 +29,9 @@ from machines import (
     load_locked_machines,
     load_policy,
     load_registry,
+    load_roster,
     load_trusted_publishers,
+    parse_policy,
 )
 
 __all__ = ["check_database_role", "load_rules", "redact_url", "run_controller"]
@@ -50,6 +52,14 @@ def load_rules(settings: ControllerSettings) -> tuple[dict[str, Machine], Rules]
             if settings.policy_path is not None
             else Policy(id="default")
         )
+        if settings.roster_path is not None:
+            # Validated again as a whole: a producer listed in both is refused.
+            extra = load_roster(settings.roster_path)
+            data = policy.model_dump(mode="json")
+            data["producers"] = data.get("producers", []) + [
+                p.model_dump(mode="json") for p in extra.producers
+            ]
+            policy = parse_policy(data, source=f"{settings.roster_path} with the policy")
         check_policy_against_registry(policy, registry)
     except (MachineError, PolicyError, OSError) as exc:
         raise ControllerError(f"controller cannot load its machines or policy: {exc}") from exc

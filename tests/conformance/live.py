@@ -34,6 +34,7 @@ from machines.event import Event, Lineage
 from producers import EventPublisher
 from producers.relay import OutboxRelay
 from schemas import HEADER_RECORD_ID, TopicNames, header_value
+from tests.support.producers import signers
 
 PARTITION = 0
 
@@ -204,7 +205,7 @@ def run_live(
         target=lambda: relay.run(stop), name=f"relay-{settings.instance_id}", daemon=True
     )
     relay_thread.start()
-    publisher = EventPublisher(bootstrap, topics=topics)
+    publisher = EventPublisher(bootstrap, signer=signers(), topics=topics)
     op = case.operation.id
     steps: list[StepResult] = []
     try:

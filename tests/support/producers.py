@@ -9,8 +9,10 @@ controller a test runs gets a policy with `roster()` (`with_roster`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -36,6 +38,8 @@ TEST_PRODUCERS: tuple[str, ...] = (
     "approvals-service",
     "approver-1",
     "approver-console",
+    "approver-dana",
+    "mallory",
     "approver-ui",
     "bench-tool",
     "bench-worker",
@@ -137,3 +141,11 @@ def with_roster(policy: Policy, extra: Roster | None = None) -> Policy:
 def roster_document() -> list[dict[str, Any]]:
     """The test roster as a policy file's `producers:` list (JSON-ready)."""
     return [p.model_dump(mode="json") for p in roster().producers]
+
+
+def write_roster(folder: Path) -> Path:
+    """The test roster as a `producers:`-only file in `folder`, for a controller started
+    with `RECOVERY_CONTROLLER_ROSTER_PATH` (or `ControllerSettings.roster_path`)."""
+    path = folder / "test-roster.json"
+    path.write_text(json.dumps({"producers": roster_document()}), encoding="utf-8")
+    return path

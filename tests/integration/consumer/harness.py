@@ -23,6 +23,7 @@ from ledger import Ledger, OutboxRecord, PostgresLedger
 from machines import Lineage
 from producers import EventPublisher, RecoveryClient
 from schemas import TopicNames
+from tests.support.producers import roster_document, signers
 
 APPROVER = "approver-1"
 VERIFIER = "verifier-1"
@@ -34,6 +35,7 @@ def write_policy(folder: Path, approver_key: Ed25519PrivateKey) -> Path:
     policy = {
         "id": "controller-tests",
         "trusted_verifiers": [VERIFIER],
+        "producers": roster_document(),
         "approvers": [
             {
                 "id": APPROVER,
@@ -140,7 +142,9 @@ class Tool:
     """Publishes events as a tool would, through the client library."""
 
     def __init__(self, bootstrap: str, topic: str, producer: str = "tool-1") -> None:
-        self.publisher = EventPublisher(bootstrap, topics=TopicNames(events=topic))
+        self.publisher = EventPublisher(
+            bootstrap, signer=signers(), topics=TopicNames(events=topic)
+        )
         self.client = RecoveryClient(self.publisher, producer)
         self.topic = topic
 
