@@ -102,10 +102,20 @@ def producer_entry(
     )
 
 
+# Test producers the roster lists with fewer roles: `nobody` is a producer with a key
+# that verifies nothing (its verifications are refused).
+_NARROW: dict[str, tuple[Role, ...]] = {"nobody": (Role.TOOL,)}
+
+
 @cache
 def roster() -> Roster:
-    """Every test producer with every role."""
-    return Roster(producers=tuple(producer_entry(p) for p in TEST_PRODUCERS))
+    """Every test producer with every role (`nobody`: tool only)."""
+    entries = []
+    for p in TEST_PRODUCERS:
+        narrow = _NARROW.get(p)
+        grants = None if narrow is None else [g for g in all_grants() if g.role in narrow]
+        entries.append(producer_entry(p, grants))
+    return Roster(producers=tuple(entries))
 
 
 def roster_with(*entries: ProducerEntry) -> Roster:

@@ -157,8 +157,16 @@ class Tool:
         agent: str = "agent-1",
         **fields: Any,
     ) -> str:
-        """Publish one event of `machine`@1.0.0 for `operation`; returns its event id."""
-        event = self.client.publish_event(
+        """Publish one event of `machine`@1.0.0 for `operation`; returns its event id. A
+        verification is signed by its verifier and a decision by its approver (the
+        controller refuses an identity in an event that is not its signer's)."""
+        client = self.client
+        evidence, decision = fields.get("evidence"), fields.get("human_decision")
+        if evidence is not None and evidence.verifier is not None:
+            client = RecoveryClient(self.publisher, evidence.verifier)
+        elif decision is not None:
+            client = RecoveryClient(self.publisher, decision.approver)
+        event = client.publish_event(
             event_type,
             operation_id=operation,
             correlation_id=f"corr-{operation}",
@@ -179,6 +187,7 @@ class Tool:
             value=value,
             record_id=f"raw:{uuid.uuid4().hex}",
             content_type=content_type,
+            producer=self.client.producer,
         )
 
     def flush(self) -> None:
