@@ -47,7 +47,7 @@ from consumer.intake import (
     Rejected,
     failed,
 )
-from ledger import Batch, DeadLetter, Entry, Position, Source, batch_rows
+from ledger import Batch, DeadLetter, Entry, Position, RowSigner, Source, batch_rows
 from machines import (
     Arrival,
     AuthenticationError,
@@ -198,6 +198,7 @@ def decide_batch(
     runtime: str | None = None,
     topics: TopicNames | None = None,
     arrivals: Mapping[str, Arrival] | None = None,
+    sign: RowSigner | None = None,
 ) -> DecidedBatch:
     """Decide a batch (see the module docstring). `stored` are the views the ledger
     holds for the batch's operations; `arrivals` the lineage it gives the operations
@@ -205,7 +206,7 @@ def decide_batch(
     no lineage, which is right only when the ledger knows none); `excluded` maps record
     coordinates to a refusal the ledger reported for them on an earlier attempt;
     `topics` names the output topics the outbox rows go to (default: the standard
-    names)."""
+    names); `sign` signs every outbox row the commit writes (`consumer.signing`)."""
     decided = _Decided(BatchFold(stored, rules, arrivals), controller)
     letters: list[DeadLetter] = []
     excluded = excluded or {}
@@ -230,6 +231,7 @@ def decide_batch(
         dead_letters=tuple(letters),
         topics=topics or DEFAULT_TOPICS,
         folded=dict(decided.fold.current),
+        sign=sign,
     )
     return DecidedBatch(batch, tuple(decided.decisions), tuple(decided.refused))
 

@@ -59,6 +59,7 @@ from consumer.heap import settle_heap
 from consumer.intake import Intake, IntakeResult, RawRecord, Refusal, RefusalCode
 from consumer.metrics import ControllerMetrics
 from consumer.settings import ControllerSettings
+from consumer.signing import controller_signer
 from consumer.telemetry import Telemetry
 from consumer.tracing import BatchTracer
 from ledger import (
@@ -71,7 +72,7 @@ from ledger import (
     RetryableConflict,
 )
 from machines import Machine, Outcome, Rules
-from schemas import librdkafka_logger
+from schemas import OutboxSigner, librdkafka_logger
 
 __all__ = ["Controller", "consumer_config"]
 
@@ -177,8 +178,11 @@ class Controller:
         rules: Rules,
         telemetry: Telemetry | None = None,
         clock: Callable[[], datetime] = _utcnow,
+        signer: OutboxSigner | None = None,
     ) -> None:
         self.settings = settings
+        # Fail closed: no key, no controller (`consumer.signing`).
+        self.signer = signer or controller_signer(settings)
         self.ledger = ledger
         self.rules = rules
         self._intake = Intake(
@@ -338,6 +342,7 @@ class Controller:
                     observe=self._tracer.observer(span, self.metrics.decision_latency),
                     topics=self._topics,
                     arrivals=arrivals,
+                    sign=self.signer,
                 )
                 self.ledger.commit(planned.batch)
             except RetryableConflict as exc:

@@ -17,7 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from consumer.errors import SettingsError
 from machines import DEFAULT_REGISTRY
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, TopicNames
+from schemas import (
+    DEFAULT_CONTROLLER_ID,
+    ENV_CONTROLLER_ID,
+    ENV_CONTROLLER_SIGNING_KEY_FILE,
+    ENV_DATABASE_URL,
+    ENV_KAFKA_BOOTSTRAP,
+    TopicNames,
+)
 
 __all__ = ["ENV_PREFIX", "ControllerSettings", "Exporter"]
 
@@ -25,6 +32,11 @@ ENV_PREFIX: Final = "RECOVERY_CONTROLLER_"
 _MACHINES = Path(DEFAULT_REGISTRY).resolve().parent
 
 Exporter = Literal["none", "console", "otlp"]
+
+
+def _signing_key_file() -> Path | None:
+    value = os.environ.get(ENV_CONTROLLER_SIGNING_KEY_FILE)
+    return Path(value) if value else None
 
 
 def _instance() -> str:
@@ -77,6 +89,12 @@ class ControllerSettings(BaseModel):
     exporter: Exporter | None = None
     otlp_endpoint: str | None = None
     consumer_config: dict[str, str] = Field(default_factory=dict)
+    # The controller's identity in the roster (RECOVERY_CONTROLLER_ID) and its Ed25519
+    # key file (RECOVERY_CONTROLLER_SIGNING_KEY_FILE, PEM PKCS#8 or the base64 raw seed,
+    # never in the database): every record the controller emits is signed with it, and
+    # the controller refuses to start without it (docs/operations.md, "Keys").
+    producer_id: str = Field(default=DEFAULT_CONTROLLER_ID, min_length=1)
+    signing_key_file: Path | None = Field(default_factory=_signing_key_file)
     # Run even when `database_url` connects as a PostgreSQL superuser, which bypasses
     # every grant and can skip the append-only trigger (docs/ledger.md, "Roles").
     allow_superuser: bool = False
@@ -94,6 +112,10 @@ class ControllerSettings(BaseModel):
         if env.get(ENV_DATABASE_URL):
             data["database_url"] = env[ENV_DATABASE_URL]
         data["topics"] = TopicNames.from_env(env)
+        if env.get(ENV_CONTROLLER_ID):
+            data["producer_id"] = env[ENV_CONTROLLER_ID]
+        if environ is not None and not env.get(ENV_CONTROLLER_SIGNING_KEY_FILE):
+            data["signing_key_file"] = None  # the given environment, not the process's
         for name in cls.model_fields:
             value = env.get(ENV_PREFIX + name.upper())
             if value and name not in {"topics", "consumer_config"}:
@@ -115,4 +137,6 @@ def _variable(loc: tuple[int | str, ...]) -> str:
         return ENV_KAFKA_BOOTSTRAP
     if name == "database_url":
         return ENV_DATABASE_URL
+    if name == "producer_id":
+        return ENV_CONTROLLER_ID
     return ENV_PREFIX + name.upper()

@@ -48,6 +48,7 @@ from ledger.roles import (
     ensure_roles,
     migrate_as_owner,
 )
+from ledger.rowsign import RowSigner
 from ledger.schema import describe_schema, expected_schema
 from ledger.schema_check import pending_migrations, require_current_schema
 from ledger.signing import SigningKeyError, key_id, load_signing_key, public_key_text
@@ -81,6 +82,7 @@ __all__ = [
     "PostgresLedger",
     "RetryableConflict",
     "RolesReport",
+    "RowSigner",
     "SigningKeyError",
     "Source",
     "UnknownOperation",

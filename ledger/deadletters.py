@@ -30,6 +30,7 @@ from psycopg.rows import TupleRow
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_hash
 from ledger.jsonutil import dumps
 from ledger.queries import QUERIES
+from ledger.rowsign import RowSigner
 
 __all__ = [
     "DEAD_LETTER_KIND",
@@ -80,9 +81,11 @@ def plan_dead_letters(
     heads: Mapping[str, ChainHead],
     audit_topic: str,
     dead_letter_topic: str,
+    sign: RowSigner | None = None,
 ) -> tuple[dict[str, list[AuditRecord]], list[DeadLetterRow]]:
     """Chain each letter's audit record onto its intake chain's `head` and list the
-    outbox rows in order: per letter, its audit record then its dead letter. Pure."""
+    outbox rows in order: per letter, its audit record then its dead letter, each signed
+    by `sign` when given. Pure."""
     bodies: dict[str, list[tuple[str, Mapping[str, Any], str]]] = {}
     for letter in letters:
         item = (DEAD_LETTER_KIND, letter.audit, dumps(letter.audit))
@@ -95,24 +98,42 @@ def plan_dead_letters(
         cursor[letter.chain_id] += 1
         audit_id = f"audit:{record.operation_id}:{record.sequence}"
         rows.append(
-            DeadLetterRow(
-                audit_id,
-                audit_topic,
-                letter.chain_id,
-                {"record_id": audit_id, "operation_id": record.operation_id, "kind": record.kind},
-                record.to_dict(),
+            _signed(
+                DeadLetterRow(
+                    audit_id,
+                    audit_topic,
+                    letter.chain_id,
+                    {
+                        "record_id": audit_id,
+                        "operation_id": record.operation_id,
+                        "kind": record.kind,
+                    },
+                    record.to_dict(),
+                ),
+                sign,
             )
         )
         rows.append(
-            DeadLetterRow(
-                letter.record_id,
-                dead_letter_topic,
-                letter.key,
-                {**letter.headers, "record_id": letter.record_id, "reason": letter.reason_code},
-                letter.payload,
+            _signed(
+                DeadLetterRow(
+                    letter.record_id,
+                    dead_letter_topic,
+                    letter.key,
+                    {**letter.headers, "record_id": letter.record_id, "reason": letter.reason_code},
+                    letter.payload,
+                ),
+                sign,
             )
         )
     return chained, rows
+
+
+def _signed(row: DeadLetterRow, sign: RowSigner | None) -> DeadLetterRow:
+    """`row` with the controller's signature over the payload text the ledger stores."""
+    if sign is None:
+        return row
+    headers = sign(row.topic, row.key, row.record_id, row.headers, dumps(row.payload))
+    return DeadLetterRow(row.record_id, row.topic, row.key, headers, row.payload)
 
 
 def intake_reads(

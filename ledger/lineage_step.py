@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from ledger.cascade import LineagePlan, lineage_message
 from ledger.errors import VersionConflict
 from ledger.jsonutil import dumps
-from ledger.records import AuditItem, BatchRows, OperationRow, OutboxRow
+from ledger.records import AuditItem, BatchRows, OperationRow, OutboxRow, RowSigner, signed_row
 from machines import LineageRow, arrival_of
 from schemas import TopicNames
 
@@ -101,11 +101,13 @@ def lineage_inputs(plan: BatchRows) -> tuple[set[str], set[str]]:
     return (parents | changing) - opened, opened | changing
 
 
-def with_lineage_plan(plan: BatchRows, lineage: LineagePlan, topics: TopicNames) -> BatchRows:
+def with_lineage_plan(
+    plan: BatchRows, lineage: LineagePlan, topics: TopicNames, sign: RowSigner | None = None
+) -> BatchRows:
     """`plan` with the lineage step's audit records (chained with the batch's own, on
     the containing or opened operation's chain) and its cascade events as outbox rows
     for the events topic. Audit bodies are only planned for operations `plan` touches,
-    whose chains the commit holds locked."""
+    whose chains the commit holds locked. `sign` signs the cascade events."""
     touched = {r.operation_id for r in plan.operations}
     audit = list(plan.audit)
     for op in sorted(lineage.audit):
@@ -114,7 +116,7 @@ def with_lineage_plan(plan: BatchRows, lineage: LineagePlan, topics: TopicNames)
         for body in lineage.audit_of(op):
             audit.append(AuditItem(op, "lineage", body, dumps(body)))
     cascade = tuple(
-        OutboxRow(e.record_id, topics.events, e.key, e.headers, e.payload_json)
+        signed_row(OutboxRow(e.record_id, topics.events, e.key, e.headers, e.payload_json), sign)
         for e in lineage.events
     )
     return replace(plan, audit=tuple(audit), cascade=cascade)

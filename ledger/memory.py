@@ -55,7 +55,16 @@ from ledger.lineage_step import (
     opened_lineage,
     with_lineage_plan,
 )
-from ledger.records import Batch, BatchRows, OutboxRow, audit_bodies, batch_rows, finish_outbox
+from ledger.records import (
+    Batch,
+    BatchRows,
+    OutboxRow,
+    audit_bodies,
+    batch_rows,
+    command_lineage,
+    finish_outbox,
+    heads_row,
+)
 from machines import Arrival, LineageRow, OperationView, arrival_of, with_lineage
 
 __all__ = ["MemoryLedger"]
@@ -184,7 +193,7 @@ class MemoryLedger(Ledger):
             stored[op] = known[op]
         check_arrivals(plan, stored)
         lineage = plan_lineage(stored, opened_lineage(plan), plan.containments, batch_time(plan))
-        return with_lineage_plan(plan, lineage, batch.topics), dict(lineage.rows)
+        return with_lineage_plan(plan, lineage, batch.topics, batch.sign), dict(lineage.rows)
 
     def _below(self, roots: set[str]) -> set[str]:
         children: dict[str, list[str]] = {}
@@ -277,16 +286,21 @@ class MemoryLedger(Ledger):
         s.nonces.update(a.nonce for a in plan.approvals)
         for op, records in chained.items():
             s.audit.setdefault(op, []).extend(records)
-        outbox = finish_outbox(plan, chained, batch.topics)
+        outbox = finish_outbox(
+            plan, chained, batch.topics, sign=batch.sign, lineages=self._lineages(plan)
+        )
         for out in outbox:
             s.outbox.append(_Outbox(len(s.outbox) + 1, out))
+        heads_at = len(s.outbox)
         stored_ids = {item.row.record_id for item in s.outbox}
         cascaded = 0
         for out in plan.cascade:
             if out.record_id not in stored_ids:  # as ON CONFLICT DO NOTHING
                 s.outbox.append(_Outbox(len(s.outbox) + 1, out))
                 cascaded += 1
-        letters = self._write_dead_letters(batch)
+        letters, intake = self._write_dead_letters(batch)
+        heads = heads_row({**chained, **intake}, batch.topics, batch.sign)
+        self._insert_at(heads_at, heads)
         for pos in batch.positions:
             s.offsets[(batch.group, pos.topic, pos.partition)] = pos.next_offset
         return CommitResult(
@@ -295,11 +309,41 @@ class MemoryLedger(Ledger):
             evidence=len(plan.evidence),
             approvals=len(plan.approvals),
             audit_records=sum(len(r) for r in chained.values()) + letters[0],
-            outbox_rows=len(outbox) + cascaded + letters[1],
+            outbox_rows=len(outbox) + cascaded + letters[1] + (heads is not None),
             dead_letters=len(batch.dead_letters),
         )
 
-    def _write_dead_letters(self, batch: Batch) -> tuple[int, int]:
+    def _insert_at(self, index: int, row: OutboxRow | None) -> None:
+        """Insert `row` (the batch's chain-heads record) where PostgreSQL puts it: after
+        the batch's rows, before its cascade events and dead letters."""
+        if row is None:
+            return
+        later = [item.row for item in self._s.outbox[index:]]
+        del self._s.outbox[index:]
+        for out in (row, *later):
+            self._s.outbox.append(_Outbox(len(self._s.outbox) + 1, out))
+
+    def _lineages(self, plan: BatchRows) -> dict[str, dict[str, Any]]:
+        """As `ledger.postgres_commit`: the lineage each operation's commands carry, from
+        its stored row (opened earlier, or just now by `_write`)."""
+        out: dict[str, dict[str, Any]] = {}
+        for op in {c.key for c in plan.commands}:
+            stored = self._s.operations.get(op)
+            if stored is not None:
+                i = stored.info
+                out[op] = command_lineage(
+                    i.agent,
+                    i.task,
+                    i.initiating_principal,
+                    i.origin_operation,
+                    i.parent_operation,
+                    i.delegated_credentials,
+                )
+        return out
+
+    def _write_dead_letters(
+        self, batch: Batch
+    ) -> tuple[tuple[int, int], dict[str, list[AuditRecord]]]:
         """The same rows `ledger.postgres_commit` writes for dead letters on PostgreSQL."""
         s = self._s
         heads = {
@@ -307,7 +351,7 @@ class MemoryLedger(Ledger):
             for d in batch.dead_letters
         }
         chained, rows = plan_dead_letters(
-            batch.dead_letters, heads, batch.topics.audit, batch.topics.dlq
+            batch.dead_letters, heads, batch.topics.audit, batch.topics.dlq, batch.sign
         )
         for chain, records in chained.items():
             s.audit.setdefault(chain, []).extend(records)
@@ -315,7 +359,7 @@ class MemoryLedger(Ledger):
         for row in rows:
             out = OutboxRow(row.record_id, row.topic, row.key, row.headers, dumps(row.payload))
             s.outbox.append(_Outbox(len(s.outbox) + 1, out))
-        return sum(len(r) for r in chained.values()), len(rows)
+        return (sum(len(r) for r in chained.values()), len(rows)), chained
 
     def _depth(self, parent: str | None) -> int:
         if parent is None:

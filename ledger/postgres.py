@@ -24,6 +24,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
+from datetime import datetime
 from typing import Any, Final, TypeVar
 
 import psycopg
@@ -51,7 +52,10 @@ from ledger.records import (
     Batch,
     batch_rows,
 )
+from ledger.retention import PurgeCandidate, PurgeResult, purge_candidates, purge_operation
+from ledger.rowsign import RowSigner
 from machines import Arrival, LineageRow, OperationView, arrival_of, with_lineage
+from schemas import TopicNames
 
 __all__ = ["PostgresLedger"]
 
@@ -361,6 +365,31 @@ class PostgresLedger(Ledger):
             return None if row is None else str(row[0])
 
         return self._run(f"release outbox row {record_id}", work)
+
+    def purge_candidates(self, before: datetime) -> list[PurgeCandidate]:
+        """Operations retention may purge: untouched since `before` (`ledger.retention`)."""
+        return self._run("list purge candidates", lambda c: purge_candidates(c, before))
+
+    def purge_operation(
+        self,
+        operation_id: str,
+        *,
+        reason: str,
+        now: datetime,
+        topics: TopicNames,
+        sign: RowSigner | None,
+    ) -> PurgeResult:
+        """Purge one operation's history, leaving a signed tombstone (`ledger.retention`).
+        Raises `UnknownOperation`, or `LedgerError` when the database refuses."""
+        try:
+            return self._run(
+                f"purge operation {operation_id}",
+                lambda c: purge_operation(
+                    c, operation_id, reason=reason, now=now, topics=topics, sign=sign
+                ),
+            )
+        except LookupError as exc:
+            raise UnknownOperation(str(exc)) from exc
 
     def audit_operation_ids(self) -> tuple[str, ...]:
         """See `Ledger.audit_operation_ids`."""

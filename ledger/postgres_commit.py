@@ -64,7 +64,9 @@ from ledger.records import (
     OperationRow,
     OutboxRow,
     audit_bodies,
+    command_lineage,
     finish_outbox,
+    heads_row,
 )
 from machines import LineageRow
 
@@ -100,13 +102,24 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchRows) -> CommitResult:
         chained = {
             op: chain_records(op, heads[op], bodies) for op, bodies in audit_bodies(plan).items()
         }
-        outbox = finish_outbox(plan, chained, batch.topics, audit_payloads=False)
+        outbox = finish_outbox(
+            plan,
+            chained,
+            batch.topics,
+            audit_payloads=False,
+            sign=batch.sign,
+            lineages=_lineages(plan, reads.locked),
+        )
         intake, letters = plan_dead_letters(
             batch.dead_letters,
             reads.intake_heads,
             batch.topics.audit,
             batch.topics.dlq,
+            batch.sign,
         )
+        anchor = heads_row({**chained, **intake}, batch.topics, batch.sign)
+        if anchor is not None:
+            outbox.append(anchor)
         # The outbox keeps its insertion order: the batch's rows, the cascade events,
         # then the dead letters. Without cascade events (nearly always) the dead letters
         # ride with the batch's rows.
@@ -220,7 +233,7 @@ def _check_versions(plan: BatchRows, rows: Rows) -> dict[str, ChainHead]:
     `_read`) and return every touched operation's audit chain head (the genesis head
     for those the batch opens; `_insert_opened` writes them)."""
     heads = {r.operation_id: genesis_head(r.operation_id) for r in plan.operations if r.opens}
-    stored = {str(op): (int(v), ChainHead(int(s), str(h)), c, a) for op, v, s, h, c, a in rows}
+    stored = {str(op): (int(v), ChainHead(int(s), str(h)), c, a) for op, v, s, h, c, a, *_ in rows}
     for row in plan.operations:
         if row.opens:
             continue
@@ -232,6 +245,32 @@ def _check_versions(plan: BatchRows, rows: Rows) -> dict[str, ChainHead]:
             raise VersionConflict(lineage_message(row.operation_id))
         heads[row.operation_id] = head
     return heads
+
+
+def _lineages(plan: BatchRows, locked: Rows) -> dict[str, dict[str, Any]]:
+    """The lineage each operation with a command in `plan` carries in its commands: the
+    opened operations' from their rows, the continued ones' from their locked rows."""
+    wanted = {c.key for c in plan.commands}
+    if not wanted:
+        return {}
+    out = {
+        r.operation_id: command_lineage(
+            r.agent,
+            r.task,
+            r.initiating_principal,
+            r.origin_operation,
+            r.parent_operation,
+            r.delegated_credentials,
+        )
+        for r in plan.operations
+        if r.opens and r.operation_id in wanted
+    }
+    for op, *_, agent, task, principal, origin, parent, credentials in locked:
+        if op in wanted:
+            out[str(op)] = command_lineage(
+                agent, task, principal, origin, parent, tuple(credentials or ())
+            )
+    return out
 
 
 def _check_ids(plan: BatchRows, events: Rows, nonce_rows: Rows) -> None:

@@ -122,7 +122,7 @@ def lineage_step(
             )
     check_arrivals(plan, stored)
     lineage = plan_lineage(stored, opened_lineage(plan), plan.containments, batch_time(plan))
-    return with_lineage_plan(plan, lineage, batch.topics), lineage
+    return with_lineage_plan(plan, lineage, batch.topics, batch.sign), lineage
 
 
 def write_lineage(conn: Conn, plan: BatchRows, lineage: LineagePlan | None) -> None:

@@ -11,10 +11,12 @@ in-memory fake cannot write anything the real ledger would not.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
+
+import orjson
 
 from ledger.audit import AUDIT_FORMAT, AuditRecord, operation_commitment, text_digest
 from ledger.codec import (
@@ -27,6 +29,7 @@ from ledger.codec import (
 )
 from ledger.deadletters import DeadLetter
 from ledger.jsonutil import dumps
+from ledger.rowsign import RowSigner
 from machines import (
     Containment,
     Decision,
@@ -37,9 +40,11 @@ from machines import (
     apply,
     containment_of,
 )
-from schemas import DEFAULT_TOPICS, TopicNames
+from schemas import DEFAULT_TOPICS, TopicNames, record_id
 
 __all__ = [
+    "HEADS_FORMAT",
+    "HEADS_KIND",
     "ApprovalRow",
     "AuditItem",
     "Batch",
@@ -51,10 +56,14 @@ __all__ = [
     "OperationRow",
     "OutboxRow",
     "Position",
+    "RowSigner",
     "Source",
     "audit_bodies",
     "batch_rows",
+    "command_lineage",
     "finish_outbox",
+    "heads_row",
+    "signed_row",
 ]
 
 
@@ -117,6 +126,9 @@ class Batch:
     dead_letters: tuple[DeadLetter, ...] = ()
     topics: TopicNames = DEFAULT_TOPICS
     folded: Mapping[str, OperationView] | None = None
+    # Signs every outbox row the commit writes (the controller's key); None writes them
+    # unsigned (simulations and tests that do not publish).
+    sign: RowSigner | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -680,50 +692,130 @@ def _command_rows(
     return rows
 
 
+def command_lineage(
+    agent: str,
+    task: str,
+    initiating_principal: str,
+    origin_operation: str | None,
+    parent_operation: str | None,
+    delegated_credentials: Sequence[str],
+) -> dict[str, Any]:
+    """The lineage a command's payload carries (the operation row's, as opened), so that
+    the relay encodes exactly the command the controller signed, without a lookup."""
+    return {
+        "agent": agent,
+        "task": task,
+        "initiating_principal": initiating_principal,
+        "origin_operation": origin_operation,
+        "parent_operation": parent_operation,
+        "delegated_credentials": list(delegated_credentials),
+    }
+
+
+def signed_row(row: OutboxRow, sign: RowSigner | None, payload_json: str = "") -> OutboxRow:
+    """`row` with the controller's signature in its headers (`sign` over `payload_json`,
+    else the row's own payload); `row` itself without a signer."""
+    if sign is None:
+        return row
+    headers = sign(row.topic, row.key, row.record_id, row.headers, payload_json or row.payload_json)
+    return replace(row, headers=headers)
+
+
+def _with_lineage(row: OutboxRow, lineage: Mapping[str, Any] | None) -> OutboxRow:
+    if lineage is None:
+        return row
+    payload = orjson.loads(row.payload_json)
+    payload["lineage"] = lineage
+    return replace(row, payload_json=dumps(payload))
+
+
 def finish_outbox(
     plan: BatchRows,
     chained: Mapping[str, list[AuditRecord]],
     topics: TopicNames = DEFAULT_TOPICS,
     *,
     audit_payloads: bool = True,
+    sign: RowSigner | None = None,
+    lineages: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[OutboxRow]:
     """All outbox rows of the batch, in insertion order: the commands, then each audit
     record (and the dead letter that goes with a conflict). `chained` holds, per
     operation, the records `chain_records` built from `plan.audit` in the same order.
     Without `audit_payloads` an audit record's row has an empty `payload_json`: a ledger
     that stores the row as a reference to the record (PostgreSQL, migration 0004) does
-    not need the record encoded a second time."""
-    rows = [*plan.commands, *plan.published_evidence]
+    not need the record encoded a second time. `lineages` (operation id ->
+    `command_lineage`) goes into the commands' payloads; `sign` signs every row."""
+    known = lineages or {}
+    rows = [signed_row(_with_lineage(c, known.get(c.key)), sign) for c in plan.commands]
+    rows.extend(signed_row(e, sign) for e in plan.published_evidence)
     cursor = {op: 0 for op in chained}
     for item in plan.audit:
         record = chained[item.operation_id][cursor[item.operation_id]]
         cursor[item.operation_id] += 1
         op, seq = record.operation_id, record.sequence
-        rows.append(
-            OutboxRow(
-                f"audit:{op}:{seq}",
-                topics.audit,
-                op,
-                {"record_id": f"audit:{op}:{seq}", "operation_id": op, "kind": record.kind},
-                record.published_json() if audit_payloads else "",
-                audit_sequence=seq,
-            )
+        published = record.published_json() if audit_payloads or sign is not None else ""
+        audit_row = OutboxRow(
+            f"audit:{op}:{seq}",
+            topics.audit,
+            op,
+            {"record_id": f"audit:{op}:{seq}", "operation_id": op, "kind": record.kind},
+            published if audit_payloads else "",
+            audit_sequence=seq,
         )
+        rows.append(signed_row(audit_row, sign, published))
         if item.dead_letter is not None:
             rows.append(
-                OutboxRow(
-                    f"dlq:{op}:{seq}",
-                    topics.dlq,
-                    op,
-                    {
-                        "record_id": f"dlq:{op}:{seq}",
-                        "operation_id": op,
-                        "reason": "event-id-conflict",
-                    },
-                    dumps(item.dead_letter),
+                signed_row(
+                    OutboxRow(
+                        f"dlq:{op}:{seq}",
+                        topics.dlq,
+                        op,
+                        {
+                            "record_id": f"dlq:{op}:{seq}",
+                            "operation_id": op,
+                            "reason": "event-id-conflict",
+                        },
+                        dumps(item.dead_letter),
+                    ),
+                    sign,
                 )
             )
     return rows
+
+
+HEADS_KIND = "chain-heads"
+HEADS_FORMAT = "chain-heads/1"
+
+
+def heads_row(
+    chained: Mapping[str, Sequence[AuditRecord]],
+    topics: TopicNames = DEFAULT_TOPICS,
+    sign: RowSigner | None = None,
+) -> OutboxRow | None:
+    """The batch's `chain-heads` record for the audit topic: for every chain the batch
+    extended (operations and intake chains), its newest sequence and hash, sorted by
+    chain id; signed by `sign` like every row, so it anchors the database's chains
+    outside it (`recoveryctl audit verify --against-topic`). None when the batch wrote
+    no audit record. Its id is derived from the heads, so a replayed batch adds none."""
+    heads = [
+        {"operation_id": op, "sequence": records[-1].sequence, "hash": records[-1].hash}
+        for op, records in sorted(chained.items())
+        if records
+    ]
+    if not heads:
+        return None
+    rid = record_id(
+        HEADS_KIND, *(f"{h['operation_id']}:{h['sequence']}:{h['hash']}" for h in heads)
+    )
+    payload = {"kind": HEADS_KIND, "format": HEADS_FORMAT, "heads": heads}
+    row = OutboxRow(
+        rid,
+        topics.audit,
+        str(heads[0]["operation_id"]),
+        {"record_id": rid, "kind": HEADS_KIND},
+        dumps(payload),
+    )
+    return signed_row(row, sign)
 
 
 def audit_bodies(plan: BatchRows) -> dict[str, list[tuple[str, Mapping[str, Any], str]]]:

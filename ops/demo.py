@@ -15,6 +15,7 @@ any tool would, and reads the ledger through the `Ledger` interface.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -22,6 +23,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, TextIO
 
 from consumer import redact_url
@@ -39,6 +41,7 @@ from machines import (
     EvidencePayload,
     Lineage,
     Machine,
+    Roster,
     insecure_test_key,
     load_locked_machines,
     load_policy,
@@ -56,8 +59,9 @@ from ops.demo_scenarios import (
     operation_id_for,
 )
 from ops.errors import OpsError
+from ops.keys import controller_roster, stack_key
 from producers import CapabilityWorker, EventPublisher, RecoveryClient, provision, read_commands
-from schemas import TopicNames
+from schemas import ENV_CONTROLLER_SIGNING_KEY_FILE, TopicNames
 
 __all__ = ["DemoError", "DemoReport", "OperationReport", "run_demo"]
 
@@ -204,6 +208,9 @@ def run_demo(
         say.line(f"topic {result.name}: {'created' if result.created else 'exists'}")
     machines = _machines()
     stop = threading.Event()
+    # The stack's own controller key (generated once, 0600), unless one is set; the
+    # demo's worker verifies every command against its public key.
+    key_file = Path(os.environ.get(ENV_CONTROLLER_SIGNING_KEY_FILE) or stack_key("controller"))
     runtime = run_roles(
         ("controller", "relay"),
         services,
@@ -215,9 +222,10 @@ def run_demo(
             # stopped instead of replaying every earlier run's events and commands.
             "group_id": "recovery-demo-controller",
             "instance_id": f"controller-demo-{run_id}",
+            "signing_key_file": key_file,
         },
     )
-    _start_worker(runtime, services.bootstrap, names)
+    _start_worker(runtime, services.bootstrap, names, controller_roster(key_file))
     say.line("controller, relay and capability worker started")
     ledger = PostgresLedger(services.database_url, max_size=2)
     started = time.monotonic()
@@ -282,7 +290,7 @@ def _blank(item: _Live) -> OperationReport:
     )
 
 
-def _start_worker(runtime: Runtime, bootstrap: str, names: TopicNames) -> None:
+def _start_worker(runtime: Runtime, bootstrap: str, names: TopicNames, roster: Roster) -> None:
     publisher = EventPublisher(bootstrap, topics=names)
     runtime.closers.append(publisher.close)
     worker = CapabilityWorker(
@@ -291,6 +299,7 @@ def _start_worker(runtime: Runtime, bootstrap: str, names: TopicNames) -> None:
         RecoveryClient(publisher, _WORKER),
         DEMO_HANDLERS,
         topics=names,
+        roster=roster,
     )
     runtime.start("capability-worker", worker.run)
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ledger import LOGIN_ROLES, LedgerError, ensure_roles
 from ops.errors import StackError
 from ops.kafka import KafkaBroker, ensure_jars, start_kafka, wait_for_kafka
+from ops.keys import stack_roster
 from ops.paths import ensure_dir, stack_dir
 from ops.postgres import (
     PostgresServer,
@@ -212,6 +213,9 @@ def _stack_up(home: Path, out: TextIO, external_timeout: float) -> LocalStack:
         startup_seconds=round(time.monotonic() - started, 2),
     )
     (home / _STATE_FILE).write_text(state.model_dump_json(indent=2) + "\n")
+    # The controller's key (0600) and a roster naming it, for local controllers and
+    # workers (docs/operations.md, "Keys").
+    stack_roster(home)
     return LocalStack(state, kafka, postgres)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from producers.client import RESULT_EVENTS, EventPublisher, RecoveryClient, event_record_id
 from producers.encoding import EncodedRecord, RecordEncoder
 from producers.errors import DeliveryFailed, ProducersError, ProvisionError
-from producers.readback import read_commands
+from producers.readback import TopicRecord, read_commands, read_topic
 from producers.relay import LineageCache, OutboxRelay, RelaySettings, lineage_from_ledger
 from producers.relay_health import relay_probes
 from producers.topics import BrokerProbe, TopicResult, provision
@@ -17,6 +17,7 @@ from producers.worker import (
     Handler,
     WorkerStats,
     demo_handlers,
+    roster_from_env,
     verify_outcome,
 )
 
@@ -36,6 +37,7 @@ __all__ = [
     "RecordEncoder",
     "RecoveryClient",
     "RelaySettings",
+    "TopicRecord",
     "TopicResult",
     "WorkerStats",
     "demo_handlers",
@@ -43,6 +45,8 @@ __all__ = [
     "lineage_from_ledger",
     "provision",
     "read_commands",
+    "read_topic",
     "relay_probes",
+    "roster_from_env",
     "verify_outcome",
 ]

@@ -53,6 +53,7 @@ from schemas import (
     EVENT_ENVELOPE,
     HEADER_RECORD_ID,
     HEADER_SCHEMA,
+    HEADER_SIGNATURE,
     AvroSingleObjectCodec,
     CapabilityCommand,
     JsonCodec,
@@ -187,6 +188,22 @@ class EventPublisher:
             )
         return found
 
+    def _signer_of(
+        self, record_id: str, producer: str | None, extra: Mapping[str, str] | None
+    ) -> RecordSigner | None:
+        if producer is not None:
+            return self.signer_for(producer)
+        if extra and HEADER_SIGNATURE in extra:
+            return None  # already signed by its producer (forwarded as it is)
+        if len(self.signers) == 1:
+            (only,) = self.signers.values()
+            return only
+        if self.signers:
+            raise ProducersError(
+                f"record {record_id}: this publisher signs for several producers; name one"
+            )
+        return None
+
     def send(
         self,
         topic: str,
@@ -201,19 +218,12 @@ class EventPublisher:
     ) -> None:
         """Produce one already-encoded record with the standard headers and the current
         trace context, signed by `producer`'s signer (the only one, if `producer` is not
-        given; unsigned only on a publisher built with `signer=None`). The lower-level
+        given; a record whose `extra_headers` already carry a signature is forwarded as
+        it is; unsigned only on a publisher built with `signer=None`). The lower-level
         door the relay and tests use."""
         if self._closed:
             raise ProducersError(f"record {record_id}: the publisher is closed")
-        signer: RecordSigner | None = None
-        if producer is not None:
-            signer = self.signer_for(producer)
-        elif len(self.signers) == 1:
-            (signer,) = self.signers.values()
-        elif self.signers:
-            raise ProducersError(
-                f"record {record_id}: this publisher signs for several producers; name one"
-            )
+        signer = self._signer_of(record_id, producer, extra_headers)
         headers: dict[str, str] = {CONTENT_TYPE: content_type, HEADER_RECORD_ID: record_id}
         if fingerprint is not None:
             headers[HEADER_SCHEMA] = fingerprint

@@ -5,9 +5,20 @@ It shows the contract a real worker keeps (DESIGN "Action results are events"):
 - it reads `recovery.commands` in a consumer group with auto-commit off, and commits a
   batch's offsets only after every result event of the batch is acknowledged by the
   broker, so a crash re-executes a command rather than losing its result;
-- it dedupes on the `recovery-command-id` header (bounded memory), and the result's
-  event id is derived from the command id, so a redelivered command that slips past the
-  in-memory window still produces the same event, which the controller dedupes;
+- it verifies every command before anything else: the record must be signed
+  (`schemas.verify_record`) by a key of a roster producer holding the `controller` role
+  (the roster comes from `RECOVERY_ROSTER_FILE`, a policy or `producers:`-only file, or
+  is passed in), and its decoded command id must be the signed `recovery-command-id`.
+  An unsigned, unknown-key, revoked, expired or badly signed record, or one signed by a
+  producer that is not a controller, is refused: not executed, logged at WARNING with its
+  reason code and coordinates, and counted (`WorkerStats.refused`, by code). The worker
+  writes nothing for it: its principal only writes `recovery.events`, and a forger must
+  not be able to make it publish (docs/capability-worker.md, "Verification");
+- it dedupes on the authenticated command id only (bounded memory), so a record
+  pre-published under a command id the controller will use next (a squatted id) is
+  refused and never shadows the real command; the result's event id is derived from
+  the command id, so a redelivered command that slips past the in-memory window still
+  produces the same event, which the controller dedupes;
 - it continues the command's trace (W3C headers) around the handler and the report.
 
 The handlers in `demo_handlers` are in-memory fakes for the demo and the tests. `run`
@@ -18,23 +29,36 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, Message
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
 
-from machines import EvidencePayload
+from machines import (
+    AuthenticationError,
+    AuthRefusal,
+    EvidencePayload,
+    PolicyError,
+    Role,
+    Roster,
+    load_roster,
+)
 from producers.client import RecoveryClient
 from producers.errors import ProducersError
 from schemas import (
     CAPABILITY_COMMAND,
     CONTENT_TYPE,
+    ENV_ROSTER_FILE,
     HEADER_COMMAND_ID,
+    HEADER_PRODUCER,
     CapabilityCommand,
     TopicNames,
     WireCode,
@@ -42,6 +66,7 @@ from schemas import (
     WireError,
     header_value,
     librdkafka_logger,
+    verify_record,
 )
 
 __all__ = [
@@ -50,6 +75,7 @@ __all__ = [
     "Handler",
     "WorkerStats",
     "demo_handlers",
+    "roster_from_env",
     "verify_outcome",
 ]
 
@@ -82,6 +108,27 @@ class WorkerStats:
     duplicates: int = 0
     skipped: int = 0
     undecodable: int = 0
+    # Commands refused by verification, by reason code (`machines.AuthRefusal`).
+    refused: Counter[str] = field(default_factory=Counter)
+
+
+def roster_from_env(environ: Mapping[str, str] | None = None) -> Roster:
+    """The roster named by `RECOVERY_ROSTER_FILE`. Raises `ProducersError` naming the
+    variable when it is unset or the file does not load."""
+    env = os.environ if environ is None else environ
+    path = env.get(ENV_ROSTER_FILE)
+    if not path:
+        raise ProducersError(
+            "the worker verifies every command against the controller's public key and has "
+            f"no roster: set {ENV_ROSTER_FILE} to the policy file (or a `producers:`-only "
+            "file) listing the controller with role `controller`, or pass `roster=`"
+        )
+    try:
+        return load_roster(Path(path))
+    except (OSError, PolicyError) as exc:
+        raise ProducersError(
+            f"roster {path} (from {ENV_ROSTER_FILE}) does not load: {exc}"
+        ) from exc
 
 
 class CapabilityWorker:
@@ -99,6 +146,8 @@ class CapabilityWorker:
         poll_timeout: float = 0.5,
         dedupe_capacity: int = 10_000,
         consumer_config: Mapping[str, Any] | None = None,
+        roster: Roster | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         config: dict[str, Any] = {
             "bootstrap.servers": bootstrap,
@@ -118,6 +167,14 @@ class CapabilityWorker:
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._capacity = dedupe_capacity
         self._decoder = WireDecoder()
+        # Fail closed: without a roster naming a controller, nothing is executed.
+        self._roster = roster if roster is not None else roster_from_env()
+        if not any(self._roster.with_role(Role.CONTROLLER)):
+            raise ProducersError(
+                "the worker's roster lists no producer with role `controller`: every "
+                "command would be refused; add the controller's public key to it"
+            )
+        self._clock = clock
 
     def run(self, stop: threading.Event) -> WorkerStats:
         """Consume and execute until `stop` is set; then finish the current batch, commit
@@ -161,16 +218,27 @@ class CapabilityWorker:
             return
         stats.consumed += 1
         pairs = _header_pairs(message.headers())
+        refusal = self._authenticate(message, pairs)
+        if refusal is not None:
+            self._refuse(message, pairs, refusal[0], refusal[1], stats)
+            return
+        # Signed, so the id is the controller's: dedupe on it before decoding.
         command_id = header_value(pairs, HEADER_COMMAND_ID)
-        if command_id is not None and self._already_seen(command_id, batch_ids):
+        if command_id is None:
+            self._refuse(message, pairs, AuthRefusal.IDENTITY_MISMATCH, "no command id", stats)
+            return
+        if command_id in self._seen:
+            self._seen.move_to_end(command_id)
             stats.duplicates += 1
             return
         command = self._decode(message, header_value(pairs, CONTENT_TYPE), stats)
         if command is None:
             return
-        if command_id is None and self._already_seen(command.command_id, batch_ids):
-            stats.duplicates += 1
+        if command.command_id != command_id:
+            reason = f"command id {command.command_id} is not the signed {command_id}"
+            self._refuse(message, pairs, AuthRefusal.IDENTITY_MISMATCH, reason, stats)
             return
+        self._already_seen(command_id, batch_ids)
         handler = self._handlers.get(command.capability)
         if handler is None:
             stats.skipped += 1  # another worker group serves this capability
@@ -186,6 +254,46 @@ class CapabilityWorker:
             },
         ):
             self._execute(command, handler, stats)
+
+    def _authenticate(
+        self, message: Message[Any, Any], pairs: list[tuple[str, bytes | None]]
+    ) -> tuple[str, str] | None:
+        """None when the record is signed by a roster controller key valid now; else the
+        refusal code and reason."""
+        try:
+            entry = verify_record(
+                self._roster,
+                message.topic() or "",
+                message.key(),
+                message.value(),
+                pairs,
+                at=self._clock(),
+            )
+        except AuthenticationError as exc:
+            return exc.code, exc.reason
+        if Role.CONTROLLER not in entry.roles():
+            return AuthRefusal.ROLE_NOT_PERMITTED, f"producer {entry.id} is not a controller"
+        return None
+
+    def _refuse(
+        self,
+        message: Message[Any, Any],
+        pairs: list[tuple[str, bytes | None]],
+        code: str,
+        reason: str,
+        stats: WorkerStats,
+    ) -> None:
+        stats.refused[str(code)] += 1
+        _log.warning(
+            "refused command at %s[%s]@%s (claimed id %s, producer %s): %s: %s; not executed",
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            header_value(pairs, HEADER_COMMAND_ID),
+            header_value(pairs, HEADER_PRODUCER),
+            code,
+            reason,
+        )
 
     def _decode(
         self, message: Message[Any, Any], content_type: str | None, stats: WorkerStats

@@ -31,7 +31,9 @@ from schemas.codec import (
 )
 from schemas.command import CapabilityCommand
 from schemas.deployment import (
+    DEFAULT_CONTROLLER_ID,
     DEFAULT_TOPICS,
+    ENV_CONTROLLER_ID,
     ENV_CONTROLLER_SIGNING_KEY_FILE,
     ENV_DATABASE_URL,
     ENV_KAFKA_BOOTSTRAP,
@@ -57,6 +59,17 @@ from schemas.headers import (
 )
 from schemas.kafka_log import LOGGER_PREFIX, KafkaLog, librdkafka_logger
 from schemas.ocsf import OCSF_VERSION, audit_to_ocsf, audit_to_ocsf_json
+from schemas.outbox_wire import (
+    ANCHOR_KINDS,
+    OUTBOX_STREAMS,
+    PUBLISHED_TIME,
+    SIGNATURE_ROW_HEADERS,
+    OutboxSigner,
+    WireValue,
+    encode_outbox_value,
+    needs_published_time,
+    outbox_stream,
+)
 from schemas.signing import (
     HEADER_KEY_ID,
     HEADER_PRODUCER,
@@ -71,14 +84,17 @@ from schemas.signing import (
 )
 
 __all__ = [
+    "ANCHOR_KINDS",
     "AVRO_DIR",
     "CAPABILITY_COMMAND",
     "CONTENT_TYPE",
     "CONTENT_TYPE_AVRO",
     "CONTENT_TYPE_JSON",
     "DEAD_LETTER",
+    "DEFAULT_CONTROLLER_ID",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_TOPICS",
+    "ENV_CONTROLLER_ID",
     "ENV_CONTROLLER_SIGNING_KEY_FILE",
     "ENV_DATABASE_URL",
     "ENV_KAFKA_BOOTSTRAP",
@@ -97,7 +113,10 @@ __all__ = [
     "HEADER_SIGNATURE",
     "LOGGER_PREFIX",
     "OCSF_VERSION",
+    "OUTBOX_STREAMS",
+    "PUBLISHED_TIME",
     "RECORD_SIGNATURE_DOMAIN",
+    "SIGNATURE_ROW_HEADERS",
     "SIGNED_HEADERS",
     "TRACEPARENT",
     "TRACESTATE",
@@ -106,6 +125,7 @@ __all__ = [
     "Codec",
     "JsonCodec",
     "KafkaLog",
+    "OutboxSigner",
     "RecordSigner",
     "SchemaCatalog",
     "SchemaVersion",
@@ -114,13 +134,17 @@ __all__ = [
     "WireCode",
     "WireDecoder",
     "WireError",
+    "WireValue",
     "audit_to_ocsf",
     "audit_to_ocsf_json",
     "default_catalog",
+    "encode_outbox_value",
     "event_to_json",
     "event_to_record",
     "header_value",
     "librdkafka_logger",
+    "needs_published_time",
+    "outbox_stream",
     "rabin_fingerprint",
     "record_id",
     "record_signing_message",

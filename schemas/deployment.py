@@ -17,7 +17,9 @@ from typing import Final
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "DEFAULT_CONTROLLER_ID",
     "DEFAULT_TOPICS",
+    "ENV_CONTROLLER_ID",
     "ENV_CONTROLLER_SIGNING_KEY_FILE",
     "ENV_DATABASE_URL",
     "ENV_KAFKA_BOOTSTRAP",
@@ -35,12 +37,16 @@ ENV_DATABASE_URL: Final = "RECOVERY_DATABASE_URL"
 
 ENV_TOPIC_PREFIX: Final = "RECOVERY_TOPIC_"
 
-# Who a producer is and the key it signs its records with (the client library, the
-# worker); the controller's own key; a worker's roster (a policy or producers-only file).
+# Who signs what (docs/operations.md, "Keys"): the controller's producer id in the
+# roster and its Ed25519 key file (never in the database); any other producer's id and
+# key file (the client library, a worker); and the roster a verifier checks against (a
+# policy file or a `producers:`-only file).
+ENV_CONTROLLER_ID: Final = "RECOVERY_CONTROLLER_ID"
+ENV_CONTROLLER_SIGNING_KEY_FILE: Final = "RECOVERY_CONTROLLER_SIGNING_KEY_FILE"
 ENV_PRODUCER_ID: Final = "RECOVERY_PRODUCER_ID"
 ENV_PRODUCER_KEY_FILE: Final = "RECOVERY_PRODUCER_KEY_FILE"
-ENV_CONTROLLER_SIGNING_KEY_FILE: Final = "RECOVERY_CONTROLLER_SIGNING_KEY_FILE"
 ENV_ROSTER_FILE: Final = "RECOVERY_ROSTER_FILE"
+DEFAULT_CONTROLLER_ID: Final = "recovery-controller"
 
 _NAME = r"^[A-Za-z0-9._-]{1,249}$"
 

@@ -19,7 +19,11 @@ from tests.support.db import (
     with_database,
 )
 from tests.support.kafka import TopicFactory
+from tests.support.keys import ensure_controller_key
 from tests.support.services import lease_kafka, lease_postgres
+
+# Every controller the session starts signs its output with the session's own key.
+ensure_controller_key()
 
 
 @pytest.fixture(scope="session")

@@ -108,9 +108,12 @@ RETURNING operation_id;
 
 -- name: lock_operations
 -- Lock the operations the batch continues, in id order, so two writers never deadlock;
--- their lineage columns tell whether a cascade or a link moved on since the batch loaded.
+-- their lineage columns tell whether a cascade or a link moved on since the batch loaded,
+-- and the lineage they were opened with goes into their commands (signed with them).
 SELECT operation_id, version, audit_sequence, audit_head, contained_ancestors,
-       lineage_agents || descendant_agents
+       lineage_agents || descendant_agents,
+       agent, task, initiating_principal, origin_operation, parent_operation,
+       delegated_credentials
 FROM operations
 WHERE operation_id = ANY(%(ids)s)
 ORDER BY operation_id
@@ -457,3 +460,32 @@ UPDATE audit_chains AS c SET audit_sequence = u.sequence, audit_head = u.head
 FROM unnest(%(ids)s::text[], %(sequences)s::bigint[], %(heads)s::text[])
     AS u (chain_id, sequence, head)
 WHERE c.chain_id = u.chain_id;
+
+-- name: purge_candidates
+-- Retention (recoveryctl audit purge): operations untouched since %(before)s whose chain
+-- holds more than a tombstone, oldest first.
+SELECT o.operation_id, o.machine_name, o.updated_at
+FROM operations AS o
+WHERE o.updated_at < %(before)s
+  AND EXISTS (SELECT 1 FROM audit_records AS a
+              WHERE a.operation_id = o.operation_id AND a.kind <> 'tombstone')
+ORDER BY o.updated_at, o.operation_id;
+
+-- name: purge_lock_head
+-- The chain head a purge's tombstone continues, locked for the purge's transaction.
+SELECT audit_sequence, audit_head FROM operations WHERE operation_id = %(id)s FOR UPDATE;
+
+-- name: purge_history
+SELECT purge_operation_history(%(id)s);
+
+-- name: insert_tombstone
+INSERT INTO audit_records (operation_id, sequence, kind, prev_hash, hash, record)
+VALUES (%(id)s, %(sequence)s, 'tombstone', %(prev_hash)s, %(hash)s, %(record)s::json);
+
+-- name: move_purged_head
+UPDATE operations SET audit_sequence = %(sequence)s, audit_head = %(hash)s
+WHERE operation_id = %(id)s;
+
+-- name: insert_tombstone_outbox
+INSERT INTO outbox (record_id, topic, key, headers, payload)
+VALUES (%(record_id)s, %(topic)s, %(key)s, %(headers)s::json, convert_to(%(payload)s, 'UTF8'));

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 import uuid
@@ -40,8 +41,9 @@ from ops.bench.baseline_pipeline import TopicTail, create_topic, delete_topics, 
 from ops.bench.baseline_sink import BaselineSink
 from ops.bench.roles import BenchError, RoleProcess
 from ops.bench.workload import BENCH_POLICY, BenchRecord, WorkloadSpec, WorkloadStats, generate
+from ops.keys import stack_key
 from producers import EventPublisher, provision
-from schemas import TopicNames
+from schemas import ENV_CONTROLLER_SIGNING_KEY_FILE, TopicNames
 
 __all__ = ["LATENCY_STAGES", "BenchConfig", "BenchResult", "run_bench"]
 
@@ -134,6 +136,10 @@ class _Run:
                 # The benchmark's scratch database is reached with the URL it was given,
                 # usually a superuser's; the controller refuses that unless told to.
                 "RECOVERY_CONTROLLER_ALLOW_SUPERUSER": "1",
+                # It signs every record it emits, as in production: with the key the
+                # environment names, else a scratch key of the run's own.
+                ENV_CONTROLLER_SIGNING_KEY_FILE: os.environ.get(ENV_CONTROLLER_SIGNING_KEY_FILE)
+                or str(stack_key(f"bench-{self.run_id}", self.config.log_dir)),
             },
             self.config.log_dir / f"{self.run_id}-{label}-controller.log",
         )

@@ -1,11 +1,19 @@
-"""`recoveryctl audit verify [--operation ID] [--database-url URL] [--json]`.
+"""`recoveryctl audit verify [--operation ID] [--against-topic] [--database-url URL] [--json]`.
 
 Recomputes the hash chain of every operation's audit records (or of one operation) from
 the ledger database and reports, per broken chain, the first break: the operation, the
 sequence, and the expected versus the found hash (or sequence). A record altered,
 deleted in the middle or deleted at the end (the operation row keeps the chain head) is
-detected. Exit status: 0 every chain intact, 1 a chain is broken, 2 no database known or
-reachable, or the operation is unknown.
+detected. With `--against-topic` it also reads `recovery.audit` (the SIEM's signed,
+append-only copy) and proves the database agrees with what the controller published and
+signed: a consistent rewrite, a deletion that is not a signed retention purge, a record
+missing from the topic, or an unsigned or forged record on it is reported (see
+`ops/audit_topic.py`). Exit status: 0 every chain intact (and the topic agrees), 1 a chain
+is broken or the topic disagrees, 2 no database or broker known or reachable, no
+controller key, or the operation is unknown.
+
+`recoveryctl audit key` prints the controller's public key, which is what a SIEM needs to
+verify the records of `recovery.audit` itself (docs/operations.md, "Keys").
 """
 
 from __future__ import annotations
@@ -16,19 +24,34 @@ import os
 import sys
 from typing import TextIO
 
-from ledger import (
-    ChainBreak,
-    LedgerError,
-    SigningKeyError,
+from ledger import ChainBreak, LedgerError, PostgresLedger
+from machines import (
+    Grant,
+    KeyFileError,
+    ProducerEntry,
+    ProducerKey,
+    Role,
+    Roster,
     key_id,
-    load_signing_key,
+    load_private_key,
+    public_key_from_text,
     public_key_text,
 )
+from ops.audit_topic import TopicReport, compare_with_topic
 from ops.commands.db import add_ledger_options, open_ledger
+from ops.commands.purge import register_purge
+from producers import ProducersError, read_topic
+from schemas import (
+    DEFAULT_CONTROLLER_ID,
+    ENV_CONTROLLER_ID,
+    ENV_CONTROLLER_SIGNING_KEY_FILE,
+    ENV_KAFKA_BOOTSTRAP,
+    TopicNames,
+)
 
 __all__ = ["register", "run_key", "run_verify"]
 
-KEY_FILE_SETTING = "RECOVERY_CONTROLLER_SIGNING_KEY_FILE"
+KEY_FILE_SETTING = ENV_CONTROLLER_SIGNING_KEY_FILE
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,6 +65,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = parser.add_subparsers(dest="audit_action", metavar="ACTION", required=True)
     verify = actions.add_parser("verify", help="recompute audit chains; report the first break")
     verify.add_argument("--operation", metavar="ID", help="verify one operation's chain only")
+    verify.add_argument(
+        "--against-topic",
+        action="store_true",
+        help="also compare the database with the signed records on the audit topic",
+    )
+    verify.add_argument("--bootstrap", metavar="HOST:PORT", help=f"Kafka (${ENV_KAFKA_BOOTSTRAP})")
+    verify.add_argument(
+        "--topic", metavar="NAME", help="the audit topic (default: RECOVERY_TOPIC_AUDIT or ours)"
+    )
+    verify.add_argument(
+        "--public-key", metavar="BASE64", help="the controller's public key (`audit key`)"
+    )
+    verify.add_argument(
+        "--key-file",
+        metavar="PATH",
+        help=f"or its private key file, for the public half (default: ${KEY_FILE_SETTING})",
+    )
+    verify.add_argument(
+        "--controller-id",
+        metavar="ID",
+        help=f"the controller producer id (${ENV_CONTROLLER_ID}; {DEFAULT_CONTROLLER_ID})",
+    )
     add_ledger_options(verify)
     verify.set_defaults(handler=run_verify)
     key = actions.add_parser("key", help="print the controller's audit signing public key")
@@ -50,6 +95,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     key.add_argument("--json", action="store_true", help="print a JSON object")
     key.set_defaults(handler=run_key)
+    register_purge(actions)
 
 
 def run_key(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
@@ -64,8 +110,8 @@ def run_key(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | N
         )
         return 2
     try:
-        public = load_signing_key(path).public_key()
-    except SigningKeyError as exc:
+        public = load_private_key(path, setting=KEY_FILE_SETTING).public_key()
+    except KeyFileError as exc:
         print(f"recoveryctl audit key: {exc}", file=err)
         return 2
     if args.json:
@@ -106,17 +152,23 @@ def run_verify(
             return 2
         checked = (args.operation,) if args.operation else ledger.audit_operation_ids()
         breaks = ledger.verify_audit(args.operation)
+        topic = _against_topic(args, ledger, err) if getattr(args, "against_topic", False) else None
     except LedgerError as exc:
         print(f"recoveryctl audit verify: {exc}", file=err)
         return 2
     finally:
         ledger.close()
+    if topic == 2:
+        return 2
+    report = topic if isinstance(topic, TopicReport) else None
     if args.json:
-        body = {
-            "intact": not breaks,
+        body: dict[str, object] = {
+            "intact": not breaks and (report is None or report.clean),
             "chains_checked": len(checked),
             "breaks": [_break_json(b) for b in breaks],
         }
+        if report is not None:
+            body["topic"] = report.to_json()
         print(json.dumps(body, indent=2), file=out)
     else:
         for found in breaks:
@@ -125,4 +177,75 @@ def run_verify(
             print(f"audit intact: {len(checked)} chain(s) verified", file=out)
         else:
             print(f"audit BROKEN: {len(breaks)} of {len(checked)} chain(s)", file=out)
-    return 1 if breaks else 0
+        if report is not None:
+            _print_topic(report, out)
+    return 1 if breaks or (report is not None and not report.clean) else 0
+
+
+def _print_topic(report: TopicReport, out: TextIO) -> None:
+    for finding in report.findings:
+        print(f"TOPIC {finding.describe()}", file=out)
+    summary = (
+        f"{report.records_read} record(s) read: {report.audit_records} audit, "
+        f"{report.heads_records} chain-heads ({report.heads_checked} heads), "
+        f"{report.tombstones} tombstone(s); {report.purged} purged, "
+        f"{report.unpublished} not yet published"
+    )
+    if report.clean:
+        print(f"topic agrees: {summary}", file=out)
+    else:
+        print(f"topic DISAGREES: {len(report.findings)} finding(s); {summary}", file=out)
+
+
+def _controller_roster(args: argparse.Namespace, err: TextIO) -> Roster | None:
+    producer = args.controller_id or os.environ.get(ENV_CONTROLLER_ID) or DEFAULT_CONTROLLER_ID
+    try:
+        if args.public_key:
+            public = public_key_text(public_key_from_text(args.public_key))
+        else:
+            path = args.key_file or os.environ.get(KEY_FILE_SETTING)
+            if not path:
+                print(
+                    "recoveryctl audit verify: --against-topic needs the controller's public "
+                    f"key: pass --public-key (see `recoveryctl audit key`), --key-file, or "
+                    f"set {KEY_FILE_SETTING}",
+                    file=err,
+                )
+                return None
+            key = load_private_key(path, setting=KEY_FILE_SETTING)
+            public = public_key_text(key.public_key())
+    except KeyFileError as exc:
+        print(f"recoveryctl audit verify: {exc}", file=err)
+        return None
+    entry = ProducerEntry(
+        id=producer,
+        keys=(ProducerKey(public_key=public),),
+        grants=(Grant(role=Role.CONTROLLER, capabilities=("*",)),),
+    )
+    return Roster(producers=(entry,))
+
+
+def _against_topic(
+    args: argparse.Namespace, ledger: PostgresLedger, err: TextIO
+) -> TopicReport | int:
+    """The topic comparison, or 2 after saying why it cannot run."""
+    roster = _controller_roster(args, err)
+    if roster is None:
+        return 2
+    bootstrap = args.bootstrap or os.environ.get(ENV_KAFKA_BOOTSTRAP)
+    if not bootstrap:
+        print(
+            f"recoveryctl audit verify: no broker: pass --bootstrap or set {ENV_KAFKA_BOOTSTRAP}",
+            file=err,
+        )
+        return 2
+    topic = args.topic or TopicNames.from_env().audit
+
+    def progress(read: int, total: int) -> None:
+        print(f"audit verify: read {read} of {total} record(s) of {topic}", file=err)
+
+    try:
+        return compare_with_topic(ledger, read_topic(bootstrap, topic, progress=progress), roster)
+    except ProducersError as exc:
+        print(f"recoveryctl audit verify: {exc}", file=err)
+        return 2

@@ -5,6 +5,7 @@ Each example must exit 0 and print the steps its guide describes."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -16,8 +17,16 @@ from typing import Final
 
 import pytest
 
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, TopicNames
+from schemas import (
+    ENV_CONTROLLER_SIGNING_KEY_FILE,
+    ENV_DATABASE_URL,
+    ENV_KAFKA_BOOTSTRAP,
+    ENV_ROSTER_FILE,
+    TopicNames,
+)
+from tests.support.commands import worker_roster
 from tests.support.kafka import TopicFactory
+from tests.support.keys import ensure_controller_key
 from tests.support.roles import log_tail, role_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -51,7 +60,17 @@ def guide_env(topic_factory: TopicFactory, tmp_path: Path) -> dict[str, str]:
     )
     roster = Path(made.stdout.strip())
     assert (roster.parent / "coupa-worker.pem").stat().st_mode & 0o777 == 0o600
-    return {**env, "PYTHONPATH": str(ROOT), "RECOVERY_CONTROLLER_ROSTER_PATH": str(roster)}
+    # The controller signs with the session's key; the examples' workers verify against
+    # a roster naming it, as docs/capability-worker.md tells a worker to.
+    workers = tmp_path / "worker-roster.json"
+    workers.write_text(json.dumps(worker_roster().model_dump(mode="json")), encoding="utf-8")
+    return {
+        **env,
+        "PYTHONPATH": str(ROOT),
+        "RECOVERY_CONTROLLER_ROSTER_PATH": str(roster),
+        ENV_CONTROLLER_SIGNING_KEY_FILE: str(ensure_controller_key()),
+        ENV_ROSTER_FILE: str(workers),
+    }
 
 
 @pytest.fixture

@@ -66,6 +66,7 @@ TEST_PRODUCERS: tuple[str, ...] = (
     "verifier-1",
     "worker-containment",
     "worker-payments",
+    "worker-x",
     "payment.verify-refund",
     "procurement.verify-request",
     "deploy.verify-steps",

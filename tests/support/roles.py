@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Final
 
-from schemas import ENV_DATABASE_URL
+from schemas import ENV_CONTROLLER_SIGNING_KEY_FILE, ENV_DATABASE_URL
 from tests.support.db import with_user
+from tests.support.keys import ensure_controller_key
 
 __all__ = ["ROLE_COMMANDS", "log_tail", "poll_until", "role_argv", "role_env"]
 
@@ -42,6 +43,8 @@ def role_env(env: Mapping[str, str], role: str | None = None) -> dict[str, str]:
     child = {**env}
     if role in ROLE_COMMANDS and ENV_DATABASE_URL in child:
         child[ENV_DATABASE_URL] = with_user(child[ENV_DATABASE_URL], f"recovery_{role}")
+    if role == "controller":
+        child.setdefault(ENV_CONTROLLER_SIGNING_KEY_FILE, str(ensure_controller_key()))
     base = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERY_")}
     return {**base, **child, "PYTHONUNBUFFERED": "1"}
 

@@ -37,6 +37,7 @@ from producers import EventPublisher, RecoveryClient
 from producers.worker import ActionResult, CapabilityWorker
 from schemas import CapabilityCommand, TopicNames
 from tests.integration.lineage.children import Child, log_tail, wait_until
+from tests.support.commands import worker_roster
 from tests.support.kafka import TopicFactory
 from tests.support.producers import roster_document, signers
 
@@ -255,6 +256,7 @@ def test_descendant_task_cancellation_cascades_through_a_killed_controller_and_n
         worker_client,
         {"agent.stop-task": revocations.stop, "credentials.revoke-delegation": revocations.revoke},
         topics=stack.topics,
+        roster=worker_roster(),
     )
     stop_worker = threading.Event()
     worker_thread = threading.Thread(target=worker.run, args=(stop_worker,), daemon=True)

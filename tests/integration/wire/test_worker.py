@@ -19,15 +19,13 @@ from producers import (
     verify_outcome,
 )
 from schemas import (
-    CAPABILITY_COMMAND,
-    HEADER_COMMAND_ID,
-    AvroSingleObjectCodec,
     CapabilityCommand,
     TopicNames,
     WireDecoder,
     record_to_event,
 )
 from tests.integration.wire.kafka_read import headers_of, read_messages
+from tests.support.commands import controller_signer, send_command, worker_roster
 from tests.support.kafka import TopicFactory
 from tests.support.producers import signers
 
@@ -55,17 +53,7 @@ def _command(command_id: str, capability: str, kind: str, **params: object) -> C
 
 
 def _send(publisher: EventPublisher, topic: str, command: CapabilityCommand) -> None:
-    codec = AvroSingleObjectCodec()
-    publisher.send(
-        topic,
-        key=command.operation_id,
-        value=codec.encode(command.to_record(), CAPABILITY_COMMAND),
-        record_id=command.command_id,
-        content_type=codec.content_type,
-        fingerprint=codec.fingerprint(CAPABILITY_COMMAND),
-        extra_headers={HEADER_COMMAND_ID: command.command_id},
-        producer="recovery-controller",
-    )
+    send_command(publisher, topic, command, controller_signer())
 
 
 def test_the_worker_executes_a_command_once_and_reports_its_result_as_an_event(
@@ -93,6 +81,7 @@ def test_the_worker_executes_a_command_once_and_reports_its_result_as_an_event(
             RecoveryClient(publisher, producer="worker-payments"),
             demo_handlers(),
             poll_timeout=0.2,
+            roster=worker_roster(),
         )
         thread = threading.Thread(target=lambda: stats.append(worker.run(stop)))
         thread.start()
@@ -153,6 +142,7 @@ def test_a_handler_that_raises_is_reported_as_a_failed_action(
             RecoveryClient(publisher, producer="worker-containment"),
             {"agent.stop-task": broken},
             poll_timeout=0.2,
+            roster=worker_roster(),
         )
         thread = threading.Thread(target=worker.run, args=(stop,))
         thread.start()

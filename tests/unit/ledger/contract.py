@@ -75,8 +75,9 @@ class LedgerContract(abc.ABC):
         assert (result.events, result.decisions, result.evidence) == (3, 3, 1)
         # One audit record opens the operation, then one per decision.
         assert result.audit_records == 4
-        # The commands, the accepted verification as an evidence event, the audit.
-        assert result.outbox_rows == len(commands) + 1 + 4
+        # The commands, the accepted verification as an evidence event, the audit, and
+        # the batch's signed chain-heads record.
+        assert result.outbox_rows == len(commands) + 1 + 4 + 1
         with ledger.lease_outbox(100) as lease:
             ids = [r.record_id for r in lease.records]
             evidence = [r for r in lease.records if r.topic == "recovery.evidence"]
@@ -84,7 +85,13 @@ class LedgerContract(abc.ABC):
         verified = next(d for d in ledger.decisions("op-1") if d["evidence"].get("verification"))
         assert ids[len(commands)] == f"evidence:op-1:{verified['sequence']}:verification"
         assert evidence[0].payload["outcome"] == verified["evidence"]["verification"]["outcome"]
-        assert ids[len(commands) + 1 :] == [f"audit:op-1:{n}" for n in range(1, 5)]
+        assert ids[len(commands) + 1 : -1] == [f"audit:op-1:{n}" for n in range(1, 5)]
+        with ledger.lease_outbox(100) as lease:
+            heads = lease.records[-1]
+        assert (heads.topic, heads.payload["kind"]) == ("recovery.audit", "chain-heads")
+        assert heads.payload["heads"] == [
+            {"operation_id": "op-1", "sequence": 4, "hash": ledger.audit_chain("op-1")[1].hash}
+        ]
 
     def test_operation_row_keeps_identity_and_lineage(self, ledger: Ledger) -> None:
         (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
