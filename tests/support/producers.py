@@ -28,7 +28,8 @@ from machines import (
     insecure_test_key,
     public_key_text,
 )
-from schemas import RecordSigner
+from schemas import DEFAULT_CONTROLLER_ID, RecordSigner
+from tests.support.keys import controller_key
 
 # Every producer id a test or a catalogue case publishes as.
 TEST_PRODUCERS: tuple[str, ...] = (
@@ -74,7 +75,10 @@ TEST_PRODUCERS: tuple[str, ...] = (
 
 
 def key_of(producer: str) -> Ed25519PrivateKey:
-    """The private key of test producer `producer` (derived from its name)."""
+    """The private key of test producer `producer` (derived from its name; the
+    controller's is the session's generated controller key)."""
+    if producer == DEFAULT_CONTROLLER_ID:
+        return controller_key()
     return insecure_test_key(f"test producer:{producer}")
 
 
