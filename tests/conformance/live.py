@@ -34,7 +34,7 @@ from machines.event import Event, Lineage
 from producers import EventPublisher
 from producers.relay import OutboxRelay
 from schemas import HEADER_RECORD_ID, TopicNames, header_value
-from tests.support.producers import signers
+from tests.support.producers import signers, with_roster
 
 PARTITION = 0
 
@@ -184,7 +184,8 @@ def run_live(
     case = with_parent(wire_case(case))
     runner = _Runner(case, machine, registry)
     faulty_registry, table = faulted(registry, case.guard_faults)
-    rules = Rules(policy=runner.policy, registry=faulty_registry, guard_table=table)
+    # The live controller authenticates the case's producers: the test roster.
+    rules = Rules(policy=with_roster(runner.policy), registry=faulty_registry, guard_table=table)
     settings = _settings(bootstrap, database_url, topics)
     clock = _Clock()
     controller = Controller(settings, ledger, machines=locked, rules=rules, clock=clock)
