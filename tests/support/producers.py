@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from machines import (
     ANY,
+    DEFAULT_EVENT_ROLES,
     Grant,
     Policy,
     ProducerEntry,
@@ -69,8 +70,11 @@ TEST_PRODUCERS: tuple[str, ...] = (
     "tool-1",
     "tool-2",
     "tool-integration",
+    "planner-agent",
+    "unknown-scanner",
     "validator-1",
     "verifier-1",
+    "verifier-2",
     "worker-containment",
     "worker-payments",
     "worker-x",
@@ -113,9 +117,20 @@ def producer_entry(
     )
 
 
-# Test producers the roster lists with fewer roles: `nobody` is a producer with a key
-# that verifies nothing (its verifications are refused).
-_NARROW: dict[str, tuple[Role, ...]] = {"nobody": (Role.TOOL,)}
+# Test producers the roster lists with fewer roles: producers with a key that verify
+# nothing (the cases' untrusted verifiers; their verifications are refused at intake).
+_NARROW: dict[str, tuple[Role, ...]] = {
+    "nobody": (Role.TOOL,),
+    "verifier-2": (Role.TOOL,),
+    "unknown-scanner": (Role.TOOL,),
+}
+
+
+def lacks_role(producer: str, event_type: str) -> bool:
+    """Whether test producer `producer` holds none of the roles that may send
+    `event_type` (`machines.DEFAULT_EVENT_ROLES`): intake refuses it."""
+    narrow = _NARROW.get(producer)
+    return narrow is not None and not set(DEFAULT_EVENT_ROLES.roles_for(event_type)) & set(narrow)
 
 
 @cache
