@@ -77,6 +77,7 @@ __all__ = [
     "WorkloadSpec",
     "WorkloadStats",
     "bench_roster",
+    "bench_roster_names",
     "bench_signer",
     "generate",
     "pinned_machines",
@@ -169,6 +170,11 @@ def bench_signer(producer: str) -> RecordSigner:
     if found is None:
         found = _SIGNERS[producer] = RecordSigner(producer, Ed25519PrivateKey.generate())
     return found
+
+
+def bench_roster_names() -> tuple[str, ...]:
+    """Every producer the bench workload publishes as."""
+    return _BENCH_PRODUCERS
 
 
 def bench_roster(producers: tuple[str, ...] = ()) -> Roster:
