@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ledger import OutboxRecord
-from ledger.jsonutil import dumps
+from machines import canonical_text as dumps  # what ledger.jsonutil.dumps writes
 from ops.bench.relay_encode import build_outbox
 from schemas import DEFAULT_TOPICS, OutboxSigner, RecordSigner, outbox_stream
 
