@@ -16,7 +16,7 @@ import pytest
 from consumer import ControllerSettings, load_rules
 from ledger import PostgresLedger
 from machines import DEFAULT_REGISTRY, Event, Machine, load_machine, load_registry
-from machines.casefile import SCENARIOS, CaseSpec, discover, load_case
+from machines.casefile import SCENARIOS, CaseSpec, case_policy, discover, load_case
 from schemas import (
     CAPABILITY_COMMAND,
     HEADER_COMMAND_ID,
@@ -24,7 +24,14 @@ from schemas import (
     CapabilityCommand,
     TopicNames,
 )
-from tests.conformance.live import actual_of, command_ids, mismatches, read_until, run_live
+from tests.conformance.live import (
+    actual_of,
+    command_ids,
+    live_roster,
+    mismatches,
+    read_until,
+    run_live,
+)
 from tests.support.kafka import TopicFactory
 from tests.support.producers import lacks_role
 
@@ -77,7 +84,11 @@ def claims_another_identity(event: Event) -> bool:
 
 
 def _unrecorded(
-    label: str, expected: str | None, simulated: str, event: Event | None = None
+    label: str,
+    expected: str | None,
+    simulated: str,
+    event: Event | None = None,
+    trusted: tuple[str, ...] = (),
 ) -> list[str]:
     """The ledger stores no decision for a redelivered event (recorded once: SPEC §7
     idempotency), for an event id reused with another payload (dead-lettered with a
@@ -90,7 +101,10 @@ def _unrecorded(
     if (
         event is not None
         and expected in ("refused", "rejected")
-        and (claims_another_identity(event) or lacks_role(event.producer, event.event_type))
+        and (
+            claims_another_identity(event)
+            or lacks_role(event.producer, event.event_type, live_roster(trusted))
+        )
     ):
         return []
     return [f"{label}: the controller stored no decision (case expects {expected})"]
@@ -136,11 +150,18 @@ def test_case_runs_end_to_end_through_controller_and_relay(
     )
 
     problems: list[str] = []
+    trusted = case_policy(case, registry).trusted_verifiers
     for step in run.steps:
         label = f"step {step.index} {step.event.event_type} {step.event.event_id}"
         if step.stored is None:
             problems.extend(
-                _unrecorded(label, step.expect.outcome, step.simulated_outcome, step.event)
+                _unrecorded(
+                    label,
+                    step.expect.outcome,
+                    step.simulated_outcome,
+                    step.event,
+                    trusted,
+                )
             )
             continue
         live = actual_of(step.stored)

@@ -121,16 +121,31 @@ def producer_entry(
 # nothing (the cases' untrusted verifiers; their verifications are refused at intake).
 _NARROW: dict[str, tuple[Role, ...]] = {
     "nobody": (Role.TOOL,),
-    "verifier-2": (Role.TOOL,),
-    "unknown-scanner": (Role.TOOL,),
 }
 
 
-def lacks_role(producer: str, event_type: str) -> bool:
-    """Whether test producer `producer` holds none of the roles that may send
-    `event_type` (`machines.DEFAULT_EVENT_ROLES`): intake refuses it."""
-    narrow = _NARROW.get(producer)
-    return narrow is not None and not set(DEFAULT_EVENT_ROLES.roles_for(event_type)) & set(narrow)
+def verifiers_only(trusted: Iterable[str]) -> Roster:
+    """The test roster in which only `trusted` hold the roles verifier and validator (as
+    a deployment's roster grants them to its trusted verifiers alone)."""
+    keep = set(trusted)
+    entries = []
+    for p in roster().producers:
+        if p.id in keep:
+            entries.append(p)
+            continue
+        grants = tuple(g for g in p.grants if g.role not in (Role.VERIFIER, Role.VALIDATOR))
+        entries.append(p.model_copy(update={"grants": grants}))
+    return Roster(producers=tuple(entries))
+
+
+def lacks_role(producer: str, event_type: str, chosen: Roster | None = None) -> bool:
+    """Whether `producer` holds none of the roles that may send `event_type`
+    (`machines.DEFAULT_EVENT_ROLES`) in `chosen` (default: the test roster): intake
+    refuses it."""
+    entry = (chosen or roster()).producer(producer)
+    if entry is None:
+        return True
+    return not set(DEFAULT_EVENT_ROLES.roles_for(event_type)) & entry.roles()
 
 
 @cache
