@@ -16,6 +16,9 @@ Per record, in consumption order:
   or with one the machine's `applies_to` does not admit (`scope-missing`,
   `machine-not-applicable`: `machines.scope_refusal`, SPEC §8 step 2): dead letters
   too;
+- a producer that may not open the operation, or send this event on its scope
+  (`machines.producer_roles`, on the view as folded so far): a dead letter
+  (`role-not-permitted`, `identity-mismatch`), never decided;
 - otherwise the core decides it in the batch's `machines.BatchFold`, the fold
   `machines.Simulation` runs too: on the operation's view folded so far, a new
   operation opened with the lineage the ledger gives it on arrival
@@ -53,11 +56,14 @@ from ledger import Batch, DeadLetter, Entry, Position, RowSigner, Source, batch_
 from machines import (
     CORRELATION_MISMATCH,
     Arrival,
+    AuthenticationError,
     BatchFold,
     Decision,
     OperationView,
     Outcome,
     Rules,
+    check_event_role,
+    check_opening,
     scope_refusal,
 )
 from schemas import DEFAULT_TOPICS, TopicNames
@@ -265,8 +271,24 @@ def _guarded(decided: _Decided, item: Accepted, now: datetime, observe: Observer
         refusal = decided.precheck(item)
         if refusal is not None:
             return refusal
+        stage = "authorizing"
+        opens = decided.fold.known(op) is None
+        if opens:
+            refusal = _authorized(item, lambda: _check_opening(decided.fold, item))
+            if refusal is not None:
+                return refusal
         stage = "opening"
         run = decided.fold.decider(item.event, item.machine, now)
+        stage = "authorizing"
+        view = decided.fold.current[op]
+        roles = decided.fold.rules.event_roles
+        refusal = _authorized(
+            item, lambda: check_event_role(item.event, item.producer, view, roles)
+        )
+        if refusal is not None:
+            if opens:
+                decided.fold.restore(op, None)
+            return refusal
         stage = "deciding"
         refusal = _decide(decided, item, run, observe, now)
     except Exception as exc:
@@ -278,6 +300,27 @@ def _guarded(decided: _Decided, item: Accepted, now: datetime, observe: Observer
         if not owned:
             decided.event_owner.pop(item.event.event_id, None)
     return refusal
+
+
+def _check_opening(fold: BatchFold, item: Accepted) -> None:
+    arrival = fold.arrival_in_batch(item.event)
+    check_opening(item.event, item.producer, arrival.lineage_agents)
+
+
+def _authorized(item: Accepted, check: Callable[[], None]) -> Refusal | None:
+    """The refusal of an event whose authenticated producer may not send it here
+    (`machines.producer_roles`: `role-not-permitted`, `identity-mismatch`), or None."""
+    try:
+        check()
+    except AuthenticationError as exc:
+        event = item.event
+        return Refusal(
+            str(exc.code),
+            f"record {item.record.coordinates}: {exc.reason}",
+            event.event_id,
+            event.operation_id,
+        )
+    return None
 
 
 # Refusals of an event whose decision is not recorded: the fold forgets it.

@@ -73,8 +73,18 @@ from ledger import (
     Position,
     RetryableConflict,
 )
-from machines import Machine, Outcome, Rules
-from schemas import OutboxSigner, kafka_config, librdkafka_logger
+from machines import (
+    Grant,
+    Machine,
+    Outcome,
+    ProducerEntry,
+    ProducerKey,
+    Role,
+    Roster,
+    Rules,
+    public_key_text,
+)
+from schemas import OutboxSigner, RecordSigner, kafka_config, librdkafka_logger
 
 __all__ = ["Controller", "consumer_config"]
 
@@ -174,6 +184,21 @@ class _Backoff:
         stop.wait(delay)
 
 
+def with_own_key(roster: Roster, signer: RecordSigner) -> Roster:
+    """`roster` with the controller itself (its signing key, role `controller`) when the
+    roster does not list its id: the cascade events it emits on `recovery.events` come
+    back through intake, signed with that key. A roster that lists the id is taken as
+    it is (its keys, rotation and revocation are the operator's)."""
+    if roster.producer(signer.producer) is not None:
+        return roster
+    own = ProducerEntry(
+        id=signer.producer,
+        keys=(ProducerKey(public_key=public_key_text(signer.private_key.public_key())),),
+        grants=(Grant(role=Role.CONTROLLER),),
+    )
+    return Roster(producers=(*roster.producers, own))
+
+
 class Controller:
     """One member of the controller group. `run(stop)` consumes until `stop` is set, then
     leaves the group cleanly; the ledger and telemetry passed in stay open (the caller
@@ -195,7 +220,18 @@ class Controller:
         self.signer = signer or controller_signer(settings)
         self.ledger = ledger
         self.rules = rules
-        self._intake = Intake(machines, max_record_bytes=settings.max_record_bytes)
+        self._intake = Intake(
+            machines,
+            roster=with_own_key(rules.policy.roster, self.signer.signer),
+            max_record_bytes=settings.max_record_bytes,
+            clock=clock,
+        )
+        if not rules.policy.producers:
+            log.warning(
+                "policy %s lists no producers: every event will be refused as "
+                "producer-unknown; add the producer roster (`producers:`) to the policy",
+                rules.policy.id,
+            )
         telemetry = telemetry or Telemetry.disabled()
         self._tracer = BatchTracer(
             telemetry.tracer_provider, group=settings.group_id, client=settings.instance_id

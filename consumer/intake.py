@@ -7,6 +7,15 @@ Checks, in order (each failure is a `Refusal` whose code is the dead-letter reas
 2. decoding by `content-type` (Avro single-object or strict JSON; `schemas.WireCode`);
 3. the record must be an event envelope (`schema-unexpected`) that validates into an
    `Event` (`envelope-invalid`);
+   then, before anything about the event is believed, its producer: the record must be
+   signed (`schemas.verify_record`: headers `recovery-producer`, `recovery-key-id`,
+   `recovery-signature`) by a key of a producer in the roster, valid now and not
+   revoked (the `machines.AuthRefusal` codes: `signature-missing`,
+   `signature-malformed`, `producer-unknown`, `key-unknown`, `key-revoked`,
+   `key-not-yet-valid`, `key-expired`, `signature-invalid`), and the envelope's
+   `producer` must be that producer (`identity-mismatch`). Whether it may send this
+   event for this operation (`role-not-permitted`) needs the operation's stored scope
+   and is checked by `consumer.batch` (`machines.producer_roles`);
 4. the Kafka key must be the operation id (`key-mismatch`): per-operation order and the
    partition's single owner both rest on it;
 5. the named machine must be pinned at that version (`machine-unknown`,
@@ -32,13 +41,29 @@ intake chain of that partition (`ledger.intake_chain_id`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
-from machines import Event, Machine, OperationScope, applies
-from schemas import CONTENT_TYPE, EVENT_ENVELOPE, WireDecoder, WireError, header_value
+from machines import (
+    AuthenticationError,
+    AuthRefusal,
+    Event,
+    Machine,
+    OperationScope,
+    ProducerEntry,
+    Roster,
+    applies,
+)
+from schemas import (
+    CONTENT_TYPE,
+    EVENT_ENVELOPE,
+    WireDecoder,
+    WireError,
+    header_value,
+    verify_record,
+)
 from schemas import record_to_event as _record_to_event
 
 __all__ = [
@@ -126,11 +151,14 @@ class Refusal:
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """A record that decoded into an event for a pinned machine that applies to it."""
+    """A record that decoded into an event for a pinned machine that applies to it,
+    signed by `producer` (the authenticated roster entry, whose id is the event's
+    `producer`)."""
 
     record: RawRecord
     event: Event
     machine: Machine
+    producer: ProducerEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,15 +175,21 @@ IntakeResult = Accepted | Rejected
 
 class Intake:
     """Turns raw records into `Accepted` or `Rejected`. `machines` are the pinned ones,
-    keyed `name@version` (what `machines.provenance.load_locked_machines` returns)."""
+    keyed `name@version` (what `machines.provenance.load_locked_machines` returns);
+    `roster` the producers whose signatures are accepted (the policy's); `clock` the
+    time keys must be valid at (the controller's clock, never the record's)."""
 
     def __init__(
         self,
         machines: Mapping[str, Machine],
         *,
+        roster: Roster,
         max_record_bytes: int,
         decoder: WireDecoder | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
+        self._roster = roster
+        self._clock = clock or _utc_now
         self._machines = dict(machines)
         self._names = {m.name for m in machines.values()}
         self._max = max_record_bytes
@@ -197,6 +231,18 @@ class Intake:
             return Rejected(
                 record, Refusal(str(exc.code), f"record {record.coordinates}: {exc.reason}")
             )
+        try:
+            producer = self._authenticate(record, event)
+        except AuthenticationError as exc:
+            return Rejected(
+                record,
+                Refusal(
+                    str(exc.code),
+                    f"{_where(record, event)}: {exc.reason}",
+                    event.event_id,
+                    event.operation_id,
+                ),
+            )
         ref = f"{event.machine_name}@{event.machine_version}"
         machine = self._machines.get(ref)
         refusal = self._check_key(record, event) or _check_time(record, event)
@@ -206,8 +252,25 @@ class Intake:
             else:
                 refusal = self._check_applies(record, event, ref, machine)
                 if refusal is None:
-                    return Accepted(record, event, machine)
+                    return Accepted(record, event, machine, producer)
         return Rejected(record, refusal)
+
+    def _authenticate(self, record: RawRecord, event: Event) -> ProducerEntry:
+        entry = verify_record(
+            self._roster,
+            record.topic,
+            record.key,
+            record.value,
+            record.headers,
+            at=self._clock(),
+        )
+        if event.producer != entry.id:
+            raise AuthenticationError(
+                AuthRefusal.IDENTITY_MISMATCH,
+                f"the envelope names producer {event.producer!r} but the record is signed "
+                f"by producer {entry.id}; the producer field is always the signer's id",
+            )
+        return entry
 
     @staticmethod
     def _check_key(record: RawRecord, event: Event) -> Refusal | None:
@@ -279,6 +342,10 @@ class Intake:
             event.event_id,
             event.operation_id,
         )
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
 
 
 def failed(

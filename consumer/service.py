@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from consumer.controller import Controller
@@ -34,7 +35,9 @@ from machines import (
     load_locked_machines,
     load_policy,
     load_registry,
+    load_roster,
     load_trusted_publishers,
+    parse_policy,
     public_name_keys,
 )
 
@@ -50,6 +53,20 @@ log = logging.getLogger("consumer")
 
 _TEMPLATE = "ops/policy.production.yaml"
 _DOCS = 'docs/controller.md, "Policy and demo mode"'
+
+
+def _with_roster(policy: Policy, path: Path) -> Policy:
+    """`policy` with the producers of the roster file `path` added; validated again as a
+    whole, so a producer listed in both is refused."""
+    try:
+        extra = load_roster(path)
+        data = policy.model_dump(mode="json")
+        data["producers"] = data.get("producers", []) + [
+            p.model_dump(mode="json") for p in extra.producers
+        ]
+        return parse_policy(data, source=f"{path} with the policy {policy.id}")
+    except (PolicyError, OSError) as exc:
+        raise ControllerError(f"controller cannot load its roster {path}: {exc}") from exc
 
 
 def controller_policy(settings: ControllerSettings, *, warn: bool = True) -> Policy:
@@ -74,6 +91,8 @@ def controller_policy(settings: ControllerSettings, *, warn: bool = True) -> Pol
             policy = load_policy(settings.policy_path)
         except (PolicyError, OSError) as exc:
             raise ControllerError(f"controller cannot load its policy: {exc}") from exc
+    if settings.roster_path is not None:
+        policy = _with_roster(policy, settings.roster_path)
     weak = public_name_keys(policy)
     if weak and not settings.demo_mode:
         raise PolicyRefused(

@@ -103,6 +103,9 @@ class ControllerSettings(BaseModel):
     # file (the built-in policy trusts no verifier and has no approver) or with
     # public-name keys, logging a WARNING for each. Never in production.
     demo_mode: bool = False
+    # A producer roster beside the policy (a `producers:`-only file or another policy):
+    # its producers are added to the policy's (docs/operations.md, "Producer roster").
+    roster_path: Path | None = None
     # Health (docs/operations.md): the loop is wedged when it has not turned for this
     # long; the member is not ready while a partition is more records behind than this.
     stall_after_s: float = Field(default=60.0, gt=0)

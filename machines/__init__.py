@@ -126,6 +126,12 @@ from machines.policy import (
     parse_policy,
     public_name_keys,
 )
+from machines.producer_roles import (
+    DEFAULT_EVENT_ROLES,
+    EventRoles,
+    check_event_role,
+    check_opening,
+)
 from machines.provenance import (
     LockFile,
     dump_model,
@@ -179,6 +185,7 @@ __all__ = [
     "CANONICAL_FORM",
     "CATALOGUE",
     "CORRELATION_MISMATCH",
+    "DEFAULT_EVENT_ROLES",
     "DEFAULT_REGISTRY",
     "ENVELOPE_FIELD_INVALID",
     "ENVELOPE_INVALID",
@@ -214,6 +221,7 @@ __all__ = [
     "DeclaredFacts",
     "Event",
     "EventError",
+    "EventRoles",
     "EvidencePayload",
     "Grant",
     "GuardContext",
@@ -271,6 +279,8 @@ __all__ = [
     "canonical_text",
     "catalogue_packages",
     "check_decision",
+    "check_event_role",
+    "check_opening",
     "check_policy_against_machines",
     "check_policy_against_registry",
     "checkpoint_digest",

@@ -28,6 +28,7 @@ from machines.event import Event
 from machines.guards import STANDARD_GUARDS, GuardFn
 from machines.model import Machine, Registry
 from machines.policy import Policy
+from machines.producer_roles import DEFAULT_EVENT_ROLES, EventRoles
 from machines.view import LineageStatus, OperationView, ToolFacts, new_view
 
 __all__ = ["BatchFold", "OperationSetup", "Rules", "open_view"]
@@ -40,6 +41,9 @@ class Rules:
     policy: Policy
     registry: Registry
     guard_table: Mapping[str, GuardFn] = field(default_factory=lambda: dict(STANDARD_GUARDS))
+    # Which roles may send which event types (`machines.producer_roles`); the one place
+    # a deployment (or a machine's own table) overrides the default.
+    event_roles: EventRoles = DEFAULT_EVENT_ROLES
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,9 @@ class OperationSetup:
     deadline: datetime | None = None
     state: str | None = None
     correlation_id: str = ""
+    capability: str | None = None
+    tool: str | None = None
+    environment: str | None = None
 
 
 def open_view(
@@ -79,6 +86,9 @@ def open_view(
         budget_limit=budget,
         deadline=deadline,
         correlation_id=setup.correlation_id,
+        capability=setup.capability,
+        tool=setup.tool,
+        environment=setup.environment,
     )
 
 
@@ -137,10 +147,14 @@ class BatchFold:
                 # is recorded until the view is built, so an event that fails to open
                 # its operation leaves the fold as it was.
                 arrival = self.arrival_in_batch(event)
+                scope = event.scope
                 setup = OperationSetup(
                     operation_id=op,
                     agent=event.lineage.agent,
                     correlation_id=event.correlation_id,
+                    capability=None if scope is None else scope.capability,
+                    tool=None if scope is None else scope.tool,
+                    environment=None if scope is None else scope.environment,
                 )
                 opened = open_view(machine, self.rules.policy, setup, event.event_time)
                 view = arrival.applied_to(opened)

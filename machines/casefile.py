@@ -373,6 +373,9 @@ class _Runner:
             return step.verification.verifier
         if step.approval is not None:
             return step.approval.approver
+        if step.checkpoint is not None and step.checkpoint.validated and step.checkpoint.validator:
+            # A validated checkpoint is reported by its validator (the signer).
+            return step.checkpoint.validator
         return DEFAULT_PRODUCER
 
     def _evidence(self, step: StepSpec) -> EvidencePayload | None:

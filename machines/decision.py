@@ -617,6 +617,15 @@ def _escalations(view: OperationView, decision: Decision) -> tuple[tuple[str, in
 _EPOCH_KINDS = frozenset({str(CapabilityKind.RETRY), str(CapabilityKind.COMPENSATE)})
 
 
+def _command_capabilities(view: OperationView, decision: Decision) -> tuple[tuple[str, str], ...]:
+    answered = decision.causation
+    kept = tuple((c, cap) for c, cap in view.command_capabilities if c != answered)
+    issued = tuple(
+        (i.command_id, i.capability) for i in decision.invocations if i.kind in ANSWERED_KINDS
+    )
+    return kept + issued
+
+
 def _counters(view: OperationView, kinds: Sequence[str]) -> dict[str, int]:
     """The counters that invoking capabilities of `kinds` advances, as `evolve` changes:
     a retry spends an attempt and a unit of budget and starts a new epoch, a compensation
@@ -665,6 +674,8 @@ def apply(view: OperationView, decision: Decision) -> OperationView:
     escalations = _escalations(view, decision)
     if escalations is not view.escalations:
         changes["escalations"] = escalations
+    if decision.invocations or view.command_capabilities:
+        changes["command_capabilities"] = _command_capabilities(view, decision)
     changes["state"] = decision.state_after
     changes["version"] = decision.sequence
     changes["seen_events"] = MappingProxyType(seen)

@@ -21,6 +21,7 @@ from machines.event import EffectOutcome, Event
 from machines.facts import admit_facts
 from machines.invariants import HUMAN_EVENTS, VERIFICATION_EVENTS, Notice
 from machines.policy import Policy
+from machines.roster import Role
 from machines.view import (
     Approval,
     Checkpoint,
@@ -150,11 +151,14 @@ def _verification(
             "must report through an evidence block",
         )
     verifier = evidence.verifier
-    if verifier not in policy.trusted_verifiers or view.lineage.includes(verifier):
+    if not trusted_verifier(policy, verifier, view, event.causation) or view.lineage.includes(
+        verifier
+    ):
         return None, Notice(
             "verifier-untrusted",
             f"{event.event_type} {event.event_id}: verifier {verifier} is not trusted by policy "
-            f"{policy.id}; add it to trusted_verifiers if it is authoritative",
+            f"{policy.id} for capability {view.capability or '<none>'}; grant it role "
+            "verifier in the roster (or, without a roster, list it in trusted_verifiers)",
         )
     if evidence.outcome is not None and evidence.outcome != expected:
         return None, Notice(
@@ -168,6 +172,31 @@ def _verification(
     # retry or compensation is recorded for that older epoch, where no guard reads it.
     epoch = view.epoch if event.causation is None else view.command_epoch(event.causation)
     return Verification(verifier, expected, reference, event.event_id, epoch), None
+
+
+def trusted_verifier(
+    policy: Policy, verifier: str, view: OperationView, causation: str | None = None
+) -> bool:
+    """Whether `verifier` is authoritative about `view`'s effect: the roster grants it
+    role verifier for the operation's capability (or the capability of the open
+    verification command `causation`), or (for simulations and policies
+    without a roster) the policy lists it in `trusted_verifiers`. The live controller
+    admits a verification only from its authenticated signer holding that grant
+    (`machines.producer_roles`), so the list never widens what the roster permits."""
+    if verifier in policy.trusted_verifiers:
+        return True
+    entry = policy.roster.producer(verifier)
+    if entry is None:
+        return False
+    answered = view.command_capability(causation)
+    return entry.permits(Role.VERIFIER, capability=view.capability) or (
+        answered is not None and entry.permits(Role.VERIFIER, capability=answered)
+    )
+
+
+def _roster_validator(policy: Policy, validator: str, view: OperationView) -> bool:
+    entry = policy.roster.producer(validator)
+    return entry is not None and entry.permits(Role.VALIDATOR, agent=view.lineage.agent)
 
 
 def _approval(event: Event, view: OperationView, now: datetime) -> Approval:
@@ -196,7 +225,7 @@ def _checkpoint(event: Event, view: OperationView, policy: Policy) -> Checkpoint
     trusted = (
         report.validated
         and validator is not None
-        and validator in policy.trusted_verifiers
+        and (validator in policy.trusted_verifiers or _roster_validator(policy, validator, view))
         and not view.lineage.includes(validator)
         # The affected agent may report that it saved a checkpoint, but its word that a
         # verifier validated it is not evidence (SPEC §7.7).

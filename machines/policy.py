@@ -197,9 +197,11 @@ def _policy_digest(policy: Policy) -> str:
     if cached is not None and cached[0] is policy:
         return cached[1]
     data = policy.model_dump(mode="json")
-    if not data["producers"]:
-        # Policies written before the roster existed keep the digest they had.
-        del data["producers"]
+    # The roster says who may write, not how decisions are made: rotating or revoking a
+    # key must not change the digest decisions and validated checkpoints are bound to
+    # (a checkpoint would become ineligible). Policies keep the digest they had before
+    # the roster existed. Who signed each event is recorded with the event.
+    del data["producers"]
     digest = sha256_digest(data)
     if len(_DIGESTS) > 256:
         _DIGESTS.clear()

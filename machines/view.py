@@ -146,7 +146,11 @@ class OperationView:
     the current state, if one did: a human who approves "escalated -> resume-pending"
     approves the route, so the resume gate in resume-pending may rely on that approval
     while it is unexpired and unused. Leaving the state forgets it. `open_commands` are
-    the command ids issued whose result event has not come back yet."""
+    the command ids issued whose result event has not come back yet, and
+    `command_capabilities` each one's capability. `capability`, `tool` and
+    `environment` are the scope the operation was opened with, from the authenticated
+    tool report that opened it (None for an operation opened without a `scope` block):
+    which producers may report on it is checked against them (`machines.producer_roles`)."""
 
     operation_id: str
     machine_name: str
@@ -181,6 +185,20 @@ class OperationView:
     # many events have met each since: one escalation per open condition, the repeats
     # counted, not paged again. Leaving the state closes them.
     escalations: tuple[tuple[str, int], ...] = ()
+    capability: str | None = None
+    tool: str | None = None
+    environment: str | None = None
+    command_capabilities: tuple[tuple[str, str], ...] = ()
+
+    def command_capability(self, command_id: str | None) -> str | None:
+        """The capability of the open command `command_id`, if this operation issued it
+        and has not had it answered (who may report its result depends on it)."""
+        if command_id is None:
+            return None
+        for issued, capability in self.command_capabilities:
+            if issued == command_id:
+                return capability
+        return None
 
     def current_outcomes(self) -> frozenset[EffectOutcome]:
         """The outcomes trusted verifiers report for the current effect epoch: each
@@ -256,6 +274,9 @@ def new_view(
     budget_limit: int,
     deadline: datetime | None,
     correlation_id: str = "",
+    capability: str | None = None,
+    tool: str | None = None,
+    environment: str | None = None,
 ) -> OperationView:
     """The view of an operation the controller has just started to govern."""
     return OperationView(
@@ -269,6 +290,9 @@ def new_view(
         budget_limit=budget_limit,
         deadline=deadline,
         correlation_id=correlation_id,
+        capability=capability,
+        tool=tool,
+        environment=environment,
     )
 
 

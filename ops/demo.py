@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 from consumer import redact_url
 from ledger import (
@@ -36,18 +36,25 @@ from ledger import (
     with_user,
 )
 from machines import (
+    ANY,
     DEFAULT_REGISTRY,
     DeclaredFacts,
     EvidencePayload,
+    Grant,
     Lineage,
     Machine,
+    ProducerEntry,
+    ProducerKey,
+    Role,
     Roster,
     insecure_test_key,
     load_locked_machines,
     load_policy,
+    load_private_key,
     load_registry,
     load_trusted_publishers,
     public_key_b64,
+    public_key_text,
     review_digest,
 )
 from ops.commands.run import Runtime, Services, run_roles
@@ -69,7 +76,7 @@ from producers import (
     provision_acls,
     read_commands,
 )
-from schemas import ENV_CONTROLLER_SIGNING_KEY_FILE, TopicNames
+from schemas import ENV_CONTROLLER_SIGNING_KEY_FILE, RecordSigner, TopicNames
 
 __all__ = ["DemoError", "DemoReport", "OperationReport", "run_demo"]
 
@@ -230,6 +237,7 @@ def run_demo(
     # The stack's own controller key (generated once, 0600), unless one is set; the
     # demo's worker verifies every command against its public key.
     key_file = Path(os.environ.get(ENV_CONTROLLER_SIGNING_KEY_FILE) or stack_key("controller"))
+    signers = demo_signers()
     runtime = run_roles(
         ("controller", "relay"),
         services,
@@ -245,9 +253,12 @@ def run_demo(
             "group_id": "recovery-controller-demo",
             "instance_id": f"controller-demo-{run_id}",
             "signing_key_file": key_file,
+            # The demo's producers, with keys the stack generated (0600, never
+            # public-name keys): the controller authenticates every event they sign.
+            "roster_path": demo_roster(signers),
         },
     )
-    _start_worker(runtime, services, names, controller_roster(key_file))
+    _start_worker(runtime, services, names, controller_roster(key_file), signers[_WORKER])
     say.line("controller, relay and capability worker started")
     ledger = PostgresLedger(services.database_url, max_size=2)
     started = time.monotonic()
@@ -255,7 +266,10 @@ def run_demo(
         live = [_live(s, run_id, machines) for s in SCENARIOS]
         report = DemoReport(run_id, [_blank(item) for item in live])
         tools = services.kafka_for("tool")
-        with EventPublisher(services.bootstrap, topics=names, security=tools) as publisher:
+        tool_and_approver = {n: signers[n] for n in (_TOOL, APPROVER)}
+        with EventPublisher(
+            services.bootstrap, signer=tool_and_approver, topics=names, security=tools
+        ) as publisher:
             _play(live, ledger, publisher, runtime, say, started + timeout, report)
         report.elapsed_seconds = time.monotonic() - started
         _read_back(ledger, services, names, live, report)
@@ -265,6 +279,53 @@ def run_demo(
         ledger.close()
     report.failures.extend(f"runtime role {name} failed" for name in runtime.failures)
     return report
+
+
+# What each demo producer may report: the tool reports the demo's operations, the worker
+# executes and verifies their commands, the approver publishes signed decisions.
+_DEMO_GRANTS: Final[Mapping[str, tuple[Grant, ...]]] = {
+    _TOOL: (
+        Grant(
+            role=Role.TOOL, capabilities=(ANY,), tools=(ANY,), environments=(ANY,), agents=(ANY,)
+        ),
+        # It also plays the research orchestrator, reporting the sub-task's contained
+        # ancestor.
+        Grant(role=Role.ORCHESTRATOR, agents=(ANY,)),
+    ),
+    _WORKER: (
+        Grant(role=Role.WORKER, capabilities=(ANY,)),
+        Grant(role=Role.VERIFIER, capabilities=(ANY,)),
+    ),
+    APPROVER: (Grant(role=Role.APPROVER),),
+}
+
+
+def demo_signers(directory: Path | None = None) -> dict[str, RecordSigner]:
+    """The demo producers' record signers, with the stack's keys (`ops.keys.stack_key`:
+    generated once, mode 0600). The approver's *decision* key is a separate, public-name
+    test key (`machines.insecure_test_key`), as the demo policy says."""
+    return {
+        name: RecordSigner(name, load_private_key(stack_key(name, directory)))
+        for name in _DEMO_GRANTS
+    }
+
+
+def demo_roster(signers: Mapping[str, RecordSigner], directory: Path | None = None) -> Path:
+    """`<stack dir>/keys/demo-roster.json`: the demo producers with their public keys
+    and grants, the roster file the demo's controller adds to the demo policy."""
+    roster = Roster(
+        producers=tuple(
+            ProducerEntry(
+                id=name,
+                keys=(ProducerKey(public_key=public_key_text(s.private_key.public_key())),),
+                grants=_DEMO_GRANTS[name],
+            )
+            for name, s in signers.items()
+        )
+    )
+    path = stack_key(_TOOL, directory).parent / "demo-roster.json"
+    path.write_text(roster.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return path
 
 
 def _check_policy_key() -> None:
@@ -313,9 +374,11 @@ def _blank(item: _Live) -> OperationReport:
     )
 
 
-def _start_worker(runtime: Runtime, services: Services, names: TopicNames, roster: Roster) -> None:
+def _start_worker(
+    runtime: Runtime, services: Services, names: TopicNames, roster: Roster, signer: RecordSigner
+) -> None:
     security = services.kafka_for("worker")
-    publisher = EventPublisher(services.bootstrap, topics=names, security=security)
+    publisher = EventPublisher(services.bootstrap, signer=signer, topics=names, security=security)
     runtime.closers.append(publisher.close)
     worker = CapabilityWorker(
         services.bootstrap,

@@ -8,7 +8,17 @@ OpenTelemetry's global propagator. Records are keyed by operation id, so one
 operation's events stay in order on one partition. Delivery is asynchronous: `flush`
 waits and raises `DeliveryFailed` for every record the broker did not acknowledge.
 
-`RecoveryClient` builds valid envelopes on top of it: any event (`publish_event`), the
+Every record is signed by its producer (`schemas.RecordSigner`: headers
+`recovery-producer`, `recovery-key-id`, `recovery-signature` over the topic, key, value
+digest and the headers consumers act on); the controller refuses anything else. The
+signer is passed in, or built from `RECOVERY_PRODUCER_ID` and
+`RECOVERY_PRODUCER_KEY_FILE`; a process that publishes for several producers (a test
+harness, a gateway holding each tool's key) passes a mapping of producer id to signer,
+and each event is signed by the signer of its `producer`. Only the relay, which signs
+with the controller's key on its own path, builds a publisher with `signer=None`.
+
+`RecoveryClient` builds valid envelopes on top of it, with the signer's id as the
+envelope's `producer`: any event (`publish_event`), the
 result of a capability command (`report_action_result`, causation = the command id) and
 a signed human decision (`publish_human_decision`, or `publish_signed_decision` for one
 signed elsewhere).
@@ -18,6 +28,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Final
@@ -43,10 +54,13 @@ from schemas import (
     EVENT_ENVELOPE,
     HEADER_RECORD_ID,
     HEADER_SCHEMA,
+    HEADER_SIGNATURE,
     AvroSingleObjectCodec,
     CapabilityCommand,
     JsonCodec,
     KafkaSecurity,
+    RecordSigner,
+    SignerSettingMissing,
     TopicNames,
     WireCode,
     WireError,
@@ -56,9 +70,20 @@ from schemas import (
     librdkafka_logger,
     record_id,
     record_to_event,
+    signer_from_env,
 )
 
-__all__ = ["RESULT_EVENTS", "EventPublisher", "RecoveryClient", "event_record_id"]
+__all__ = ["RESULT_EVENTS", "EventPublisher", "RecoveryClient", "Signers", "event_record_id"]
+
+# One producer's signer, or several keyed by producer id.
+Signers = RecordSigner | Mapping[str, RecordSigner]
+
+
+class _FromEnv:
+    """The default signer: `RECOVERY_PRODUCER_ID` and `RECOVERY_PRODUCER_KEY_FILE`."""
+
+
+_FROM_ENV: Final = _FromEnv()
 
 # The result event a capability kind reports when the caller does not name one:
 # (on success, on failure). Verification is special: its success names what was found.
@@ -99,6 +124,7 @@ class EventPublisher:
         self,
         bootstrap: str,
         *,
+        signer: Signers | _FromEnv | None = _FROM_ENV,
         topics: TopicNames | None = None,
         producer_config: Mapping[str, Any] | None = None,
         use_json: bool = False,
@@ -106,6 +132,18 @@ class EventPublisher:
         security: KafkaSecurity | None = None,
     ) -> None:
         # `security`: the principal's client settings (else the environment's).
+        if isinstance(signer, _FromEnv):
+            try:
+                signer = signer_from_env()
+            except (SignerSettingMissing, ValueError) as exc:
+                raise ProducersError(f"the publisher cannot sign: {exc}") from exc
+        self.signers: Mapping[str, RecordSigner] = (
+            {}
+            if signer is None
+            else {signer.producer: signer}
+            if isinstance(signer, RecordSigner)
+            else dict(signer)
+        )
         config: dict[str, Any] = {
             **kafka_config(bootstrap, security),
             **_DEFAULT_PRODUCER,
@@ -139,8 +177,39 @@ class EventPublisher:
             record_id=rid,
             content_type=content_type,
             fingerprint=fingerprint,
+            producer=event.producer,
         )
         return rid
+
+    def signer_for(self, producer: str) -> RecordSigner:
+        """The signer of `producer`; raises `ProducersError` when this publisher holds no
+        key for it (an event must be signed by the producer it names)."""
+        found = self.signers.get(producer)
+        if found is None:
+            held = ", ".join(sorted(self.signers)) or "none (signer=None)"
+            raise ProducersError(
+                f"no signing key for producer {producer!r} (this publisher signs for "
+                f"{held}); an event's producer is always its signer's id"
+            )
+        return found
+
+    def _signer_of(
+        self, record_id: str, producer: str | None, extra: Mapping[str, str] | None
+    ) -> RecordSigner | None:
+        if not self.signers:
+            return None  # built with signer=None: the relay's door, or a hostile test's
+        if producer is not None:
+            return self.signer_for(producer)
+        if extra and HEADER_SIGNATURE in extra:
+            return None  # already signed by its producer (forwarded as it is)
+        if len(self.signers) == 1:
+            (only,) = self.signers.values()
+            return only
+        if self.signers:
+            raise ProducersError(
+                f"record {record_id}: this publisher signs for several producers; name one"
+            )
+        return None
 
     def send(
         self,
@@ -152,19 +221,27 @@ class EventPublisher:
         content_type: str,
         fingerprint: str | None = None,
         extra_headers: Mapping[str, str] | None = None,
+        producer: str | None = None,
     ) -> None:
         """Produce one already-encoded record with the standard headers and the current
-        trace context. The lower-level door the relay and tests use."""
+        trace context, signed by `producer`'s signer (the only one, if `producer` is not
+        given; a record whose `extra_headers` already carry a signature is forwarded as
+        it is; unsigned only on a publisher built with `signer=None`). The lower-level
+        door the relay and tests use."""
         if self._closed:
             raise ProducersError(f"record {record_id}: the publisher is closed")
+        signer = self._signer_of(record_id, producer, extra_headers)
         headers: dict[str, str] = {CONTENT_TYPE: content_type, HEADER_RECORD_ID: record_id}
         if fingerprint is not None:
             headers[HEADER_SCHEMA] = fingerprint
         headers.update(extra_headers or {})
         propagate.inject(headers)
-        kafka_headers: list[tuple[str, str | bytes | None]] = [
+        encoded: list[tuple[str, bytes | None]] = [
             (k, v.encode("utf-8")) for k, v in headers.items()
         ]
+        if signer is not None:
+            encoded = signer.sign(topic, key.encode("utf-8"), value, encoded)
+        kafka_headers: list[tuple[str, str | bytes | None]] = list(encoded)
         self._pending[record_id] = self._pending.get(record_id, 0) + 1
 
         def on_delivery(error: KafkaError | None, _message: Message[Any, Any]) -> None:
@@ -284,9 +361,18 @@ class EventPublisher:
 
 class RecoveryClient:
     """Builds and publishes valid recovery events on behalf of one producer identity
-    (a tool, a capability worker or an approver)."""
+    (a tool, a capability worker or an approver): the id of a signer the publisher
+    holds (`producer`; the publisher's only signer when not given)."""
 
-    def __init__(self, publisher: EventPublisher, producer: str) -> None:
+    def __init__(self, publisher: EventPublisher, producer: str | None = None) -> None:
+        if producer is None:
+            if len(publisher.signers) != 1:
+                raise ProducersError(
+                    "name the producer: the publisher signs for "
+                    f"{', '.join(sorted(publisher.signers)) or 'nobody'}"
+                )
+            (producer,) = publisher.signers
+        publisher.signer_for(producer)  # refuse an identity it cannot sign as, now
         self.publisher = publisher
         self.producer = producer
 
@@ -366,6 +452,16 @@ class RecoveryClient:
         one. Raises `ProducersError` for an outcome with no result event and
         `WireError` for an envelope the controller would refuse."""
         chosen = event_type or _result_event(command, succeeded, evidence)
+        if evidence is not None and evidence.outcome is not None:
+            # The verifier is whoever reports (and signs) the verification.
+            if evidence.verifier is None:
+                evidence = replace(evidence, verifier=self.producer)
+            elif evidence.verifier != self.producer:
+                raise ProducersError(
+                    f"command {command.command_id}: evidence names verifier "
+                    f"{evidence.verifier!r} but this client reports as {self.producer}; the "
+                    "controller refuses it (identity-mismatch): leave verifier unset"
+                )
         return self.build_event(
             chosen,
             event_id=f"result:{command.command_id}",

@@ -231,9 +231,12 @@ class OutboxRelay:
         self._ledger = ledger
         self._database_url = database_url
         self._topics = topics or TopicNames.from_env()
+        # The relay's records are the controller's; they are signed with its key on the
+        # relay's own path, not as a producer of events.
         self._publisher = EventPublisher(
             bootstrap,
             security=security,  # the relay principal's (else the environment's)
+            signer=None,  # the rows are signed by the controller; never re-signed
             topics=self._topics,
             producer_config={
                 "client.id": self.instance,

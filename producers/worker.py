@@ -394,7 +394,6 @@ def _verify(command: CapabilityCommand) -> ActionResult:
         succeeded=True,
         evidence=EvidencePayload(
             outcome="applied" if found else "not_applied",
-            verifier=command.capability,
             reference=f"demo-verifier:{command.command_id}",
         ),
     )

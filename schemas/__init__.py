@@ -91,7 +91,9 @@ from schemas.signing import (
     RECORD_SIGNATURE_DOMAIN,
     SIGNED_HEADERS,
     RecordSigner,
+    SignerSettingMissing,
     record_signing_message,
+    signer_from_env,
     verify_record,
 )
 
@@ -151,6 +153,7 @@ __all__ = [
     "RecordSigner",
     "SchemaCatalog",
     "SchemaVersion",
+    "SignerSettingMissing",
     "TopicNames",
     "WireCode",
     "WireDecoder",
@@ -172,5 +175,6 @@ __all__ = [
     "record_id",
     "record_signing_message",
     "record_to_event",
+    "signer_from_env",
     "verify_record",
 ]

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from machines import ProducerEntry, Roster, canonical_json, key_id
+from machines import ProducerEntry, Roster, canonical_json, key_id, load_private_key
+from schemas.deployment import ENV_PRODUCER_ID, ENV_PRODUCER_KEY_FILE
 from schemas.headers import (
     CONTENT_TYPE,
     HEADER_COMMAND_ID,
@@ -41,7 +43,9 @@ __all__ = [
     "RECORD_SIGNATURE_DOMAIN",
     "SIGNED_HEADERS",
     "RecordSigner",
+    "SignerSettingMissing",
     "record_signing_message",
+    "signer_from_env",
     "verify_record",
 ]
 
@@ -121,3 +125,26 @@ def verify_record(
         unsigned = [(k, v) for k, v in headers if k not in _SIGNATURE_HEADERS]
         message = record_signing_message(topic, key, value, unsigned, producer, key_name)
     return roster.authenticate(producer, key_name, message, signature, at=at)
+
+
+class SignerSettingMissing(ValueError):
+    """`RECOVERY_PRODUCER_ID` or `RECOVERY_PRODUCER_KEY_FILE` is not set; the message
+    says which and how to make a key."""
+
+
+def signer_from_env(environ: Mapping[str, str] | None = None) -> RecordSigner:
+    """The producer's signer from `RECOVERY_PRODUCER_ID` and `RECOVERY_PRODUCER_KEY_FILE`
+    (a PEM or base64-seed Ed25519 key file). Raises `SignerSettingMissing` when either
+    is unset and `machines.KeyFileError` when the file is unusable."""
+    env = os.environ if environ is None else environ
+    producer = env.get(ENV_PRODUCER_ID, "")
+    path = env.get(ENV_PRODUCER_KEY_FILE, "")
+    missing = [n for n, v in ((ENV_PRODUCER_ID, producer), (ENV_PRODUCER_KEY_FILE, path)) if not v]
+    if missing:
+        raise SignerSettingMissing(
+            f"{' and '.join(missing)} not set: every record must be signed by its producer; "
+            f"set {ENV_PRODUCER_ID} to the producer's roster id and {ENV_PRODUCER_KEY_FILE} to "
+            "its Ed25519 key file (`recoveryctl keys generate --out FILE`), or pass a "
+            "RecordSigner"
+        )
+    return RecordSigner(producer, load_private_key(path, setting=ENV_PRODUCER_KEY_FILE))

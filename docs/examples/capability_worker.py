@@ -22,9 +22,11 @@ and relay started by `recoveryctl run`, PostgreSQL.
 
 Run it against the local stack (docs/capability-worker.md, "Run the example"):
 
-    RECOVERY_CONTROLLER_POLICY_PATH=docs/examples/policy.yaml recoveryctl run \\
+    python docs/examples/example_keys.py .stack/example-keys
+    RECOVERY_CONTROLLER_POLICY_PATH=docs/examples/policy.yaml \\
+    RECOVERY_CONTROLLER_ROSTER_PATH=.stack/example-keys/roster.json recoveryctl run \\
         --migrate --create-topics &
-    python docs/examples/capability_worker.py
+    python docs/examples/capability_worker.py --keys .stack/example-keys
 
 Services come from `--bootstrap` / `--database-url`, else RECOVERY_KAFKA_BOOTSTRAP /
 RECOVERY_DATABASE_URL. Exit status 0 only if every step above happened; 1 otherwise,
@@ -42,16 +44,16 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final, Literal
+
+from example_keys import TOOL, WORKER, signer
 
 from ledger import PostgresLedger, UnknownOperation
 from machines import DeclaredFacts, EvidencePayload, Lineage, Scope
 from producers import ActionResult, CapabilityWorker, EventPublisher, Handler, RecoveryClient
 from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, CapabilityCommand
 
-TOOL: Final = "coupa-integration"
-WORKER: Final = "coupa-worker"
-VERIFIER: Final = "coupa-status-api"  # the verifier identity the policy trusts
 GROUP: Final = "guide-capability-worker"  # the workers' own consumer group
 MACHINE_NAME: Final = "procurement-request"
 MACHINE_VERSION: Final = "1.0.0"
@@ -120,7 +122,10 @@ class Handlers:
         return ActionResult(
             succeeded=True,
             evidence=EvidencePayload(
-                outcome=outcome, verifier=VERIFIER, reference=f"coupa-status:{key}"
+                # No verifier named: the client library names the reporting (signing)
+                # worker, the verifier the roster grants for procurement.
+                outcome=outcome,
+                reference=f"coupa-status:{key}",
             ),
         )
 
@@ -152,11 +157,13 @@ class Handlers:
         return result
 
 
-def start_worker(bootstrap: str, handlers: Handlers, stop: threading.Event) -> threading.Thread:
+def start_worker(
+    bootstrap: str, handlers: Handlers, stop: threading.Event, keys: Path
+) -> threading.Thread:
     """One worker process, as a thread: its own publisher, consumer and dedupe window."""
 
     def run() -> None:
-        with EventPublisher(bootstrap) as publisher:
+        with EventPublisher(bootstrap, signer=signer(keys, WORKER)) as publisher:
             worker = CapabilityWorker(
                 bootstrap,
                 GROUP,
@@ -179,9 +186,9 @@ def start_worker(bootstrap: str, handlers: Handlers, stop: threading.Event) -> t
     return thread
 
 
-def report_timeout(bootstrap: str, operation_id: str, key: str) -> None:
+def report_timeout(bootstrap: str, operation_id: str, key: str, keys: Path) -> None:
     """The tool: the call with `key` timed out; report it, declaring the key."""
-    with EventPublisher(bootstrap) as publisher:
+    with EventPublisher(bootstrap, signer=signer(keys, TOOL)) as publisher:
         RecoveryClient(publisher, TOOL).publish_event(
             "TOOL_TIMEOUT",
             operation_id=operation_id,
@@ -247,20 +254,20 @@ def check(decisions: Sequence[Mapping[str, Any]], handlers: Handlers) -> list[st
     return problems
 
 
-def play(bootstrap: str, database_url: str, timeout: float) -> int:
+def play(bootstrap: str, database_url: str, timeout: float, keys: Path) -> int:
     """Run the scenario; 0 when it went as the guide says."""
     operation_id = f"op-worker-{uuid.uuid4().hex[:8]}"
     handlers = Handlers(Procurement(), operation_id)
     stop = threading.Event()
     ledger = PostgresLedger(database_url, min_size=1, max_size=1)
     try:
-        first = start_worker(bootstrap, handlers, stop)
-        report_timeout(bootstrap, operation_id, key=f"req-{operation_id}")
+        first = start_worker(bootstrap, handlers, stop, keys)
+        report_timeout(bootstrap, operation_id, f"req-{operation_id}", keys)
         crashed = wait_until("worker 1 to crash", lambda: not first.is_alive(), timeout)
         if crashed:
             handlers.name = "worker-2"
             say("worker-2: starting in the same group")
-            second = start_worker(bootstrap, handlers, stop)
+            second = start_worker(bootstrap, handlers, stop, keys)
             wait_until(
                 "the operation to complete",
                 lambda: state_of(ledger, operation_id) == EXPECTED_PATH[-1],
@@ -288,6 +295,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bootstrap", default=os.environ.get(ENV_KAFKA_BOOTSTRAP))
     parser.add_argument("--database-url", default=os.environ.get(ENV_DATABASE_URL))
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+    parser.add_argument(
+        "--keys",
+        type=Path,
+        default=Path(".stack/example-keys"),
+        help="the producers' key files (example_keys.py makes them)",
+    )
     args = parser.parse_args(argv)
     if not args.bootstrap or not args.database_url:
         print(
@@ -296,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    return play(args.bootstrap, args.database_url, args.timeout)
+    return play(args.bootstrap, args.database_url, args.timeout, args.keys)
 
 
 if __name__ == "__main__":

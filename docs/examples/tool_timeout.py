@@ -8,8 +8,8 @@ What a CONFORMANCE Level 2 tool integration does, step by step:
    TOOL_TIMEOUT for the operation and declares its facts once, on that first event: the
    key, a side effect possible but not confirmed, a status API, cancellation supported.
 3. The controller commands `procurement.verify-request`. The tool's verifier looks the
-   key up in the status API, finds nothing and answers "not applied" as the verifier
-   identity the policy trusts (`docs/examples/policy.yaml`).
+   key up in the status API, finds nothing and answers "not applied", signed with the
+   worker's key: the roster (`example_keys.py`) grants it `verifier` for procurement.
 4. With authoritative not-applied evidence and a declared key, the controller commands
    the retry `procurement.create-request`, carrying the same key; the worker resubmits
    with it and reports success, and the controller completes the operation.
@@ -21,9 +21,11 @@ two threads of one, each with its own `EventPublisher` (a publisher is not threa
 
 Run it against the local stack (docs/tool-integration.md, "Run the example"):
 
-    RECOVERY_CONTROLLER_POLICY_PATH=docs/examples/policy.yaml recoveryctl run \\
+    python docs/examples/example_keys.py .stack/example-keys
+    RECOVERY_CONTROLLER_POLICY_PATH=docs/examples/policy.yaml \\
+    RECOVERY_CONTROLLER_ROSTER_PATH=.stack/example-keys/roster.json recoveryctl run \\
         --migrate --create-topics &
-    python docs/examples/tool_timeout.py
+    python docs/examples/tool_timeout.py --keys .stack/example-keys
 
 Services come from `--bootstrap` / `--database-url`, else RECOVERY_KAFKA_BOOTSTRAP /
 RECOVERY_DATABASE_URL. Exit status 0 only if every step above happened; 1 otherwise,
@@ -40,16 +42,16 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final, Literal
+
+from example_keys import TOOL, WORKER, signer
 
 from ledger import PostgresLedger, UnknownOperation
 from machines import DeclaredFacts, EvidencePayload, Lineage, Scope
 from producers import ActionResult, CapabilityWorker, EventPublisher, Handler, RecoveryClient
 from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, CapabilityCommand
 
-TOOL: Final = "coupa-integration"  # the tool integration's producer identity
-WORKER: Final = "coupa-worker"  # the capability worker's producer identity
-VERIFIER: Final = "coupa-status-api"  # the verifier identity the policy trusts
 WORKER_GROUP: Final = "guide-tool-timeout-worker"
 MACHINE_NAME: Final = "procurement-request"
 MACHINE_VERSION: Final = "1.0.0"
@@ -112,7 +114,10 @@ class Worker:
         return ActionResult(
             succeeded=True,
             evidence=EvidencePayload(
-                outcome=outcome, verifier=VERIFIER, reference=f"coupa-status:{key}"
+                # No verifier named: the client library names the reporting (signing)
+                # worker, the verifier the roster grants for procurement.
+                outcome=outcome,
+                reference=f"coupa-status:{key}",
             ),
         )
 
@@ -201,7 +206,7 @@ def check(path: tuple[str, ...], worker: Worker, api: ProcurementApi, key: str) 
     return problems
 
 
-def play(bootstrap: str, database_url: str, timeout: float) -> int:
+def play(bootstrap: str, database_url: str, timeout: float, keys: Path) -> int:
     """Run the scenario; 0 when it went as the guide says."""
     operation_id = f"op-procurement-{uuid.uuid4().hex[:8]}"
     key = f"req-{operation_id}"  # declared before the call, kept for every retry
@@ -210,8 +215,8 @@ def play(bootstrap: str, database_url: str, timeout: float) -> int:
     stop = threading.Event()
     ledger = PostgresLedger(database_url, min_size=1, max_size=1)
     with (
-        EventPublisher(bootstrap) as tool_publisher,
-        EventPublisher(bootstrap) as worker_publisher,
+        EventPublisher(bootstrap, signer=signer(keys, TOOL)) as tool_publisher,
+        EventPublisher(bootstrap, signer=signer(keys, WORKER)) as worker_publisher,
     ):
         runner = CapabilityWorker(
             bootstrap,
@@ -246,6 +251,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bootstrap", default=os.environ.get(ENV_KAFKA_BOOTSTRAP))
     parser.add_argument("--database-url", default=os.environ.get(ENV_DATABASE_URL))
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
+    parser.add_argument(
+        "--keys",
+        type=Path,
+        default=Path(".stack/example-keys"),
+        help="the producers' key files (example_keys.py makes them)",
+    )
     args = parser.parse_args(argv)
     if not args.bootstrap or not args.database_url:
         print(
@@ -254,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    return play(args.bootstrap, args.database_url, args.timeout)
+    return play(args.bootstrap, args.database_url, args.timeout, args.keys)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,13 @@ from consumer import (
 )
 from ledger import MemoryLedger, batch_rows
 from machines import Rules, load_policy
-from ops.bench.workload import BENCH_POLICY, WorkloadSpec, generate, pinned_machines
+from ops.bench.workload import (
+    BENCH_POLICY,
+    WorkloadSpec,
+    bench_roster,
+    generate,
+    pinned_machines,
+)
 from schemas import TRACEPARENT
 
 STAGES = ("intake", "plan", "ledger rows")
@@ -57,7 +63,7 @@ def raw_records(events: int, partitions: int = 6) -> list[RawRecord]:
     spec = WorkloadSpec(run_id="intake", phase="cpu", events=events)
     for index, r in enumerate(generate(spec)):
         partition = sum(r.key.encode()) % partitions
-        headers = r.headers()
+        headers = r.headers(_TOPIC)
         # A tool that traces its calls sends its span context with each event.
         headers.append((TRACEPARENT, f"00-{index + 1:032x}-{index + 1:016x}-01".encode()))
         out.append(
@@ -80,7 +86,7 @@ def run_once(records: Sequence[RawRecord], batch: int) -> dict[str, float]:
     by_name, registry = pinned_machines()
     machines = {f"{m.name}@{m.version}": m for m in by_name.values()}
     rules = Rules(policy=load_policy(BENCH_POLICY), registry=registry)
-    intake = Intake(machines, max_record_bytes=_MAX_RECORD_BYTES)
+    intake = Intake(machines, roster=bench_roster(), max_record_bytes=_MAX_RECORD_BYTES)
     ledger = MemoryLedger()
     tracer = BatchTracer(trace.NoOpTracerProvider())
     meters = ControllerMetrics(metrics.NoOpMeterProvider(), _GROUP)

@@ -60,7 +60,7 @@ from consumer import (
 from ledger import MemoryLedger, OutboxRecord
 from machines import Lineage
 from ops.bench.baseline_pipeline import delete_topics
-from ops.bench.workload import BENCH_POLICY, WorkloadSpec, generate
+from ops.bench.workload import BENCH_POLICY, WorkloadSpec, bench_roster, generate
 from producers import (
     EncodedRecord,
     LineageCache,
@@ -84,7 +84,7 @@ def build_outbox(events: int, seed: int) -> tuple[MemoryLedger, tuple[OutboxReco
     # The bench policy is the demo's, with a public-name approver key: demo mode.
     settings = settings.model_copy(update={"policy_path": BENCH_POLICY, "demo_mode": True})
     machines, rules = load_rules(settings)
-    intake = Intake(machines, max_record_bytes=1024 * 1024)
+    intake = Intake(machines, roster=bench_roster(), max_record_bytes=1024 * 1024)
     ledger = MemoryLedger()
     claims = ledger.claim(_GROUP, _TOPIC, [0], "bench")
     epochs = {(c.topic, c.partition): c.epoch for c in claims}
@@ -98,7 +98,7 @@ def build_outbox(events: int, seed: int) -> tuple[MemoryLedger, tuple[OutboxReco
                 offset,
                 item.key.encode(),
                 item.value,
-                tuple(item.headers()),
+                tuple(item.headers(_TOPIC)),
                 _T0_MS + offset,
             )
         )

@@ -18,12 +18,15 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -40,7 +43,16 @@ from ledger import (
 from ops.bench.baseline_pipeline import TopicTail, create_topic, delete_topics, run_baseline
 from ops.bench.baseline_sink import BaselineSink
 from ops.bench.roles import BenchError, RoleProcess
-from ops.bench.workload import BENCH_POLICY, BenchRecord, WorkloadSpec, WorkloadStats, generate
+from ops.bench.workload import (
+    BENCH_POLICY,
+    BenchRecord,
+    WorkloadSpec,
+    WorkloadStats,
+    bench_roster,
+    bench_roster_names,
+    bench_signer,
+    generate,
+)
 from ops.keys import stack_key
 from producers import EventPublisher, provision
 from schemas import ENV_CONTROLLER_SIGNING_KEY_FILE, TopicNames
@@ -117,6 +129,9 @@ class _Run:
             "RECOVERY_CONTROLLER_POLICY_PATH": str(BENCH_POLICY),
             # The bench policy is the demo's, with a public-name approver key.
             "RECOVERY_DEMO_MODE": "1",
+            # The bench's producers sign every event (keys made for this process); the
+            # controller verifies each signature, as in production.
+            "RECOVERY_CONTROLLER_ROSTER_PATH": str(_roster_file()),
             "RECOVERY_CONTROLLER_GROUP_ID": self.group,
             "RECOVERY_CONTROLLER_BATCH_MAX_RECORDS": str(self.config.batch_max_records),
         }
@@ -183,7 +198,8 @@ def run_bench(config: BenchConfig, say: Progress) -> BenchResult:
         migrate_database(url)
         provision(config.bootstrap, config.partitions, names=topics)
         create_topic(config.bootstrap, _baseline_topic(topics), config.partitions)
-        with EventPublisher(config.bootstrap, topics=topics) as run.publisher:
+        signers = {name: bench_signer(name) for name in bench_roster_names()}
+        with EventPublisher(config.bootstrap, signer=signers, topics=topics) as run.publisher:
             _phases(run, result)
     except BenchError:
         # Leave the evidence for a post-mortem when asked to.
@@ -269,6 +285,7 @@ def _load(
             record_id=record.record_id,
             content_type=record.content_type,
             fingerprint=record.fingerprint,
+            producer=record.producer,
         )
         for command in record.commands:
             expected[command] = record.record_id
@@ -601,3 +618,14 @@ def _delete_topics(bootstrap: str, topics: TopicNames) -> None:
 
 def _baseline_topic(topics: TopicNames) -> str:
     return f"{topics.events}.baseline-out"
+
+
+@cache
+def _roster_file() -> Path:
+    """The bench producers' roster (`ops.bench.workload.bench_roster`) in a file of this
+    process's own, for the controller's `RECOVERY_CONTROLLER_ROSTER_PATH`."""
+    folder = Path(tempfile.mkdtemp(prefix="recovery-bench-roster-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    path = folder / "roster.json"
+    path.write_text(bench_roster().model_dump_json(), encoding="utf-8")
+    return path

@@ -31,17 +31,25 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from machines import (
+    ANY,
     DEFAULT_REGISTRY,
     Decision,
     Event,
     EvidencePayload,
+    Grant,
     HumanDecision,
     Lineage,
     Machine,
     Outcome,
     Policy,
+    ProducerEntry,
+    ProducerKey,
     Registry,
+    Role,
+    Roster,
     Simulation,
     insecure_test_key,
     load_locked_machines,
@@ -49,6 +57,7 @@ from machines import (
     load_registry,
     load_trusted_publishers,
     matching_scope,
+    public_key_text,
     review_digest,
     sign_decision,
 )
@@ -58,6 +67,7 @@ from schemas import (
     HEADER_RECORD_ID,
     HEADER_SCHEMA,
     AvroSingleObjectCodec,
+    RecordSigner,
     event_to_record,
     record_id,
 )
@@ -68,6 +78,9 @@ __all__ = [
     "BenchRecord",
     "WorkloadSpec",
     "WorkloadStats",
+    "bench_roster",
+    "bench_roster_names",
+    "bench_signer",
     "generate",
     "pinned_machines",
 ]
@@ -79,6 +92,7 @@ APPROVER: Final = "approver-dana"
 _FORGER: Final = "mallory"
 _WORKER: Final = "bench-worker"
 _TOOL: Final = "bench-tool"
+_BENCH_PRODUCERS: Final = (APPROVER, _FORGER, _WORKER, _TOOL)
 
 # An agent each catalogue machine applies to (the demo's agents).
 _AGENTS: Final[Mapping[str, str]] = {
@@ -131,18 +145,59 @@ class BenchRecord:
     fingerprint: str | None
     kind: str  # event, duplicate, forged, bad-bytes, bad-key, bad-machine
     commands: tuple[str, ...] = ()
+    producer: str = _TOOL
 
-    def headers(self) -> list[tuple[str, bytes | None]]:
+    def headers(self, topic: str | None = None) -> list[tuple[str, bytes | None]]:
         """The headers `producers.EventPublisher.send` gives the record (without a
-        trace context), for benchmarks that hand records to the controller's intake
-        without a broker."""
+        trace context), signed by its producer's bench key for `topic` when given, for
+        benchmarks that hand records to the controller's intake without a broker."""
         found: list[tuple[str, bytes | None]] = [
             (CONTENT_TYPE, self.content_type.encode()),
             (HEADER_RECORD_ID, self.record_id.encode()),
         ]
         if self.fingerprint is not None:
             found.append((HEADER_SCHEMA, self.fingerprint.encode()))
+        if topic is not None:
+            found = bench_signer(self.producer).sign(topic, self.key.encode(), self.value, found)
         return found
+
+
+_SIGNERS: dict[str, RecordSigner] = {}
+
+
+def bench_signer(producer: str) -> RecordSigner:
+    """The signer of bench producer `producer`, with a key generated for this process
+    (never stored: the bench's controller gets the roster of `bench_roster`)."""
+    found = _SIGNERS.get(producer)
+    if found is None:
+        found = _SIGNERS[producer] = RecordSigner(producer, Ed25519PrivateKey.generate())
+    return found
+
+
+def bench_roster_names() -> tuple[str, ...]:
+    """Every producer the bench workload publishes as."""
+    return _BENCH_PRODUCERS
+
+
+def bench_roster(producers: tuple[str, ...] = ()) -> Roster:
+    """Every bench producer (those signed for so far, and `producers`) with every role
+    for any scope: the bench measures the checks, not a narrow grant table."""
+    for name in (*_BENCH_PRODUCERS, *producers):
+        bench_signer(name)
+    grants = tuple(
+        Grant(role=r, capabilities=(ANY,), tools=(ANY,), environments=(ANY,), agents=(ANY,))
+        for r in Role
+    )
+    return Roster(
+        producers=tuple(
+            ProducerEntry(
+                id=name,
+                keys=(ProducerKey(public_key=public_key_text(s.private_key.public_key())),),
+                grants=grants,
+            )
+            for name, s in sorted(_SIGNERS.items())
+        )
+    )
 
 
 @dataclass(slots=True)
@@ -248,7 +303,7 @@ class _Generator:
                 causation=verify.command_id,
                 evidence=EvidencePayload(
                     outcome="applied" if found else "not_applied",
-                    verifier=verify.capability,
+                    verifier=_WORKER,
                     reference=f"bench-verifier:{verify.command_id}",
                 ),
             )
@@ -365,6 +420,7 @@ class _Generator:
             record_id=record_id("event", event.operation_id, event.event_id),
             content_type=self.codec.content_type,
             fingerprint=self.fingerprint,
+            producer=event.producer,
             kind=kind,
             commands=commands,
         )
@@ -419,7 +475,13 @@ class _Generator:
 def _replace_kind(record: BenchRecord, kind: str) -> BenchRecord:
     # A redelivery causes no command: the controller recognises the event id.
     return BenchRecord(
-        record.key, record.value, record.record_id, record.content_type, record.fingerprint, kind
+        record.key,
+        record.value,
+        record.record_id,
+        record.content_type,
+        record.fingerprint,
+        kind,
+        producer=record.producer,
     )
 
 

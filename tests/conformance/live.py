@@ -28,12 +28,13 @@ from confluent_kafka import Consumer, TopicPartition
 from consumer import Controller, ControllerSettings
 from ledger import Ledger
 from ledger.outbox_watch import OutboxWatch
-from machines import Machine, Registry, Rules
+from machines import Machine, Registry, Roster, Rules
 from machines.casefile import EPOCH, CaseSpec, ExpectSpec, StepSpec, _Runner, faulted
 from machines.event import Event, Lineage
 from producers import EventPublisher
 from producers.relay import OutboxRelay
 from schemas import HEADER_RECORD_ID, TopicNames, header_value, kafka_config
+from tests.support.producers import signers, verifiers_only, with_roster
 
 PARTITION = 0
 
@@ -183,7 +184,13 @@ def run_live(
     case = with_parent(wire_case(case))
     runner = _Runner(case, machine, registry)
     faulty_registry, table = faulted(registry, case.guard_faults)
-    rules = Rules(policy=runner.policy, registry=faulty_registry, guard_table=table)
+    # The live controller authenticates the case's producers: the test roster, in which
+    # only the case's trusted verifiers hold the verifier role.
+    rules = Rules(
+        policy=with_roster(runner.policy, live_roster(runner.policy.trusted_verifiers)),
+        registry=faulty_registry,
+        guard_table=table,
+    )
     settings = _settings(bootstrap, database_url, topics)
     clock = _Clock()
     controller = Controller(settings, ledger, machines=locked, rules=rules, clock=clock)
@@ -204,7 +211,7 @@ def run_live(
         target=lambda: relay.run(stop), name=f"relay-{settings.instance_id}", daemon=True
     )
     relay_thread.start()
-    publisher = EventPublisher(bootstrap, topics=topics)
+    publisher = EventPublisher(bootstrap, signer=signers(), topics=topics)
     op = case.operation.id
     steps: list[StepResult] = []
     try:
@@ -352,3 +359,8 @@ def read_until(
         return seen
     finally:
         consumer.close()
+
+
+def live_roster(trusted: tuple[str, ...]) -> Roster:
+    """The roster a case's live controller runs with (see `verifiers_only`)."""
+    return verifiers_only(trusted)

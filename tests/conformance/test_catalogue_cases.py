@@ -15,8 +15,8 @@ import pytest
 
 from consumer import ControllerSettings, load_rules
 from ledger import PostgresLedger
-from machines import DEFAULT_REGISTRY, Machine, load_machine, load_registry
-from machines.casefile import SCENARIOS, CaseSpec, discover, load_case
+from machines import DEFAULT_REGISTRY, Event, Machine, load_machine, load_registry
+from machines.casefile import SCENARIOS, CaseSpec, case_policy, discover, load_case
 from schemas import (
     CAPABILITY_COMMAND,
     HEADER_COMMAND_ID,
@@ -24,8 +24,16 @@ from schemas import (
     CapabilityCommand,
     TopicNames,
 )
-from tests.conformance.live import actual_of, command_ids, mismatches, read_until, run_live
+from tests.conformance.live import (
+    actual_of,
+    command_ids,
+    live_roster,
+    mismatches,
+    read_until,
+    run_live,
+)
 from tests.support.kafka import TopicFactory
+from tests.support.producers import lacks_role
 
 pytestmark = pytest.mark.integration
 
@@ -60,11 +68,46 @@ def test_the_cases_cover_every_conformance_scenario() -> None:
     assert len(SCENARIOS) == 13
 
 
-def _unrecorded(label: str, expected: str | None, simulated: str) -> list[str]:
+def claims_another_identity(event: Event) -> bool:
+    """Whether `event` names a verifier, approver or checkpoint validator other than its
+    producer: the live controller refuses it at intake (`identity-mismatch`) before the
+    core, which refuses it too, ever sees it."""
+    evidence, decision = event.evidence, event.human_decision
+    checkpoint = evidence.checkpoint if evidence is not None else None
+    return (
+        (evidence is not None and evidence.verifier not in (None, event.producer))
+        or (decision is not None and decision.approver != event.producer)
+        or (
+            checkpoint is not None
+            and checkpoint.validated
+            and checkpoint.validator not in (None, event.producer)
+        )
+    )
+
+
+def _unrecorded(
+    label: str,
+    expected: str | None,
+    simulated: str,
+    event: Event | None = None,
+    trusted: tuple[str, ...] = (),
+) -> list[str]:
     """The ledger stores no decision for a redelivered event (recorded once: SPEC §7
-    idempotency) nor for an event id reused with another payload (dead-lettered with a
-    `conflict` audit record, checked below). Any other unrecorded step is a failure."""
+    idempotency), for an event id reused with another payload (dead-lettered with a
+    `conflict` audit record, checked below), nor for an event refused at intake because
+    it claims another producer's identity or its producer lacks the role, where the case
+    expects it refused. Any other
+    unrecorded step is a failure."""
     if simulated in ("duplicate", "conflict") and expected in (None, simulated):
+        return []
+    if (
+        event is not None
+        and expected in ("refused", "rejected")
+        and (
+            claims_another_identity(event)
+            or lacks_role(event.producer, event.event_type, live_roster(trusted))
+        )
+    ):
         return []
     return [f"{label}: the controller stored no decision (case expects {expected})"]
 
@@ -109,10 +152,19 @@ def test_case_runs_end_to_end_through_controller_and_relay(
     )
 
     problems: list[str] = []
+    trusted = case_policy(case, registry).trusted_verifiers
     for step in run.steps:
         label = f"step {step.index} {step.event.event_type} {step.event.event_id}"
         if step.stored is None:
-            problems.extend(_unrecorded(label, step.expect.outcome, step.simulated_outcome))
+            problems.extend(
+                _unrecorded(
+                    label,
+                    step.expect.outcome,
+                    step.simulated_outcome,
+                    step.event,
+                    trusted,
+                )
+            )
             continue
         live = actual_of(step.stored)
         problems.extend(f"{label}: {m}" for m in mismatches(step.expect, live))
@@ -152,6 +204,8 @@ def test_case_runs_end_to_end_through_controller_and_relay(
         if record.headers.get("recovery-kind") == "chain-heads":
             continue  # the batch's signed heads (docs/ledger.md), not an audit record
         event = json.loads(record.value)
+        if event.get("kind") == "chain-heads":
+            continue  # the controller's signed chain heads, not an OCSF record
         assert event["class_uid"] == 6003, f"{what}: audit record is not OCSF API Activity"
         chain_hash = event["unmapped"]["recovery"]["chain"]["hash"]
         assert chain_hash == event["metadata"]["uid"]

@@ -35,6 +35,7 @@ from schemas import (
     event_to_record,
     kafka_config,
 )
+from tests.support.producers import signer
 from tests.support.scopes import catalogue_scope
 
 __all__ = ["MAX_RECORD_BYTES", "Hostile", "Landed", "Outgoing", "RecordingProducer"]
@@ -58,6 +59,7 @@ class Outgoing:
     content_type: str
     reason: str | None = None
     event_id: str | None = None
+    producer: str = "fault-tool"  # the test producer whose key signs it
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +98,15 @@ class RecordingProducer:
             assert offset is not None
             self.landed.append(Landed(record, partition, offset))
 
-        headers: list[tuple[str, str | bytes | None]] = [
+        plain: list[tuple[str, bytes | None]] = [
             (CONTENT_TYPE, record.content_type.encode()),
             (HEADER_RECORD_ID, f"fault:{uuid.uuid4().hex}".encode()),
         ]
+        # Signed by its producer, as every client library record is: the hostile part is
+        # the content, which intake must refuse for its own reason.
+        headers: list[tuple[str, str | bytes | None]] = list(
+            signer(record.producer).sign(self.topic, record.key, record.value, plain)
+        )
         self._producer.produce(
             self.topic, value=record.value, key=record.key, headers=headers, on_delivery=delivered
         )
@@ -192,6 +199,7 @@ class Hostile:
             CONTENT_TYPE_AVRO,
             None,
             event.event_id,
+            event.producer,
         )
 
     @staticmethod
@@ -200,7 +208,9 @@ class Hostile:
         raw_key = event.operation_id.encode() if key == "op" else key
         assert not isinstance(raw_key, str)
         value = _AVRO.encode(event_to_record(event), EVENT_ENVELOPE)
-        return Outgoing(kind, raw_key, value, CONTENT_TYPE_AVRO, reason, event.event_id)
+        return Outgoing(
+            kind, raw_key, value, CONTENT_TYPE_AVRO, reason, event.event_id, event.producer
+        )
 
     # -- records refused at intake ------------------------------------------------------
 

@@ -29,6 +29,7 @@ from schemas import TopicNames
 from tests.faults.processes import RoleProcess, log_tail, wait_until
 from tests.faults.verify import activity, progress
 from tests.support.kafka import TopicFactory
+from tests.support.producers import signers, write_roster
 
 __all__ = ["SESSION_TIMEOUT_MS", "FaultRun", "Feeder", "workload"]
 
@@ -83,6 +84,7 @@ class FaultRun:
             "RECOVERY_CONTROLLER_POLICY_PATH": str(BENCH_POLICY),
             # The bench policy is the demo's, with a public-name approver key.
             "RECOVERY_DEMO_MODE": "1",
+            "RECOVERY_CONTROLLER_ROSTER_PATH": str(write_roster(self.log_dir)),
             "RECOVERY_CONTROLLER_BATCH_MAX_RECORDS": "500",
             "RECOVERY_CONTROLLER_BATCH_MAX_WAIT_MS": "100",
             "RECOVERY_CONTROLLER_SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS),
@@ -173,7 +175,9 @@ class Feeder:
         topic = self._run.topics.events
         started = time.monotonic()
         try:
-            with EventPublisher(self._run.bootstrap, topics=self._run.topics) as publisher:
+            with EventPublisher(
+                self._run.bootstrap, signer=signers(), topics=self._run.topics
+            ) as publisher:
                 for n, record in enumerate(self.records, start=1):
                     delay = started + n / self.rate - time.monotonic()
                     if delay > 0:
@@ -185,6 +189,7 @@ class Feeder:
                         record_id=record.record_id,
                         content_type=record.content_type,
                         fingerprint=record.fingerprint,
+                        producer=record.producer,
                     )
                     self.sent = n
                     if n % 5000 == 0:

@@ -59,7 +59,7 @@ def test_a_stream_with_hundreds_of_hostile_records_dead_letters_each_and_decides
     records, _ = workload(1_500, seed=31, bad_rate=0.0)
     stream = [
         Outgoing(r.kind, r.key.encode(), r.value, r.content_type,
-                 "forged-signature" if r.kind == "forged" else None)
+                 "forged-signature" if r.kind == "forged" else None, producer=r.producer)
         for r in records
     ]  # fmt: skip
     bad: list[Outgoing] = []

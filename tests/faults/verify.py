@@ -41,6 +41,7 @@ from machines import Outcome, Simulation
 from ops.bench.workload import BENCH_POLICY
 from schemas import HEADER_RECORD_ID, TopicNames, kafka_config
 from tests.faults.processes import FaultError
+from tests.support.producers import roster as producer_roster
 
 __all__ = [
     "Consumed",
@@ -234,7 +235,7 @@ def replay_matches_ledger(bootstrap: str, database_url: str, topics: TopicNames)
         bootstrap=bootstrap, database_url=database_url, policy_path=BENCH_POLICY, demo_mode=True
     )
     machines, rules = load_rules(settings)
-    intake = Intake(machines, max_record_bytes=settings.max_record_bytes)
+    intake = Intake(machines, roster=producer_roster(), max_record_bytes=settings.max_record_bytes)
     sims = {
         key: Simulation(m, rules.registry, rules.policy, guard_table=rules.guard_table)
         for key, m in machines.items()

@@ -29,6 +29,8 @@ from schemas import (
     AvroSingleObjectCodec,
     event_to_record,
 )
+from tests.support.producers import TEST_PRODUCERS, signer
+from tests.support.producers import roster as producer_roster
 from tests.unit.consumer.support import CONTROLLER, GROUP, T0, TOPIC, event, pinned
 
 MAX_RECORD_BYTES = 65536
@@ -136,7 +138,12 @@ def generated(rng: random.Random, offset: int) -> tuple[str, RawRecord]:
         value, kind = value[:cut] + rng.randbytes(rng.randrange(4)), "truncated"
     key = str(data.get("operation_id", "")).encode("utf-8", "surrogatepass")
     headers = ((CONTENT_TYPE, ctype.encode()),)
-    return kind, RawRecord(TOPIC, 0, offset, key, value, headers, 0)
+    # Signed as its producer when that is a test producer, so valid events get past
+    # authentication and on to the decision (a bad producer is refused, as it should).
+    named = str(data.get("producer", ""))
+    by = signer(named if named in TEST_PRODUCERS else "tool-1")
+    signed = tuple(by.sign(TOPIC, key, value, headers))
+    return kind, RawRecord(TOPIC, 0, offset, key, value, signed, 0)
 
 
 @dataclass
@@ -158,7 +165,7 @@ class Fuzzer:
 
     def __init__(self) -> None:
         machines, self.rules = pinned()
-        self.intake = Intake(machines, max_record_bytes=MAX_RECORD_BYTES)
+        self.intake = Intake(machines, roster=producer_roster(), max_record_bytes=MAX_RECORD_BYTES)
         self.ledger = MemoryLedger()
         claims = self.ledger.claim(GROUP, TOPIC, [0], CONTROLLER)
         self.epochs = {(c.topic, c.partition): c.epoch for c in claims}

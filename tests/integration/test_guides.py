@@ -39,7 +39,8 @@ SCENARIO_TIMEOUT: Final = "45"
 
 @pytest.fixture
 def guide_env(topic_factory: TopicFactory, tmp_path: Path) -> dict[str, str]:
-    """RECOVERY_TOPIC_* naming topics of this test's own, and our code on the path."""
+    """RECOVERY_TOPIC_* naming topics of this test's own, our code on the path, and the
+    examples' producer keys and roster, made as the guide says (`example_keys.py`)."""
     names = TopicNames(
         events=topic_factory(3),
         commands=topic_factory(3),
@@ -48,15 +49,27 @@ def guide_env(topic_factory: TopicFactory, tmp_path: Path) -> dict[str, str]:
         dlq=topic_factory(3),
     )
     env = {f"RECOVERY_TOPIC_{field.upper()}": value for field, value in names.model_dump().items()}
+    made = subprocess.run(
+        [sys.executable, str(EXAMPLES / "example_keys.py"), str(tmp_path / "keys")],
+        cwd=ROOT,
+        env=role_env({"PYTHONPATH": str(ROOT)}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    roster = Path(made.stdout.strip())
+    assert (roster.parent / "coupa-worker.pem").stat().st_mode & 0o777 == 0o600
     # The controller signs with the session's key; the examples' workers verify against
     # a roster naming it, as docs/capability-worker.md tells a worker to.
-    roster = tmp_path / "roster.json"
-    roster.write_text(json.dumps(worker_roster().model_dump(mode="json")), encoding="utf-8")
+    workers = tmp_path / "worker-roster.json"
+    workers.write_text(json.dumps(worker_roster().model_dump(mode="json")), encoding="utf-8")
     return {
         **env,
         "PYTHONPATH": str(ROOT),
+        "RECOVERY_CONTROLLER_ROSTER_PATH": str(roster),
         ENV_CONTROLLER_SIGNING_KEY_FILE: str(ensure_controller_key()),
-        ENV_ROSTER_FILE: str(roster),
+        ENV_ROSTER_FILE: str(workers),
     }
 
 
@@ -120,6 +133,8 @@ def run_example(
             database_url,
             "--timeout",
             SCENARIO_TIMEOUT,
+            "--keys",
+            str(Path(env["RECOVERY_CONTROLLER_ROSTER_PATH"]).parent),
         ],
         cwd=ROOT,
         env=role_env(env),

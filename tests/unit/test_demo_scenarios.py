@@ -6,6 +6,7 @@ path and commands `recoveryctl demo` expects."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -115,7 +116,8 @@ class _Incident:
             assert result.evidence is not None
             self.feed(
                 _VERIFY[str(result.evidence.outcome)],
-                evidence=result.evidence,
+                # The client library names the reporting worker as the verifier.
+                evidence=replace(result.evidence, verifier="demo-worker"),
                 causation=command_id,
             )
         else:

@@ -23,6 +23,7 @@ from ledger import Ledger, OutboxRecord, PostgresLedger
 from machines import Lineage
 from producers import EventPublisher, RecoveryClient
 from schemas import TopicNames
+from tests.support.producers import roster_document, signers
 from tests.support.scopes import catalogue_scope
 
 APPROVER = "approver-1"
@@ -35,6 +36,7 @@ def write_policy(folder: Path, approver_key: Ed25519PrivateKey) -> Path:
     policy = {
         "id": "controller-tests",
         "trusted_verifiers": [VERIFIER],
+        "producers": roster_document(),
         "approvers": [
             {
                 "id": APPROVER,
@@ -141,7 +143,9 @@ class Tool:
     """Publishes events as a tool would, through the client library."""
 
     def __init__(self, bootstrap: str, topic: str, producer: str = "tool-1") -> None:
-        self.publisher = EventPublisher(bootstrap, topics=TopicNames(events=topic))
+        self.publisher = EventPublisher(
+            bootstrap, signer=signers(), topics=TopicNames(events=topic)
+        )
         self.client = RecoveryClient(self.publisher, producer)
         self.topic = topic
 
@@ -155,9 +159,17 @@ class Tool:
         **fields: Any,
     ) -> str:
         """Publish one event of `machine`@1.0.0 for `operation`, with a scope the
-        catalogue machine applies to unless `scope` is given; returns its event id."""
+        catalogue machine applies to unless `scope` is given; returns its event id. A
+        verification is signed by its verifier and a decision by its approver (the
+        controller refuses an identity in an event that is not its signer's)."""
         fields.setdefault("scope", catalogue_scope(machine))
-        event = self.client.publish_event(
+        client = self.client
+        evidence, decision = fields.get("evidence"), fields.get("human_decision")
+        if evidence is not None and evidence.verifier is not None:
+            client = RecoveryClient(self.publisher, evidence.verifier)
+        elif decision is not None:
+            client = RecoveryClient(self.publisher, decision.approver)
+        event = client.publish_event(
             event_type,
             operation_id=operation,
             correlation_id=f"corr-{operation}",
@@ -178,6 +190,7 @@ class Tool:
             value=value,
             record_id=f"raw:{uuid.uuid4().hex}",
             content_type=content_type,
+            producer=self.client.producer,
         )
 
     def flush(self) -> None:

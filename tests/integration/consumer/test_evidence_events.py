@@ -59,7 +59,7 @@ def test_accepted_verification_is_published_as_an_evidence_event(
     tool.event("payment-refund", "op-e", "TOOL_TIMEOUT")
     found = EvidencePayload(outcome="applied", verifier=VERIFIER, reference="verification-7")
     event_id = tool.event("payment-refund", "op-e", "VERIFICATION_FOUND", evidence=found)
-    # From a verifier the policy does not trust: recorded, never republished as trusted.
+    # From a producer not granted verifier: refused at intake, never republished.
     untrusted = EvidencePayload(outcome="applied", verifier="nobody", reference="v-x")
     tool.event("payment-refund", "op-u", "TOOL_TIMEOUT")
     tool.event("payment-refund", "op-u", "VERIFICATION_FOUND", evidence=untrusted)
@@ -87,5 +87,5 @@ def test_accepted_verification_is_published_as_an_evidence_event(
         "verification-7",
     )
     assert (record["machine_name"], record["machine_version"]) == ("payment-refund", "1.0.0")
-    assert record["producer"] == "tool-1"
+    assert record["producer"] == VERIFIER  # the authenticated signer
     assert record["correlation_id"] == "corr-op-e"

@@ -25,6 +25,7 @@ from tests.integration.consumer.harness import (
     wait_for,
 )
 from tests.support.kafka import TopicFactory
+from tests.support.producers import roster_document
 from tests.unit.consumer.support import event
 
 pytestmark = pytest.mark.integration
@@ -54,7 +55,12 @@ def test_records_that_make_a_stage_raise_are_dead_lettered_and_the_rest_decided(
     policy = tmp_path / "policy.yaml"
     policy.write_text(
         json.dumps(
-            {"id": "poison", "trusted_verifiers": [VERIFIER], "deadline_seconds": DEADLINE_SECONDS}
+            {
+                "id": "poison",
+                "trusted_verifiers": [VERIFIER],
+                "deadline_seconds": DEADLINE_SECONDS,
+                "producers": roster_document(),
+            }
         ),
         encoding="utf-8",
     )

@@ -203,7 +203,7 @@ def test_a_forged_record_chaining_onto_the_head_is_reported(
     value = audit_to_ocsf_json(_published(forged))
     rid = f"audit:op-1:{forged.sequence}"
     attacker = RecordSigner(CONTROLLER_ID, Ed25519PrivateKey.generate())
-    with EventPublisher(published.bootstrap) as publisher:
+    with EventPublisher(published.bootstrap, signer=None) as publisher:
         publisher.send(
             published.topics.audit,
             key="op-1",

@@ -39,6 +39,7 @@ from schemas import CapabilityCommand, TopicNames
 from tests.integration.lineage.children import Child, log_tail, wait_until
 from tests.support.commands import worker_roster
 from tests.support.kafka import TopicFactory
+from tests.support.producers import roster_document, signers
 from tests.support.scopes import catalogue_scope
 
 pytestmark = pytest.mark.integration
@@ -108,7 +109,9 @@ class Stack:
         return process
 
     def client(self, producer: str) -> RecoveryClient:
-        return RecoveryClient(EventPublisher(self.bootstrap, topics=self.topics), producer)
+        return RecoveryClient(
+            EventPublisher(self.bootstrap, signer=signers(), topics=self.topics), producer
+        )
 
     def state(self, op: str) -> str:
         """The operation's state, or "unknown" before its first batch is stored."""
@@ -132,7 +135,12 @@ def _policy(folder: Path, keys: dict[str, Ed25519PrivateKey]) -> Path:
         }
         for name, key in keys.items()
     ]
-    policy = {"id": "lineage-e2e", "trusted_verifiers": [VERIFIER], "approvers": approvers}
+    policy = {
+        "id": "lineage-e2e",
+        "trusted_verifiers": [VERIFIER],
+        "approvers": approvers,
+        "producers": roster_document(),
+    }
     path = folder / "policy.yaml"
     path.write_text(json.dumps(policy), encoding="utf-8")
     return path

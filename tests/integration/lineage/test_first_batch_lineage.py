@@ -38,6 +38,7 @@ from tests.integration.consumer.harness import (
     write_policy,
 )
 from tests.support.kafka import TopicFactory
+from tests.support.producers import signers
 from tests.support.scopes import catalogue_scope
 
 pytestmark = pytest.mark.integration
@@ -56,7 +57,7 @@ def ledger(database_url: str) -> Iterator[PostgresLedger]:
 
 
 def _publish(bootstrap: str, topics: TopicNames, producer: str, **fields: Any) -> None:
-    publisher = EventPublisher(bootstrap, topics=topics)
+    publisher = EventPublisher(bootstrap, signer=signers(), topics=topics)
     try:
         RecoveryClient(publisher, producer).publish_event(
             evidence_ref=f"ref-{uuid.uuid4().hex[:8]}",

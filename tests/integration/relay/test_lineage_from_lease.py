@@ -12,6 +12,7 @@ from ledger import PostgresLedger
 from machines import Event, Lineage
 from producers.relay import LineageCache, lineage_from_ledger
 from schemas import TopicNames
+from tests.support.producers import roster as producer_roster
 from tests.unit.consumer.support import CONTROLLER, GROUP, T0, TOPIC, encoded, pinned
 
 
@@ -46,7 +47,9 @@ def test_lineage_learnt_from_the_lease_equals_the_operation_rows(
     }
     raws = [encoded(_opening(op, lin), i) for i, (op, lin) in enumerate(lineages.items())]
     machines, rules = pinned()
-    outcomes = [Intake(machines, max_record_bytes=65536).examine(r) for r in raws]
+    outcomes = [
+        Intake(machines, roster=producer_roster(), max_record_bytes=65536).examine(r) for r in raws
+    ]
     views = ledger.load_views(operation_ids(outcomes))
     epochs = {(c.topic, c.partition): c.epoch for c in ledger.claim(GROUP, TOPIC, [0], "me")}
     planned = decide_batch(

@@ -27,6 +27,7 @@ from schemas import (
 )
 from tests.integration.wire.kafka_read import headers_of, read_messages
 from tests.support.kafka import TopicFactory
+from tests.support.producers import signers
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +57,7 @@ def test_a_published_event_decodes_back_to_an_equal_event_with_wire_headers(
 ) -> None:
     events = topic_factory(3)
     tracer = TracerProvider().get_tracer("test")
-    with EventPublisher(kafka_bootstrap, topics=_topics(events)) as publisher:
+    with EventPublisher(kafka_bootstrap, signer=signers(), topics=_topics(events)) as publisher:
         client = RecoveryClient(publisher, producer="smtp-relay")
         with tracer.start_as_current_span("tool call") as span:
             sent = _tool_event(client, "evt-1")
@@ -78,7 +79,9 @@ def test_republishing_an_event_repeats_its_record_id_and_json_mode_sends_json(
     kafka_bootstrap: str, topic_factory: TopicFactory
 ) -> None:
     events = topic_factory()
-    with EventPublisher(kafka_bootstrap, topics=_topics(events), use_json=True) as publisher:
+    with EventPublisher(
+        kafka_bootstrap, signer=signers(), topics=_topics(events), use_json=True
+    ) as publisher:
         client = RecoveryClient(publisher, producer="smtp-relay")
         event = client.build_event(
             "TOOL_FAILED",
@@ -107,7 +110,7 @@ def test_a_published_human_decision_carries_a_signature_that_verifies(
     events = topic_factory()
     key = insecure_test_key("approver-bob")
     expires = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=15)
-    with EventPublisher(kafka_bootstrap, topics=_topics(events)) as publisher:
+    with EventPublisher(kafka_bootstrap, signer=signers(), topics=_topics(events)) as publisher:
         client = RecoveryClient(publisher, producer="bob")
         sent = client.publish_human_decision(
             private_key=key,
@@ -148,6 +151,7 @@ def test_undelivered_records_are_reported_by_flush_with_their_record_ids() -> No
         port = probe.getsockname()[1]
     publisher = EventPublisher(
         f"127.0.0.1:{port}",
+        signer=signers(),
         topics=_topics("nowhere"),
         producer_config={"delivery.timeout.ms": 1500, "socket.connection.setup.timeout.ms": 1000},
     )

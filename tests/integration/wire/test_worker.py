@@ -31,6 +31,7 @@ from schemas import (
 from tests.integration.wire.kafka_read import headers_of, read_messages
 from tests.support.commands import controller_signer, send_command, worker_roster
 from tests.support.kafka import TopicFactory
+from tests.support.producers import signers
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +69,7 @@ def test_the_worker_executes_a_command_once_and_reports_its_result_as_an_event(
     foreign = _command("op-refund-1/1/2", "someone.elses-capability", "other")
     tracer = TracerProvider().get_tracer("test")
     with (
-        EventPublisher(kafka_bootstrap, topics=topics) as publisher,
+        EventPublisher(kafka_bootstrap, signer=signers(), topics=topics) as publisher,
         tracer.start_as_current_span("controller decision") as span,
     ):
         trace_id = format(span.get_span_context().trace_id, "032x")
@@ -77,7 +78,7 @@ def test_the_worker_executes_a_command_once_and_reports_its_result_as_an_event(
 
     stop = threading.Event()
     stats: list[WorkerStats] = []
-    with EventPublisher(kafka_bootstrap, topics=topics) as publisher:
+    with EventPublisher(kafka_bootstrap, signer=signers(), topics=topics) as publisher:
         worker = CapabilityWorker(
             kafka_bootstrap,
             "workers-payments",
@@ -131,14 +132,14 @@ def test_a_handler_that_raises_is_reported_as_a_failed_action(
 ) -> None:
     topics = TopicNames(events=topic_factory(), commands=topic_factory())
     stop_task = _command("op-refund-1/2/0", "agent.stop-task", "stop", scope="task")
-    with EventPublisher(kafka_bootstrap, topics=topics) as publisher:
+    with EventPublisher(kafka_bootstrap, signer=signers(), topics=topics) as publisher:
         _send(publisher, topics.commands, stop_task)
 
     def broken(_command: CapabilityCommand) -> None:
         raise RuntimeError("agent supervisor unreachable")
 
     stop = threading.Event()
-    with EventPublisher(kafka_bootstrap, topics=topics) as publisher:
+    with EventPublisher(kafka_bootstrap, signer=signers(), topics=topics) as publisher:
         worker = CapabilityWorker(
             kafka_bootstrap,
             "workers-containment",

@@ -29,6 +29,7 @@ from producers.errors import ProducersError
 from schemas import CapabilityCommand, RecordSigner, TopicNames
 from tests.support.commands import controller_signer, send_command, worker_roster
 from tests.support.kafka import TopicFactory
+from tests.support.producers import signers
 from tests.support.roles import poll_until
 
 pytestmark = pytest.mark.integration
@@ -85,7 +86,7 @@ def _worker(
 ) -> Iterator[list[WorkerStats]]:
     stats: list[WorkerStats] = []
     stop = threading.Event()
-    with EventPublisher(bootstrap, topics=topics) as publisher:
+    with EventPublisher(bootstrap, signer=signers(), topics=topics) as publisher:
         worker = CapabilityWorker(
             bootstrap,
             f"workers-{topics.commands}",
@@ -119,7 +120,7 @@ def test_a_hand_built_command_is_refused_with_its_reason_and_never_executed(
         keys=(ProducerKey(public_key=public_key_text(tool_key.public_key())),),
         grants=(Grant(role=Role.TOOL, capabilities=("*",), tools=("*",), agents=("*",)),),
     )
-    with EventPublisher(kafka_bootstrap, topics=topics) as publisher:
+    with EventPublisher(kafka_bootstrap, signer=None, topics=topics) as publisher:
         send_command(publisher, topics.commands, _command("op-1/9/0", "agent.stop-task", "stop"))
         forged = RecordSigner("recovery-controller", attacker)
         send_command(
@@ -151,7 +152,7 @@ def test_squatted_command_ids_are_refused_and_the_real_commands_still_execute(
     topics = TopicNames(events=topic_factory(), commands=topic_factory())
     attacker = RecordSigner("recovery-controller", Ed25519PrivateKey.generate())
     stop_id, revoke_id = "op-7/2/0", "op-7/2/1"
-    with EventPublisher(kafka_bootstrap, topics=topics) as publisher:
+    with EventPublisher(kafka_bootstrap, signer=None, topics=topics) as publisher:
         # Pre-published under the ids the controller will use next, unsigned and forged.
         for command_id, capability in ((stop_id, "agent.stop-task"), (revoke_id, "x.noop")):
             squat = _command(command_id, capability, "stop", op="op-7")
@@ -178,7 +179,7 @@ def test_a_worker_without_a_roster_naming_a_controller_refuses_to_start(
     kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("RECOVERY_ROSTER_FILE", raising=False)
-    with EventPublisher(kafka_bootstrap) as publisher:
+    with EventPublisher(kafka_bootstrap, signer=signers()) as publisher:
         client = RecoveryClient(publisher, producer="worker-x")
         with pytest.raises(ProducersError, match="RECOVERY_ROSTER_FILE"):
             CapabilityWorker(kafka_bootstrap, "g", client, {})

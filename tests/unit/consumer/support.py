@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
@@ -15,6 +16,7 @@ from schemas import (
     AvroSingleObjectCodec,
     event_to_record,
 )
+from tests.support.producers import signer, with_roster
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TOPIC = "recovery.events"
@@ -29,7 +31,7 @@ def pinned() -> tuple[dict[str, Machine], Rules]:
     machines, rules = load_rules(
         ControllerSettings(bootstrap="unused", database_url="unused", demo_mode=True)
     )
-    policy = Policy(id="unit", trusted_verifiers=("verifier-1",))
+    policy = with_roster(Policy(id="unit", trusted_verifiers=("verifier-1",)))
     return machines, Rules(policy=policy, registry=rules.registry)
 
 
@@ -44,10 +46,20 @@ def event(
     **fields: Any,
 ) -> Event:
     """A valid event of `machine` for `operation`, with a scope its `applies_to` admits
-    (an operation opens only with one) unless `scope` is given."""
+    (an operation opens only with one) unless `scope` is given, from `tool-1` unless
+    `producer` is given (or the evidence names a verifier or the decision an approver:
+    they are its signer)."""
     if "scope" not in fields:
         known = pinned()[0].get(f"{machine}@{version}")
         fields["scope"] = None if known is None else matching_scope(known.applies_to)
+    evidence = fields.get("evidence")
+    decision = fields.get("human_decision")
+    default = "tool-1"
+    if evidence is not None and evidence.verifier is not None:
+        default = evidence.verifier
+    elif decision is not None:
+        default = decision.approver
+    fields.setdefault("producer", default)
     return Event(
         event_type=event_type,
         event_id=event_id or f"{operation}-{event_type.lower()}",
@@ -57,7 +69,6 @@ def event(
         machine_version=version,
         event_time=T0,
         evidence_ref="ref-1",
-        producer="tool-1",
         lineage=Lineage(agent=agent, task="task-1", initiating_principal="alice"),
         **fields,
     )
@@ -70,9 +81,10 @@ def record(
     key: bytes | None = b"op-1",
     partition: int = 0,
     headers: tuple[tuple[str, bytes | None], ...] | None = None,
+    producer: str | None = "tool-1",
 ) -> RawRecord:
-    """A consumed record at `offset`."""
-    return RawRecord(
+    """A consumed record at `offset`, signed by test producer `producer` (None: unsigned)."""
+    raw = RawRecord(
         topic=TOPIC,
         partition=partition,
         offset=offset,
@@ -83,9 +95,20 @@ def record(
         else ((CONTENT_TYPE, CONTENT_TYPE_AVRO.encode("utf-8")),),
         timestamp_ms=1_700_000_000_000,
     )
+    return raw if producer is None else signed(raw, producer)
 
 
-def encoded(ev: Event, offset: int, *, partition: int = 0) -> RawRecord:
-    """`ev` as the client library writes it (Avro single-object), keyed by operation."""
+def signed(raw: RawRecord, producer: str) -> RawRecord:
+    """`raw` with its headers signed by test producer `producer`."""
+    headers = signer(producer).sign(raw.topic, raw.key, raw.value, raw.headers)
+    return replace(raw, headers=tuple(headers))
+
+
+def encoded(
+    ev: Event, offset: int, *, partition: int = 0, producer: str | None = None
+) -> RawRecord:
+    """`ev` as the client library writes it (Avro single-object), keyed by operation and
+    signed by its producer's test key (or `producer`'s)."""
     value = AvroSingleObjectCodec().encode(event_to_record(ev), EVENT_ENVELOPE)
-    return record(value, offset, key=ev.operation_id.encode("utf-8"), partition=partition)
+    key = ev.operation_id.encode("utf-8")
+    return record(value, offset, key=key, partition=partition, producer=producer or ev.producer)

@@ -12,6 +12,7 @@ from consumer import Accepted, Intake, decide_batch
 from consumer.batch import DecidedBatch, openings, operation_ids, positions_for
 from ledger import MemoryLedger, VersionConflict
 from machines import Event, EvidencePayload, Lineage, Simulation
+from tests.support.producers import roster as producer_roster
 from tests.unit.consumer.support import CONTROLLER, GROUP, TOPIC, encoded, event, pinned
 
 
@@ -30,7 +31,9 @@ def _commit(ledger: MemoryLedger, events: list[Event], first: int, *, arrivals: 
     machines, rules = pinned()
     epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], "me")[0].epoch}
     raws = [encoded(e, first + i) for i, e in enumerate(events)]
-    outcomes = [Intake(machines, max_record_bytes=65536).examine(r) for r in raws]
+    outcomes = [
+        Intake(machines, roster=producer_roster(), max_record_bytes=65536).examine(r) for r in raws
+    ]
     views = ledger.load_views(operation_ids(outcomes))
     planned = decide_batch(
         outcomes,
@@ -53,7 +56,7 @@ def test_openings_name_each_new_operation_with_the_parent_its_first_event_names(
         event("TOOL_FAILED", "op-child", event_id="c-2"),
         event("TOOL_TIMEOUT", "op-top", event_id="t-1"),
     ]
-    intake = Intake(machines, max_record_bytes=65536)
+    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
     outcomes = [intake.examine(encoded(e, i)) for i, e in enumerate(events)]
     stored = MemoryLedger()
     _commit(stored, [event("TOOL_TIMEOUT", "op-stored", event_id="s-0")], 0, arrivals=True)
@@ -84,7 +87,9 @@ def _plan_one_batch(ledger: MemoryLedger, events: list[Event]) -> DecidedBatch:
     machines, rules = pinned()
     epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], "me")[0].epoch}
     raws = [encoded(e, i) for i, e in enumerate(events)]
-    outcomes = [Intake(machines, max_record_bytes=65536).examine(r) for r in raws]
+    outcomes = [
+        Intake(machines, roster=producer_roster(), max_record_bytes=65536).examine(r) for r in raws
+    ]
     views = ledger.load_views(operation_ids(outcomes))
     return decide_batch(
         outcomes,
@@ -103,7 +108,7 @@ def test_a_child_opened_in_its_parents_first_batch_is_decided_below_the_parents_
     by_parent_agent = replace(
         _below(event("VERIFICATION_NOT_FOUND", "op-child", event_id="c-2"), "op-parent"),
         producer="agent-1",  # the parent's agent, in the child's lineage (SPEC §7.7)
-        evidence=EvidencePayload(outcome="not_applied", verifier="verifier-1", reference="v-2"),
+        evidence=EvidencePayload(outcome="not_applied", verifier="agent-1", reference="v-2"),
     )
     planned = _plan_one_batch(
         ledger,
@@ -161,7 +166,7 @@ def test_a_simulation_opens_a_child_below_its_parent_as_one_batch_does() -> None
     decided = _plan_one_batch(MemoryLedger(), events)
     simulation = Simulation(machines["email-send@1.0.0"], rules.registry, rules.policy)
     now = events[0].event_time + timedelta(minutes=1)
-    intake = Intake(machines, max_record_bytes=65536)
+    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
     consumed = [intake.examine(encoded(e, i)) for i, e in enumerate(events)]
     simulated = [simulation.feed(r.event, now) for r in consumed if isinstance(r, Accepted)]
     assert simulated == list(decided.decisions)

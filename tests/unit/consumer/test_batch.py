@@ -14,6 +14,7 @@ from consumer.batch import operation_ids, positions_for
 from ledger import MemoryLedger, Position, intake_chain_id
 from machines import Decision, HumanDecision, Outcome, sign_decision
 from schemas import TopicNames
+from tests.support.producers import roster as producer_roster
 from tests.unit.consumer.support import (
     CONTROLLER,
     FOUND,
@@ -29,7 +30,7 @@ from tests.unit.consumer.support import (
 
 def _plan(raws: list, ledger: MemoryLedger, **kwargs: object) -> DecidedBatch:  # type: ignore[type-arg]
     machines, rules = pinned()
-    intake = Intake(machines, max_record_bytes=65536)
+    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
     outcomes = [intake.examine(r) for r in raws]
     views = ledger.load_views(operation_ids(outcomes))
     epochs = {(c.topic, c.partition): c.epoch for c in ledger.claim(GROUP, TOPIC, [0, 1], "me")}

@@ -13,6 +13,7 @@ from consumer import Intake, decide_batch
 from consumer.batch import operation_ids, positions_for
 from ledger import MemoryLedger
 from machines import Decision, Simulation
+from tests.support.producers import roster as producer_roster
 from tests.unit.consumer.support import CONTROLLER, FOUND, GROUP, TOPIC, encoded, event, pinned
 
 NOW = event("TOOL_TIMEOUT").event_time + timedelta(minutes=1)
@@ -56,7 +57,7 @@ def test_batching_never_changes_a_decision(
 
     ledger = MemoryLedger()
     epochs = {(c.topic, c.partition): c.epoch for c in ledger.claim(GROUP, TOPIC, [0], "me")}
-    intake = Intake(machines, max_record_bytes=65536)
+    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
     got = []
     start, cut = 0, iter(cuts * 30)
     while start < len(raws):

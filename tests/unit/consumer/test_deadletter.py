@@ -11,7 +11,9 @@ from tests.unit.consumer.support import CONTROLLER, GROUP, T0, TOPIC, record
 
 
 def test_the_payload_carries_reason_original_bytes_headers_and_coordinates() -> None:
-    raw = record(b"\x00\xffbytes", 12, key=b"op-9", headers=(("h", b"\x01"), ("empty", None)))
+    raw = record(
+        b"\x00\xffbytes", 12, key=b"op-9", headers=(("h", b"\x01"), ("empty", None)), producer=None
+    )
     letter = dead_letter(GROUP, CONTROLLER, raw, Refusal("avro-corrupt", "bad"), T0)
     payload = letter.payload
     assert (payload["reason_code"], payload["reason"]) == ("avro-corrupt", "bad")

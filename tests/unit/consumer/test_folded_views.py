@@ -19,6 +19,7 @@ from ledger import Batch, MemoryLedger, batch_rows
 from machines import CATALOGUE, Event, load_catalogue, load_registry
 from machines.event import DeclaredFacts
 from ops.bench.ledger import build_batches
+from tests.support.producers import roster as producer_roster
 from tests.unit.consumer.support import CONTROLLER, FOUND, GROUP, TOPIC, encoded, event, pinned
 
 NOW = event("TOOL_TIMEOUT").event_time + timedelta(minutes=1)
@@ -103,7 +104,7 @@ def test_a_consumer_batch_plans_the_same_rows_with_its_folded_views_as_without(
     machines, _rules = pinned()
     events = [_story_event(machine, op, kind, n, facts) for op, kind, n, facts in script]
     ledger = MemoryLedger()
-    intake = Intake(machines, max_record_bytes=65536)
+    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
     start, cut = 0, 0
     while start < len(events):
         size = cuts[cut % len(cuts)]
@@ -126,7 +127,12 @@ def test_a_batch_whose_facts_are_declared_mid_batch_keys_each_command_as_the_fol
         event("TOOL_TIMEOUT", machine=machine, event_id="e-3"),
         event("TOOL_FAILED", machine=machine, event_id="e-1"),  # a conflict
     ]
-    planned = _plan(Intake(machines, max_record_bytes=65536), MemoryLedger(), events, 0)
+    planned = _plan(
+        Intake(machines, roster=producer_roster(), max_record_bytes=65536),
+        MemoryLedger(),
+        events,
+        0,
+    )
     assert planned.conflicts == 1
     assert planned.batch.folded is not None
     assert planned.batch.folded["op-1"].facts.idempotency_key == "key-declared-later"
@@ -147,7 +153,10 @@ def test_a_consumer_batch_opening_operations_below_a_parent_plans_the_same_rows(
     child = replace(child, lineage=replace(child.lineage, parent_operation="op-p"))
     contain = event("CONTAINMENT_SUCCEEDED", "op-p", machine="payment-refund")
     planned = _plan(
-        Intake(machines, max_record_bytes=65536), MemoryLedger(), [parent, contain, child], 0
+        Intake(machines, roster=producer_roster(), max_record_bytes=65536),
+        MemoryLedger(),
+        [parent, contain, child],
+        0,
     )
     _assert_same_plan(planned.batch)
 
@@ -164,7 +173,12 @@ def test_the_ledger_benchmark_batches_plan_the_same_rows_with_their_folded_views
 def test_a_folded_mapping_missing_a_touched_operation_is_refused_as_a_caller_bug() -> None:
     events = [event("TOOL_TIMEOUT", "op-1"), event("TOOL_TIMEOUT", "op-2")]
     machines, _rules = pinned()
-    planned = _plan(Intake(machines, max_record_bytes=65536), MemoryLedger(), events, 0)
+    planned = _plan(
+        Intake(machines, roster=producer_roster(), max_record_bytes=65536),
+        MemoryLedger(),
+        events,
+        0,
+    )
     assert planned.batch.folded is not None
     partial = {"op-1": planned.batch.folded["op-1"]}
     with pytest.raises(ValueError, match="op-2 has no folded view"):

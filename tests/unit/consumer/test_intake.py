@@ -9,13 +9,14 @@ import pytest
 from consumer import Accepted, Intake, Rejected
 from machines.event import Scope
 from schemas import CONTENT_TYPE, CONTENT_TYPE_JSON, event_to_json
+from tests.support.producers import roster as producer_roster
 from tests.unit.consumer.support import encoded, event, pinned, record
 
 
 @pytest.fixture
 def intake() -> Intake:
     machines, _ = pinned()
-    return Intake(machines, max_record_bytes=4096)
+    return Intake(machines, roster=producer_roster(), max_record_bytes=4096)
 
 
 def _code(intake: Intake, raw: object) -> str:

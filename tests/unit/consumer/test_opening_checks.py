@@ -12,13 +12,14 @@ from consumer import DecidedBatch, Intake, decide_batch
 from consumer.batch import openings, operation_ids, positions_for
 from ledger import MemoryLedger
 from machines import Scope
+from tests.support.producers import roster as producer_roster
 from tests.unit.consumer.support import CONTROLLER, FOUND, GROUP, T0, TOPIC, encoded, event
 from tests.unit.consumer.support import pinned as _pinned
 
 
 def _plan(raws: list, ledger: MemoryLedger) -> DecidedBatch:  # type: ignore[type-arg]
     machines, rules = _pinned()
-    intake = Intake(machines, max_record_bytes=65536)
+    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
     outcomes = [intake.examine(r) for r in raws]
     views = ledger.load_views(operation_ids(outcomes))
     epochs = {(c.topic, c.partition): c.epoch for c in ledger.claim(GROUP, TOPIC, [0, 1], "me")}
@@ -68,7 +69,7 @@ def test_later_events_of_a_matched_operation_may_leave_the_scope_out() -> None:
 
 def test_an_event_that_cannot_open_its_operation_is_not_an_opening() -> None:
     machines, _ = _pinned()
-    intake = Intake(machines, max_record_bytes=65536)
+    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
     bare = event("TOOL_TIMEOUT", machine="payment-refund", scope=None)
     outcomes = [intake.examine(encoded(bare, 0))]
     assert openings(outcomes, {}) == {}

@@ -12,6 +12,7 @@ from consumer.batch import operation_ids, positions_for, unbuildable
 from consumer.intake import IntakeResult, RawRecord
 from ledger import MemoryLedger, batch_rows
 from machines import Policy, Rules
+from tests.support.producers import roster as producer_roster
 from tests.unit.consumer.support import CONTROLLER, GROUP, T0, TOPIC, encoded, event, pinned
 
 FAR_FUTURE = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
@@ -19,7 +20,7 @@ FAR_FUTURE = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
 
 def _intake() -> Intake:
     machines, _ = pinned()
-    return Intake(machines, max_record_bytes=65536)
+    return Intake(machines, roster=producer_roster(), max_record_bytes=65536)
 
 
 def _decide(outcomes: list[IntakeResult], rules: Rules | None = None) -> DecidedBatch:

@@ -22,6 +22,7 @@ from consumer import (
     extract_context,
     trace_headers,
 )
+from tests.support.producers import roster as producer_roster
 from tests.unit.consumer.support import CONTROLLER, GROUP, T0, encoded, event, pinned, record
 
 ENV = {"RECOVERY_KAFKA_BOOTSTRAP": "k:9092", "RECOVERY_DATABASE_URL": "postgresql://db/x"}
@@ -111,7 +112,7 @@ def test_each_decision_gets_a_span_parented_by_the_producer_with_states() -> Non
         raw.value, 0, headers=(*raw.headers, *((k, v.encode()) for k, v in carrier.items()))
     )
     machines, rules = pinned()
-    outcomes = [Intake(machines, max_record_bytes=65536).examine(raw)]
+    outcomes = [Intake(machines, roster=producer_roster(), max_record_bytes=65536).examine(raw)]
     reader = InMemoryMetricReader()
     metrics = ControllerMetrics(MeterProvider(metric_readers=[reader]), GROUP)
     tracer = BatchTracer(provider, group=GROUP, client=CONTROLLER)
@@ -171,7 +172,7 @@ _SEMCONV = (
 
 def test_committed_batches_are_counted_by_outcome_and_reason() -> None:
     machines, rules = pinned()
-    intake = Intake(machines, max_record_bytes=65536)
+    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
     outcomes = [intake.examine(r) for r in (encoded(event("TOOL_TIMEOUT"), 0), record(b"j", 1))]
     planned = decide_batch(
         outcomes, {}, rules, group=GROUP, controller=CONTROLLER, positions=(), now=T0
@@ -225,7 +226,7 @@ def test_without_an_exporter_commands_carry_what_a_no_op_decision_span_would_giv
     headers = (*raw.headers, *((k, v.encode()) for k, v in trace_context.items()))
     raw = record(raw.value, 0, headers=headers)
     machines, rules = pinned()
-    outcomes = [Intake(machines, max_record_bytes=65536).examine(raw)]
+    outcomes = [Intake(machines, roster=producer_roster(), max_record_bytes=65536).examine(raw)]
     latencies: list[float] = []
     tracer = BatchTracer(trace.NoOpTracerProvider())
     with tracer.batch(1, [("recovery.events", 0)]) as batch_span:

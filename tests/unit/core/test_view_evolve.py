@@ -26,6 +26,10 @@ BASE = OperationView(
     deadline=datetime(2026, 1, 1, tzinfo=UTC),
     open_commands=frozenset({"op-1:3:0"}),
     seen_events=MappingProxyType({"e-1": "sha256:cc"}),
+    capability="email.send",
+    tool="smtp",
+    environment="prod",
+    command_capabilities=(("op-1:3:0", "agent.stop-task"),),
 )
 
 # A new value for every field, so each one is checked to land where it belongs.
@@ -54,6 +58,10 @@ NEW: dict[str, Any] = {
     "correlation_id": "corr-2",
     "command_epochs": (("op-2:1:0", 1),),
     "escalations": (("no-transition", 2),),
+    "capability": "payment.refund",
+    "tool": "stripe",
+    "environment": "staging",
+    "command_capabilities": (),
 }
 
 

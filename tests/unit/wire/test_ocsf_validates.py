@@ -18,6 +18,7 @@ from consumer.batch import openings, operation_ids, positions_for
 from ledger import AuditRecord, MemoryLedger
 from machines import Event, Lineage
 from schemas import audit_to_ocsf
+from tests.support.producers import roster as producer_roster
 from tests.unit.consumer.support import (
     CONTROLLER,
     FOUND,
@@ -39,7 +40,9 @@ KINDS: Final = frozenset(
 def _commit(ledger: MemoryLedger, raws: list[Any], first_time: Event) -> None:
     machines, rules = pinned()
     epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], CONTROLLER)[0].epoch}
-    outcomes = [Intake(machines, max_record_bytes=65536).examine(r) for r in raws]
+    outcomes = [
+        Intake(machines, roster=producer_roster(), max_record_bytes=65536).examine(r) for r in raws
+    ]
     views = ledger.load_views(operation_ids(outcomes))
     planned = decide_batch(
         outcomes,

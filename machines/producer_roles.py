@@ -1,0 +1,235 @@
+"""Who may write which event, for which operation: roles and scope from the roster
+(SPEC §1, §7.7, §12: an affected agent never forges evidence, approves itself, or gets
+an effect retried on its own word).
+
+The controller's intake proves who signed a record (`machines.Roster.authenticate`);
+this module says whether that producer may say what the event says about the
+operation it names, once the operation's stored scope is known (`consumer.batch`
+calls it before anything is decided). Every refusal is an `AuthenticationError` with
+code `role-not-permitted` or `identity-mismatch`.
+
+- **Opening.** An operation's machine, scope and lineage come only from the first
+  report of a `tool` holding the capability, tool and environment of the event's
+  `scope` block and the agent it names (`lineage.agent`); a first event without a
+  `scope` block is admitted only from a tool granted every capability (`"*"`). When
+  the ledger knows the operation's ancestors (`parent_operation`), the opener must
+  hold `tool` or `orchestrator` for each of their agents as well, so nobody hangs an
+  operation below another agent's work, or names a bystander as its agent, to aim a
+  cascade at it.
+- **Every event.** `EventRoles` maps event types to the roles that may send them,
+  each checked for the operation's stored scope (`DEFAULT_EVENT_ROLES`; a deployment,
+  or a machine, may override it in `machines.Rules.event_roles`):
+  `TOOL_*`, `STEP_*` and unlisted types: `tool` for the operation's capability, tool,
+  environment and agent; `VERIFICATION_*`: `verifier` for the operation's capability,
+  and `evidence.verifier` must be the producer; `RETRY_*`, `COMPENSATION_*`,
+  `CONTAINMENT_*`: `worker` for the capability of the command they answer (the
+  causation); `ANCESTOR_CONTAINED` and `LINEAGE_*`: `controller`, or `orchestrator`
+  for the agent; `HUMAN_*`: `approver` (the decision's own signature is checked
+  against the policy's approvers by the core), and the decision's approver must be the
+  producer; `RESUME_REQUESTED`: `approver`, `orchestrator` (agent) or `tool`. An event
+  with a `classifier` block needs `classifier` whatever its type, and a validated
+  checkpoint needs `validator` for the agent, its `validator` being the producer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Final
+
+from machines.event import Event
+from machines.roster import AuthenticationError, AuthRefusal, ProducerEntry, Role
+from machines.view import OperationView
+
+__all__ = [
+    "DEFAULT_EVENT_ROLES",
+    "EventRoles",
+    "check_event_role",
+    "check_opening",
+]
+
+_TOOL: Final = (Role.TOOL,)
+_WORKER: Final = (Role.WORKER,)
+_LINEAGE: Final = (Role.CONTROLLER, Role.ORCHESTRATOR)
+
+
+@dataclass(frozen=True, slots=True)
+class EventRoles:
+    """Event type -> the roles that may send it: `exact` types first, then the longest
+    matching prefix in `prefixes`, else `default`."""
+
+    exact: Mapping[str, tuple[Role, ...]] = field(default_factory=dict)
+    prefixes: Mapping[str, tuple[Role, ...]] = field(default_factory=dict)
+    default: tuple[Role, ...] = _TOOL
+
+    def roles_for(self, event_type: str) -> tuple[Role, ...]:
+        """The roles permitted to send `event_type`."""
+        found = self.exact.get(event_type)
+        if found is not None:
+            return found
+        best = ""
+        for prefix in self.prefixes:
+            if event_type.startswith(prefix) and len(prefix) > len(best):
+                best = prefix
+        return self.prefixes[best] if best else self.default
+
+    def overridden(
+        self,
+        exact: Mapping[str, tuple[Role, ...]] | None = None,
+        prefixes: Mapping[str, tuple[Role, ...]] | None = None,
+    ) -> EventRoles:
+        """This table with some entries replaced (per machine or per deployment)."""
+        return EventRoles(
+            MappingProxyType({**self.exact, **(exact or {})}),
+            MappingProxyType({**self.prefixes, **(prefixes or {})}),
+            self.default,
+        )
+
+
+DEFAULT_EVENT_ROLES: Final = EventRoles(
+    exact=MappingProxyType(
+        {
+            "ANCESTOR_CONTAINED": _LINEAGE,
+            "RESUME_REQUESTED": (Role.APPROVER, Role.ORCHESTRATOR, Role.TOOL),
+        }
+    ),
+    prefixes=MappingProxyType(
+        {
+            "TOOL_": _TOOL,
+            "STEP_": _TOOL,
+            "VERIFICATION_": (Role.VERIFIER,),
+            "RETRY_": _WORKER,
+            "COMPENSATION_": _WORKER,
+            "CONTAINMENT_": _WORKER,
+            "LINEAGE_": _LINEAGE,
+            "HUMAN_": (Role.APPROVER,),
+        }
+    ),
+)
+
+
+def _scopes_of(role: Role, event: Event, view: OperationView) -> list[dict[str, str | None]]:
+    """The scopes, any one of which a grant of `role` must permit."""
+    agent = view.lineage.agent
+    if role is Role.TOOL:
+        return [
+            {
+                "capability": view.capability,
+                "tool": view.tool,
+                "environment": view.environment,
+                "agent": agent,
+            }
+        ]
+    if role is Role.VERIFIER:
+        scopes: list[dict[str, str | None]] = [{"capability": view.capability}]
+        answered = view.command_capability(event.causation)
+        if answered is not None:
+            scopes.append({"capability": answered})
+        return scopes
+    if role is Role.WORKER:
+        return [{"capability": view.command_capability(event.causation)}]
+    if role in (Role.ORCHESTRATOR, Role.VALIDATOR):
+        return [{"agent": agent}]
+    return [{}]
+
+
+def _describe(scope: Mapping[str, str | None]) -> str:
+    if not scope:
+        return ""
+    return " for " + ", ".join(f"{k} {v if v is not None else '<none>'}" for k, v in scope.items())
+
+
+def _refuse(producer: ProducerEntry, event: Event, what: str) -> AuthenticationError:
+    return AuthenticationError(
+        AuthRefusal.ROLE_NOT_PERMITTED,
+        f"producer {producer.id} may not send {event.event_type} {event.event_id} "
+        f"(operation {event.operation_id}): {what}; grant it in the roster if it should",
+    )
+
+
+def _mismatch(producer: ProducerEntry, event: Event, field_name: str, claimed: str) -> Exception:
+    return AuthenticationError(
+        AuthRefusal.IDENTITY_MISMATCH,
+        f"{event.event_type} {event.event_id} (operation {event.operation_id}) claims "
+        f"{field_name} {claimed!r} but is signed by producer {producer.id}; an identity in "
+        "an event is always its signer's",
+    )
+
+
+def check_opening(
+    event: Event, producer: ProducerEntry, ancestor_agents: tuple[str, ...] = ()
+) -> None:
+    """Raise `AuthenticationError` unless `producer` may open `event`'s operation: a
+    `tool` for the event's scope and agent, and `tool` or `orchestrator` for every
+    agent of the ancestors the ledger knows (`ancestor_agents`)."""
+    scope = event.scope
+    wanted: dict[str, str | None] = {
+        "capability": None if scope is None else scope.capability,
+        "tool": None if scope is None else scope.tool,
+        "environment": None if scope is None else scope.environment,
+        "agent": event.lineage.agent,
+    }
+    if not producer.permits(Role.TOOL, **wanted):
+        hint = (
+            "the first event carries no scope block, so only a tool granted every "
+            "capability may open it; send the scope"
+            if scope is None
+            else "it does not hold role tool"
+        )
+        raise _refuse(producer, event, f"opening the operation: {hint}{_describe(wanted)}")
+    for agent in ancestor_agents:
+        if agent == event.lineage.agent:
+            continue
+        if not (
+            producer.permits(Role.TOOL, agent=agent)
+            or producer.permits(Role.ORCHESTRATOR, agent=agent)
+        ):
+            raise _refuse(
+                producer,
+                event,
+                f"its lineage names an ancestor of agent {agent} "
+                f"(parent {event.lineage.parent_operation}), for which it holds neither "
+                "tool nor orchestrator",
+            )
+
+
+def check_event_role(
+    event: Event,
+    producer: ProducerEntry,
+    view: OperationView,
+    table: EventRoles = DEFAULT_EVENT_ROLES,
+) -> None:
+    """Raise `AuthenticationError` unless `producer` holds a role `table` permits for
+    `event` on `view`'s scope, and every identity the event claims is the producer's."""
+    if event.classifier is not None:
+        roles: tuple[Role, ...] = (Role.CLASSIFIER,)
+    else:
+        roles = table.roles_for(event.event_type)
+    tried = []
+    for role in roles:
+        scopes = _scopes_of(role, event, view)
+        if any(producer.permits(role, **scope) for scope in scopes):
+            break
+        tried.append(" or ".join(f"{role}{_describe(scope)}" for scope in scopes))
+    else:
+        raise _refuse(producer, event, "it holds none of " + "; ".join(tried))
+    evidence = event.evidence
+    if Role.VERIFIER in roles and evidence is not None and evidence.verifier is not None:
+        if evidence.verifier != producer.id:
+            raise _mismatch(producer, event, "evidence.verifier", evidence.verifier)
+    decision = event.human_decision
+    if decision is not None and decision.approver != producer.id:
+        raise _mismatch(producer, event, "human_decision.approver", decision.approver)
+    checkpoint = evidence.checkpoint if evidence is not None else None
+    if checkpoint is not None and checkpoint.validated:
+        validator = checkpoint.validator
+        if validator is not None and validator != producer.id:
+            raise _mismatch(producer, event, "checkpoint.validator", validator)
+        if not producer.permits(Role.VALIDATOR, agent=view.lineage.agent):
+            raise _refuse(
+                producer,
+                event,
+                f"it reports a validated checkpoint but does not hold validator for agent "
+                f"{view.lineage.agent}",
+            )
