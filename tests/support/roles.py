@@ -68,8 +68,9 @@ def role_env(env: Mapping[str, str], role: str | None = None) -> dict[str, str]:
     child = {**env}
     if role in ROLE_COMMANDS and ENV_DATABASE_URL in child:
         child[ENV_DATABASE_URL] = with_user(child[ENV_DATABASE_URL], f"recovery_{role}")
-    if role == "controller":
-        child.setdefault(ENV_CONTROLLER_SIGNING_KEY_FILE, str(ensure_controller_key()))
+    # Any child may run a controller (`python -m consumer`, `recoveryctl run`, the demo):
+    # each signs with the session's key unless the test names another.
+    child.setdefault(ENV_CONTROLLER_SIGNING_KEY_FILE, str(ensure_controller_key()))
     base = {
         k: v for k, v in os.environ.items() if not k.startswith("RECOVERY_") or k in _KAFKA_SECURITY
     }

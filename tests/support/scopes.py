@@ -11,7 +11,9 @@ from machines import Scope, matching_scope
 
 @cache
 def _catalogue() -> dict[str, Scope]:
-    machines, _ = load_rules(ControllerSettings(bootstrap="unused", database_url="unused"))
+    machines, _ = load_rules(
+        ControllerSettings(bootstrap="unused", database_url="unused", demo_mode=True)
+    )
     return {m.name: matching_scope(m.applies_to) for m in machines.values()}
 
 

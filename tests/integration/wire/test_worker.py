@@ -26,6 +26,7 @@ from schemas import (
     CapabilityCommand,
     TopicNames,
     WireDecoder,
+    kafka_config,
     record_to_event,
 )
 from tests.integration.wire.kafka_read import headers_of, read_messages
@@ -170,7 +171,7 @@ def test_a_result_that_cannot_be_queued_stops_the_run_uncommitted_and_is_not_los
         _command(f"op-refund-1/{n}/0", "payment.verify-refund", "verify", demo_outcome="found")
         for n in (1, 2)
     ]
-    with EventPublisher(kafka_bootstrap, topics=topics) as publisher:
+    with EventPublisher(kafka_bootstrap, signer=signers(), topics=topics) as publisher:
         for command in commands:
             _send(publisher, topics.commands, command)
     group = f"workers-{uuid.uuid4().hex[:8]}"
@@ -180,6 +181,7 @@ def test_a_result_that_cannot_be_queued_stops_the_run_uncommitted_and_is_not_los
     # though the first is delivered in the end (a slow broker, not a dead one).
     stuck = EventPublisher(
         kafka_bootstrap,
+        signer=signers(),
         topics=topics,
         producer_config={"queue.buffering.max.messages": 1, "linger.ms": 6000},
     )
@@ -189,6 +191,7 @@ def test_a_result_that_cannot_be_queued_stops_the_run_uncommitted_and_is_not_los
         group,
         RecoveryClient(stuck, producer="worker-payments"),
         demo_handlers(),
+        roster=worker_roster(),
         poll_timeout=0.2,
     )
 
@@ -210,7 +213,7 @@ def test_a_result_that_cannot_be_queued_stops_the_run_uncommitted_and_is_not_los
     stuck.close(timeout=30)  # the first result is delivered
     [failure] = failures
     assert "producer queue stayed full" in str(failure)
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin = AdminClient(kafka_config(kafka_bootstrap))
     listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
     committed = [p.offset for p in listed.result(timeout=30).topic_partitions if p.offset >= 0]
     assert committed == [], f"offsets committed past an unreported result: {committed}"
@@ -218,12 +221,13 @@ def test_a_result_that_cannot_be_queued_stops_the_run_uncommitted_and_is_not_los
     # The next worker of the group gets both commands again and reports both.
     stop = threading.Event()
     stats: list[WorkerStats] = []
-    with EventPublisher(kafka_bootstrap, topics=topics) as publisher:
+    with EventPublisher(kafka_bootstrap, signer=signers(), topics=topics) as publisher:
         again = CapabilityWorker(
             kafka_bootstrap,
             group,
             RecoveryClient(publisher, producer="worker-payments"),
             demo_handlers(),
+            roster=worker_roster(),
             poll_timeout=0.2,
         )
         thread = threading.Thread(target=lambda: stats.append(again.run(stop)))
