@@ -24,9 +24,11 @@ code `role-not-permitted` or `identity-mismatch`.
   and `evidence.verifier` must be the producer; `RETRY_*`, `COMPENSATION_*`,
   `CONTAINMENT_*`: `worker` for the capability of the command they answer (the
   causation); `ANCESTOR_CONTAINED` and `LINEAGE_*`: `controller`, or `orchestrator`
-  for the agent; `HUMAN_*`: `approver` (the decision's own signature is checked
-  against the policy's approvers by the core), and the decision's approver must be the
-  producer; `RESUME_REQUESTED`: `approver`, `orchestrator` (agent) or `tool`. An event
+  for the agent; `HUMAN_*`: `approver`, held by the approver or by the service that
+  forwards decisions signed elsewhere (the reviewer console, `recoveryctl approve` as
+  a deployment's approval service): the decision's own signature proves the human and
+  is checked against the policy's approvers by the core, so the record's signer need
+  not be the approver; `RESUME_REQUESTED`: `approver`, `orchestrator` (agent) or `tool`. An event
   with a `classifier` block needs `classifier` whatever its type, and a validated
   checkpoint needs `validator` for the agent, its `validator` being the producer.
 """
@@ -218,9 +220,6 @@ def check_event_role(
     if Role.VERIFIER in roles and evidence is not None and evidence.verifier is not None:
         if evidence.verifier != producer.id:
             raise _mismatch(producer, event, "evidence.verifier", evidence.verifier)
-    decision = event.human_decision
-    if decision is not None and decision.approver != producer.id:
-        raise _mismatch(producer, event, "human_decision.approver", decision.approver)
     checkpoint = evidence.checkpoint if evidence is not None else None
     if checkpoint is not None and checkpoint.validated:
         validator = checkpoint.validator

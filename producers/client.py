@@ -570,15 +570,11 @@ class RecoveryClient:
         event_time: datetime | None = None,
     ) -> Event:
         """Publish a decision an approver signed elsewhere (the reviewer console's page
-        signs in the browser) as HUMAN_APPROVED or HUMAN_REJECTED. The approver must be
-        this client's producer identity; the signature is published as it is and checked
-        by the controller (`machines.check_decision`)."""
-        if decision.approver != self.producer:
-            raise ProducersError(
-                f"decision for operation {decision.operation_id} is signed by "
-                f"{decision.approver}, but this client publishes as {self.producer}; make "
-                "a RecoveryClient for the approver"
-            )
+        signs in the browser) as HUMAN_APPROVED or HUMAN_REJECTED. The record is this
+        client's (a producer holding the `approver` role: the approver itself, or a
+        service forwarding decisions such as the console); the decision's signature is
+        published as it is and proves the approver to the controller
+        (`machines.check_decision`)."""
         if not decision.signature:
             raise ProducersError(
                 f"decision for operation {decision.operation_id} by {decision.approver} has "

@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from producers.errors import KafkaReadError
-from schemas import librdkafka_logger
+from schemas import kafka_config, librdkafka_logger
 
 __all__ = ["PartitionExtent", "StoredRecord", "partition_extents", "read_range"]
 
@@ -49,7 +49,7 @@ class StoredRecord:
 def _consumer(bootstrap: str, group: str) -> Consumer:
     return Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap),  # the environment's client security settings
             "group.id": group,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,

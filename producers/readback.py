@@ -61,7 +61,7 @@ def read_topic(
     `timeout` seconds."""
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap),  # the environment's client security settings
             "group.id": f"readback-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,

@@ -232,7 +232,9 @@ def run_redrive(
     topic = args.events_topic or body.get("source_topic") or topics_with(None).events
     headers = [(h["key"], _decode(h["value"])) for h in body.get("original_headers", [])]
     try:
-        with EventPublisher(bootstrap, topics=topics_with(topic)) as publisher:
+        # The original record goes out unchanged, its producer's signature with it: the
+        # controller verifies it again; this publisher signs nothing of its own.
+        with EventPublisher(bootstrap, signer=None, topics=topics_with(topic)) as publisher:
             publisher.republish(
                 topic,
                 key=_decode(body.get("original_key")),

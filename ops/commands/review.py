@@ -46,7 +46,7 @@ from ops.commands.output import (
 )
 from ops.commands.rules import LoadedRules, add_rules_options, load_rules_or_report, parse_duration
 from producers import DeliveryFailed, EventPublisher, ProducersError, RecoveryClient
-from schemas import WireError
+from schemas import RecordSigner, WireError
 
 __all__ = ["assemble_packet", "load_private_key", "register", "render_packet", "run_review"]
 
@@ -270,7 +270,12 @@ def _decide(
         delegated_credentials=tuple(row["delegated_credentials"]),
     )
     try:
-        with EventPublisher(bootstrap, topics=topics_with(args.events_topic)) as publisher:
+        # The approver signs the record as its producer with the same key (the roster lists
+        # the approver with role `approver`), and the decision inside it.
+        signer = RecordSigner(approver, key)
+        with EventPublisher(
+            bootstrap, signer=signer, topics=topics_with(args.events_topic)
+        ) as publisher:
             event = RecoveryClient(publisher, approver).publish_human_decision(
                 private_key=key,
                 verdict=_VERDICT[verb],

@@ -104,6 +104,7 @@ class _Console:
         self.sessions = Sessions(config.session_ttl.total_seconds())
         self.inspector: LedgerInspector | None = None
         self.publisher: EventPublisher | None = None
+        self.producer = ""
         env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(_HERE / "templates"),
             autoescape=True,
@@ -118,7 +119,11 @@ class _Console:
         self.inspector = await run_in_threadpool(
             LedgerInspector, self.config.database_url, max_size=2, retries=1
         )
+        # The console forwards decisions signed in the browser under its own producer
+        # identity (RECOVERY_PRODUCER_ID / RECOVERY_PRODUCER_KEY_FILE, a roster producer
+        # with the `approver` role); it never holds a reviewer's private key.
         self.publisher = EventPublisher(self.config.bootstrap, topics=self.config.topics)
+        self.producer = next(iter(self.publisher.signers))
         try:
             yield
         finally:
@@ -383,7 +388,7 @@ class _Console:
             delegated_credentials=tuple(row["delegated_credentials"]),
         )
         try:
-            event = RecoveryClient(self.publisher, decision.approver).publish_signed_decision(
+            event = RecoveryClient(self.publisher, self.producer).publish_signed_decision(
                 decision,
                 correlation_id=row["correlation_id"],
                 machine_name=row["machine_name"],

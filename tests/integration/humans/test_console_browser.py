@@ -28,7 +28,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ledger import Ledger, with_user
+from machines import write_private_key
 from ops.ports import free_ports
+from schemas import ENV_PRODUCER_ID, ENV_PRODUCER_KEY_FILE
 from tests.integration.consumer.harness import (
     Tool,
     open_ledger,
@@ -38,6 +40,7 @@ from tests.integration.consumer.harness import (
     write_policy,
 )
 from tests.support.kafka import TopicFactory
+from tests.support.producers import key_of
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +68,9 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def approver_key() -> Ed25519PrivateKey:
-    return Ed25519PrivateKey.generate()
+    # The test roster's key of approver-1: it signs the decision and, as the roster
+    # producer approver-1, the record that carries it.
+    return key_of("approver-1")
 
 
 @pytest.fixture
@@ -120,6 +125,11 @@ class Console:
         (port,) = free_ports(1)
         self.url = f"http://127.0.0.1:{port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("RECOVERY_CONTROLLER_")}
+        # The console forwards decisions as its own roster producer (role approver).
+        forwarder = tmp_path / "approval-console.pem"
+        write_private_key(forwarder, key_of("approval-console"))
+        env[ENV_PRODUCER_ID] = "approval-console"
+        env[ENV_PRODUCER_KEY_FILE] = str(forwarder)
         self.log = (tmp_path / "console.log").open("w+")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "ops.cli", "console", "--listen", f"127.0.0.1:{port}",
@@ -136,9 +146,11 @@ class Console:
             except OSError:
                 pass
             if self.process.poll() is not None or time.monotonic() > deadline:
-                self.close()
+                self.log.flush()
                 self.log.seek(0)
-                raise AssertionError(f"the console did not start:\n{self.log.read()}")
+                output = self.log.read()
+                self.close()
+                raise AssertionError(f"the console did not start:\n{output}")
             time.sleep(0.1)
 
     def token(self) -> str:

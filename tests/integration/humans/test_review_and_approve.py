@@ -26,6 +26,7 @@ from tests.integration.consumer.harness import (
     write_policy,
 )
 from tests.support.kafka import TopicFactory
+from tests.support.producers import key_of
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +35,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture
 def approver_key() -> Ed25519PrivateKey:
-    return Ed25519PrivateKey.generate()
+    # The test roster's key of approver-1: it signs the decision and, as the roster
+    # producer approver-1, the record that carries it.
+    return key_of("approver-1")
 
 
 @pytest.fixture

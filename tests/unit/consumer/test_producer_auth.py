@@ -386,6 +386,24 @@ def test_an_approval_needs_the_approver_role_and_its_own_name() -> None:
     assert _refused(planned) == {"approval": "role-not-permitted"}
 
 
+def test_a_decision_signed_elsewhere_may_be_forwarded_by_an_approval_service() -> None:
+    # The console (or an approval service) holds the approver role and forwards a
+    # decision the human signed in the browser: intake passes it, and the core checks
+    # the decision's own signature against the policy's approvers.
+    forwarded = event(
+        "HUMAN_APPROVED",
+        "op-refund",
+        event_id="forwarded",
+        machine="payment-refund",
+        agent="billing-agent",
+        producer="approval-console",
+    )
+    console = producer_entry("approval-console", [Grant(role=Role.APPROVER)])
+    planned = _plan([encoded(_refund_timeout(), 0), encoded(forwarded, 1)], _roster(console))
+    assert _refused(planned) == {}
+    assert [d.event_id for d in planned.decisions][-1] == "forwarded"
+
+
 def test_signed_records_for_the_test_roster_still_decide() -> None:
     # The shared test roster holds every role: the default test events pass.
     raw = signed(encoded(event("TOOL_TIMEOUT"), 0), "tool-1")
