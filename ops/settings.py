@@ -44,7 +44,14 @@ DATABASE_NAME: Final = "recovery"
 
 # compose.yaml: the services it must define, the ports it publishes on the host, and
 # the roles `recoveryctl run --role` accepts for the runtime containers.
-COMPOSE_SERVICES: Final = ("kafka", "postgres", "provision", "controller", "relay")
+COMPOSE_SERVICES: Final = (
+    "kafka",
+    "postgres",
+    "provision",
+    "ledger-roles",
+    "controller",
+    "relay",
+)
 COMPOSE_KAFKA_PORT: Final = 9092
 COMPOSE_POSTGRES_PORT: Final = 5432
 RUNTIME_ROLES: Final = ("controller", "relay")

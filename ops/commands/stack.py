@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from ops.errors import StackError
 from ops.kafka_security import write_compose_material
+from ops.keys import stack_roster
 from ops.paths import stack_dir
 from ops.settings import ENV_KAFKA_PLAINTEXT
 from ops.stack import ServiceStatus, StackState, stack_down, stack_status, stack_up
@@ -79,10 +81,20 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
+_RUNTIME_UID = 10001  # the `recovery` user of ops/Dockerfile
+
+
 def _compose_env(args: argparse.Namespace) -> int:
     directory = args.dir or stack_dir() / "compose"
     env_file = write_compose_material(directory)
+    # The controller's key (0600, made once) and a roster naming it, for the runtime
+    # image's user (uid 10001, ops/Dockerfile) to read.
+    roster = stack_roster(directory)
+    key = roster.parent / "controller.key"
+    if os.geteuid() == 0:
+        os.chown(key, _RUNTIME_UID, _RUNTIME_UID)
     print(f"wrote {directory / 'kafka'} (broker TLS material) and {env_file} (0600)")
+    print(f"wrote {key} (the controller's signing key, 0600) and {roster}")
     print(f"  docker compose --env-file {env_file} up -d")
     return 0
 

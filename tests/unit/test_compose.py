@@ -24,6 +24,7 @@ from ops.settings import (
     RUNTIME_ROLES,
 )
 from schemas import (
+    ENV_CONTROLLER_SIGNING_KEY_FILE,
     ENV_DATABASE_URL,
     ENV_KAFKA_BOOTSTRAP,
     ENV_KAFKA_SASL_MECHANISM,
@@ -109,12 +110,14 @@ def test_runtime_services_read_the_project_env_vars_and_reach_the_services(
     assert command[:4] == ["recoveryctl", "run", "--role", role]
     # Only flags `recoveryctl run` accepts; the schema is prepared (the topics and ACLs
     # by `provision`, as admin: the role itself may not create topics).
+    # (the ledger migrated by `ledger-roles`: the runtime roles may not alter the schema).
     args = build_parser().parse_args(command[1:])
-    assert args.migrate
+    assert not args.migrate
     assert not args.create_topics
     assert not args.demo, "compose must not run the controller in demo mode"
     environment = service["environment"]
-    assert set(environment) == {
+    signing = {ENV_CONTROLLER_SIGNING_KEY_FILE} if role == "controller" else set()
+    assert set(environment) == signing | {
         ENV_KAFKA_BOOTSTRAP,
         ENV_DATABASE_URL,
         ENV_METRICS_ADDRESS,
@@ -133,9 +136,25 @@ def test_runtime_services_read_the_project_env_vars_and_reach_the_services(
     assert f"//kafka:{kafka_port}" in advertised
 
     url = urlsplit(environment[ENV_DATABASE_URL])
-    assert (url.hostname, url.port, url.username) == ("postgres", 5432, DATABASE_USER)
+    # Never the superuser: its own least-privileged login (docs/ledger.md, "Roles").
+    assert (url.hostname, url.port, url.username) == ("postgres", 5432, f"recovery_{role}")
     assert url.path == f"/{DATABASE_NAME}"
-    assert set(service["depends_on"]) == {"provision", "postgres"}
+    assert set(service["depends_on"]) == {"provision", "ledger-roles"}
+
+
+def test_ledger_roles_runs_once_as_the_superuser_before_the_runtime(
+    services: dict[str, Any],
+) -> None:
+    service = services["ledger-roles"]
+    assert service["command"] == ["recoveryctl", "db", "roles", "--no-passwords"]
+    build_parser().parse_args(service["command"][1:])
+    url = urlsplit(service["environment"][ENV_DATABASE_URL])
+    assert (url.hostname, url.username, url.path) == (
+        "postgres",
+        DATABASE_USER,
+        f"/{DATABASE_NAME}",
+    )
+    assert service["restart"] == "no"
 
 
 @pytest.mark.parametrize("role", RUNTIME_ROLES)
