@@ -182,7 +182,9 @@ def test_stack_up_restarts_only_the_service_that_died(stack_home: Path) -> None:
     assert second["postgres"]["pid"] == postgres_pid
     assert second["kafka"]["pid"] != kafka_pid
     assert second["kafka"]["bootstrap"] == first["kafka"]["bootstrap"]  # same port
-    wait_for_kafka(second["kafka"]["bootstrap"], timeout=5)
+    recorded = read_state(stack_home)
+    assert recorded is not None
+    wait_for_kafka(second["kafka"]["bootstrap"], timeout=5, security=recorded.kafka.client("admin"))
 
     os.kill(postgres_pid, signal.SIGKILL)  # now the server dies; the broker lives on
     _wait_gone(postgres_pid)

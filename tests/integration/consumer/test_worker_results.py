@@ -40,7 +40,9 @@ from tests.integration.consumer.harness import (
 )
 from tests.integration.consumer.test_kafka_offsets import _metric
 from tests.integration.wire.kafka_read import headers_of, read_messages
+from tests.support.commands import worker_roster
 from tests.support.kafka import TopicFactory
+from tests.support.producers import signers
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -74,12 +76,13 @@ def _work_until(
     execute and report what it finds until `done()`, then stop."""
     stop = threading.Event()
     stats: list[WorkerStats] = []
-    with EventPublisher(bootstrap, topics=topics) as publisher:
+    with EventPublisher(bootstrap, signer=signers(), topics=topics) as publisher:
         worker = CapabilityWorker(
             bootstrap,
             group,
-            RecoveryClient(publisher, producer="worker-payments"),
+            RecoveryClient(publisher, producer=VERIFIER),
             {"payment.verify-refund": _verify},
+            roster=worker_roster(),
             poll_timeout=0.2,
         )
         thread = threading.Thread(target=lambda: stats.append(worker.run(stop)))

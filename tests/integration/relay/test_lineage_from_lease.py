@@ -13,6 +13,7 @@ from machines import Event, Lineage
 from producers.relay import LineageCache, lineage_from_ledger
 from schemas import TopicNames
 from tests.support.producers import roster as producer_roster
+from tests.support.scopes import catalogue_scope
 from tests.unit.consumer.support import CONTROLLER, GROUP, T0, TOPIC, encoded, pinned
 
 
@@ -28,6 +29,7 @@ def _opening(operation: str, lineage: Lineage) -> Event:
         evidence_ref="ref-1",
         producer="tool-1",
         lineage=lineage,
+        scope=catalogue_scope("payment-refund"),  # an operation opens only with one
     )
 
 
