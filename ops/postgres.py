@@ -170,6 +170,20 @@ def start_postgres(
     )
 
 
+def _clear_stale_lock(data_dir: Path) -> None:
+    """Remove the `postmaster.pid` of a server that was killed (kill -9, OOM): its pid is
+    gone or a zombie nobody reaped (a container's init may not reap). The server checks
+    the pid with kill(pid, 0), which a zombie passes, and would refuse to start."""
+    lock = data_dir / "postmaster.pid"
+    try:
+        first = lock.read_text(encoding="utf-8").splitlines()[0]
+        pid = int(first)
+    except (OSError, IndexError, ValueError):
+        return
+    if not pid_alive(pid):
+        lock.unlink(missing_ok=True)
+
+
 def _launch(server: PostgresServer, ready_timeout: float) -> PostgresServer:
     if server.is_running():
         raise PostgresServiceError(
@@ -178,6 +192,7 @@ def _launch(server: PostgresServer, ready_timeout: float) -> PostgresServer:
         )
     if not (server.data_dir / "PG_VERSION").is_file():
         _initdb(server)
+    _clear_stale_lock(server.data_dir)
     _write_settings(server)
     _give(server, server.log_path, touch=True)
     result = _run(
