@@ -171,17 +171,17 @@ def start_postgres(
 
 
 def _clear_stale_lock(data_dir: Path) -> None:
-    """Remove the `postmaster.pid` of a server that was killed (kill -9, OOM): its pid is
-    gone or a zombie nobody reaped (a container's init may not reap). The server checks
-    the pid with kill(pid, 0), which a zombie passes, and would refuse to start."""
-    lock = data_dir / "postmaster.pid"
-    try:
-        first = lock.read_text(encoding="utf-8").splitlines()[0]
-        pid = int(first)
-    except (OSError, IndexError, ValueError):
-        return
-    if not pid_alive(pid):
-        lock.unlink(missing_ok=True)
+    """Remove the lock files (`postmaster.pid`, `.s.PGSQL.<port>.lock` beside the socket,
+    which lives in the data folder) of a server that was killed (kill -9, OOM): their
+    pid is gone or a zombie nobody reaped (a container's init may not reap). The server
+    checks the pid with kill(pid, 0), which a zombie passes, and would refuse to start."""
+    for lock in (data_dir / "postmaster.pid", *data_dir.glob(".s.PGSQL.*.lock")):
+        try:
+            pid = int(lock.read_text(encoding="utf-8").splitlines()[0])
+        except (OSError, IndexError, ValueError):
+            continue
+        if not pid_alive(pid):
+            lock.unlink(missing_ok=True)
 
 
 def _launch(server: PostgresServer, ready_timeout: float) -> PostgresServer:
