@@ -241,28 +241,7 @@ class EventPublisher:
         ]
         if signer is not None:
             encoded = signer.sign(topic, key.encode("utf-8"), value, encoded)
-        kafka_headers: list[tuple[str, str | bytes | None]] = list(encoded)
-        self._pending[record_id] = self._pending.get(record_id, 0) + 1
-
-        def on_delivery(error: KafkaError | None, _message: Message[Any, Any]) -> None:
-            self._delivered(record_id, error)
-
-        for _ in range(_BUFFER_RETRIES):
-            try:
-                self._producer.produce(
-                    topic, value=value, key=key, headers=kafka_headers, on_delivery=on_delivery
-                )
-                break
-            except BufferError:
-                # The local queue is full: serve delivery reports to make room.
-                self._producer.poll(0.1)
-        else:
-            self._delivered(record_id, None, settled=False)
-            raise ProducersError(
-                f"record {record_id}: the producer queue stayed full; the broker is slow or "
-                "down, flush and retry later"
-            )
-        self._producer.poll(0)
+        self._produce(topic, key.encode("utf-8"), value, encoded, record_id)
 
     def republish(
         self,
@@ -280,6 +259,19 @@ class EventPublisher:
         `flush` reports it under. Raises `ProducersError` when the local queue stays full."""
         if self._closed:
             raise ProducersError(f"record {tracking_id}: the publisher is closed")
+        self._produce(topic, key, value, headers, tracking_id)
+
+    def _produce(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+        tracking_id: str,
+    ) -> None:
+        """Hand one record to the producer, tracked under `tracking_id` until its
+        delivery report; serves delivery reports while the local queue is full and
+        raises `ProducersError` when it stays full."""
         self._pending[tracking_id] = self._pending.get(tracking_id, 0) + 1
 
         def on_delivery(error: KafkaError | None, _message: Message[Any, Any]) -> None:
@@ -293,6 +285,7 @@ class EventPublisher:
                 )
                 break
             except BufferError:
+                # The local queue is full: serve delivery reports to make room.
                 self._producer.poll(0.1)
         else:
             self._delivered(tracking_id, None, settled=False)

@@ -13,15 +13,13 @@ it locally. Exit status: 0 done, 2 the file cannot be created or read.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from machines import key_id, public_key_b64
+from machines import key_id, public_key_b64, write_private_key
 from ops.commands.output import print_json
 from ops.commands.review import load_private_key
 
@@ -80,18 +78,11 @@ def run_generate(
     """Create the key file (refusing to overwrite one) and print its public half."""
     out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
     key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
     try:
-        fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        write_private_key(args.out, key)  # PEM PKCS#8, mode 0600, never overwriting
     except OSError as exc:
         print(f"recoveryctl keys generate: cannot create {args.out}: {exc}", file=err)
         return 2
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(pem)
     _print(_describe(key, args, args.out), args, out)
     return 0
 

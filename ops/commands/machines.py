@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -37,6 +36,7 @@ from machines import (
     public_key_text,
     sign_machine,
     signature_path,
+    write_private_key,
 )
 from ops.commands.validate import load_registry_or_report
 
@@ -179,18 +179,11 @@ def run_keygen(
     """Create a new Ed25519 private key file (refusing to overwrite) and print its public key."""
     out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
     key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
     try:
-        fd = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        write_private_key(args.out, key)  # PEM PKCS#8, mode 0600, never overwriting
     except OSError as exc:
         print(f"recoveryctl machines keygen: cannot create {args.out}: {exc}", file=err)
         return 2
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(pem)
     public = {"key_id": key_id(key.public_key()), "public_key": public_key_text(key.public_key())}
     text = f"{public['key_id']} {public['public_key']}\n(add the public key to trusted publishers)"
     _emit(args, public, text, out)
