@@ -40,6 +40,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from importlib import metadata
 from typing import Final
 
 from consumer.deadletter import dead_letter, dead_letter_record
@@ -70,7 +71,19 @@ from schemas import DEFAULT_TOPICS, TopicNames
 
 log = logging.getLogger("consumer")
 
+
+def _version() -> str:
+    try:
+        return metadata.version("agent-recovery-controller")
+    except metadata.PackageNotFoundError:  # pragma: no cover - run from a bare checkout
+        return "unknown"
+
+
+# The version of the controller that decides, recorded with each decision (SPEC §10).
+CONTROLLER_VERSION: Final = _version()
+
 __all__ = [
+    "CONTROLLER_VERSION",
     "FORGED_REFUSALS",
     "DecidedBatch",
     "Observer",
@@ -169,6 +182,9 @@ class _Decided:
         self.entries: list[Entry] = []
         self.decisions: list[Decision] = []
         self.refused: list[tuple[RawRecord, Refusal]] = []
+        # The provenance of each machine an operation of the batch may be opened under,
+        # by digest: the `operation-opened` audit record names it (SPEC §10).
+        self.provenance: dict[str, Mapping[str, str]] = {}
 
     def precheck(self, item: Accepted) -> Refusal | None:
         event, machine = item.event, item.machine
@@ -194,6 +210,8 @@ class _Decided:
                 event.event_id,
                 event.operation_id,
             )
+        if stored is None and machine.provenance is not None:
+            self.provenance.setdefault(machine.digest, machine.provenance.to_dict())
         unmatched = scope_refusal(machine, event, opening=stored is None)
         if unmatched is not None:
             code, reason = unmatched
@@ -228,7 +246,9 @@ def decide_batch(
     no lineage, which is right only when the ledger knows none); `excluded` maps record
     coordinates to a refusal the ledger reported for them on an earlier attempt;
     `topics` names the output topics the outbox rows go to (default: the standard
-    names); `sign` signs every outbox row the commit writes (`consumer.signing`)."""
+    names); `sign` signs every outbox row the commit writes (`consumer.signing`). The
+    batch names `controller` and this code's version as the runtime that decided, and
+    the provenance of each machine it opens an operation under (SPEC §10)."""
     decided = _Decided(BatchFold(stored, rules, arrivals), controller)
     letters: list[DeadLetter] = []
     excluded = excluded or {}
@@ -254,6 +274,8 @@ def decide_batch(
         topics=topics or DEFAULT_TOPICS,
         folded=dict(decided.fold.current),
         sign=sign,
+        provenance=decided.provenance,
+        controller={"id": controller, "version": CONTROLLER_VERSION},
     )
     return DecidedBatch(batch, tuple(decided.decisions), tuple(decided.refused))
 
@@ -363,7 +385,11 @@ def _decide(
             event.event_id,
             event.operation_id,
         )
-        original = dead_letter_record(decided.controller, record, refusal, now)
+        # Unless the consumed bytes hold a payload the machine's audit block minimized:
+        # those must not be stored (SPEC §10), so the dead letter holds the envelope as
+        # the ledger keeps it.
+        if event.payload is None:
+            original = dead_letter_record(decided.controller, record, refusal, now)
     decided.entries.append(Entry(event, decision, source, dict(trace), original))
     decided.decisions.append(decision)
     foreign = [n for n in decision.refusals if n.code == CORRELATION_MISMATCH]

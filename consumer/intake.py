@@ -55,6 +55,7 @@ from machines import (
     ProducerEntry,
     Roster,
     applies,
+    minimize_event,
 )
 from schemas import (
     CONTENT_TYPE,
@@ -153,7 +154,8 @@ class Refusal:
 class Accepted:
     """A record that decoded into an event for a pinned machine that applies to it,
     signed by `producer` (the authenticated roster entry, whose id is the event's
-    `producer`)."""
+    `producer`). `event` is already minimized under the machine's audit block
+    (`machines.minimize_event`): nothing after intake sees a redacted value."""
 
     record: RawRecord
     event: Event
@@ -252,7 +254,9 @@ class Intake:
             else:
                 refusal = self._check_applies(record, event, ref, machine)
                 if refusal is None:
-                    return Accepted(record, event, machine, producer)
+                    # From here on the event is what the ledger may keep (SPEC §10): its
+                    # payload redacted and, unless `audit.record` keeps it, referenced.
+                    return Accepted(record, minimize_event(machine.audit, event), machine, producer)
         return Rejected(record, refusal)
 
     def _authenticate(self, record: RawRecord, event: Event) -> ProducerEntry:

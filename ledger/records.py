@@ -129,6 +129,12 @@ class Batch:
     # Signs every outbox row the commit writes (the controller's key); None writes them
     # unsigned (simulations and tests that do not publish).
     sign: RowSigner | None = None
+    # SPEC §10: the provenance of the machines operations are opened under, by machine
+    # digest (`machines.MachineProvenance.to_dict`: publisher, key id, signature digest),
+    # which each `operation-opened` record carries; and the controller that decided
+    # (`{"id", "version"}`), which every decision and opened record names.
+    provenance: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    controller: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,7 +315,7 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
             deadline = views[op].deadline
             deadlines[op] = None if deadline is None else deadline.isoformat()
             if views[op].version == 0:
-                audit.append(_opened(views[op], event, batch.runtime, deadlines[op]))
+                audit.append(_opened(views[op], event, batch, deadlines[op]))
         if decision.outcome is Outcome.DUPLICATE:
             continue  # already recorded: redelivery is idempotent
         if decision.outcome is Outcome.CONFLICT:
@@ -328,12 +334,7 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
         published.extend(_evidence_events(event, decision, topics))
         if approval is not None:
             approvals.append(approval)
-        body = {
-            **row.decision,
-            "format": AUDIT_FORMAT,
-            "decision_digest": text_digest(row.decision_json),
-        }
-        audit.append(AuditItem(op, "decision", body, ""))
+        audit.append(_decision_audit(row, event, batch))
         commands.extend(
             _command_rows(decision, facts[op], deadlines[op], row.decision, topics, entry.trace)
         )
@@ -363,6 +364,23 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
         containments=tuple(containments),
         published_evidence=tuple(published),
     )
+
+
+def _decision_audit(row: DecisionRow, event: Event, batch: Batch) -> AuditItem:
+    """A decision's audit record: the decision record, its digest, the controller that
+    decided and, when the event has one, its payload as intake minimized it
+    (`machines.minimize_event`: the redacted copy the machine's `audit.record` keeps, or
+    a reference to it), so the audit trail holds no redacted value (SPEC §10)."""
+    body = {
+        **row.decision,
+        "format": AUDIT_FORMAT,
+        "decision_digest": text_digest(row.decision_json),
+    }
+    if batch.controller is not None:
+        body["controller"] = batch.controller
+    if event.payload is not None:
+        body["payload"] = event.payload
+    return AuditItem(row.operation_id, "decision", body, "")
 
 
 def _committed(audit: list[AuditItem], final: Mapping[str, OperationView]) -> tuple[AuditItem, ...]:
@@ -490,9 +508,10 @@ def _operation_row(
     )
 
 
-def _opened(
-    view: OperationView, event: Event, runtime: str | None, deadline: str | None
-) -> AuditItem:
+def _opened(view: OperationView, event: Event, batch: Batch, deadline: str | None) -> AuditItem:
+    """The `operation-opened` record: who and what the operation is about, the machine it
+    is pinned to with the provenance that was verified (SPEC §8 step 1, §10) and the
+    controller that opened it."""
     lineage = event.lineage
     body = {
         "operation_id": view.operation_id,
@@ -501,12 +520,14 @@ def _opened(
             "name": view.machine_name,
             "version": event.machine_version,
             "digest": view.machine_digest,
+            "provenance": batch.provenance.get(view.machine_digest),
         },
+        "controller": batch.controller,
         "policy_digest": view.policy_digest,
         "initial_state": view.state,
         "initiating_principal": lineage.initiating_principal,
         "agent": lineage.agent,
-        "runtime": runtime,
+        "runtime": batch.runtime,
         "task": lineage.task,
         "origin_operation": lineage.origin_operation,
         "parent_operation": lineage.parent_operation,

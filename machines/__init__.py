@@ -13,7 +13,6 @@ from machines.applicability import (
     matching_scope,
     overlap_warning,
     overlapping_pairs,
-    redact,
     scope_refusal,
     select_machine,
 )
@@ -101,6 +100,12 @@ from machines.loader import (
     validate_path,
     validate_text,
 )
+from machines.minimization import (
+    minimize_event,
+    minimize_payload,
+    payload_category,
+    redact,
+)
 from machines.model import (
     SPEC_VERSION,
     ActionRef,
@@ -110,6 +115,7 @@ from machines.model import (
     CapabilitySpec,
     GuardSpec,
     Machine,
+    MachineProvenance,
     Registry,
     State,
     Transition,
@@ -239,6 +245,7 @@ __all__ = [
     "Machine",
     "MachineError",
     "MachineInvalid",
+    "MachineProvenance",
     "MachineSelectionError",
     "Notice",
     "OperationScope",
@@ -308,6 +315,8 @@ __all__ = [
     "load_trusted_publishers",
     "lock_entry",
     "matching_scope",
+    "minimize_event",
+    "minimize_payload",
     "new_view",
     "open_view",
     "overlap_warning",
@@ -316,6 +325,7 @@ __all__ = [
     "parse_event",
     "parse_policy",
     "parse_registry",
+    "payload_category",
     "public_key_b64",
     "public_key_from_text",
     "public_key_text",

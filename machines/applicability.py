@@ -1,5 +1,5 @@
-"""Acting on `applies_to` and `audit`: which machine governs an operation (SPEC §8 step 2),
-and which payload fields the audit trail may copy (SPEC §10).
+"""Acting on `applies_to`: which machine governs an operation (SPEC §8 step 2). What the
+audit trail keeps of an event (`audit.redact`, `audit.record`) is `machines.minimization`.
 
 Matching rule (docs/machine-format.md): an operation matches a machine when its
 capability is listed in `applies_to.capabilities` and, for each of `tools`, `agents`,
@@ -9,16 +9,13 @@ no match and more than one match are both refusals, never a guess.
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import combinations
-from typing import Any
 
-from machines.digest import canonical_json
 from machines.errors import Code, Location, MachineError, Problem, Severity
 from machines.event import Event, Scope
-from machines.model import AppliesTo, AuditSpec, Machine
+from machines.model import AppliesTo, Machine
 
 SCOPE_MISSING = "scope-missing"
 MACHINE_NOT_APPLICABLE = "machine-not-applicable"
@@ -161,30 +158,3 @@ def overlap_warning(machine: Machine, other: Machine, file: str = "") -> Problem
         "narrow applies_to (tools, agents, environments) so the machines are disjoint",
         Severity.WARNING,
     )
-
-
-def redact(audit: AuditSpec, payload: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of an event payload fit for the audit trail: every `audit.redact` path
-    (relative to the payload, written `payload.<field>...`) is replaced by a reference
-    `{"redacted": true, "sha256": <hex of its canonical JSON>}`."""
-    copy: dict[str, Any] = dict(payload)
-    for dotted in audit.redact:
-        parts = dotted.split(".")
-        if parts[0] == "payload":
-            parts = parts[1:]
-        _redact_path(copy, parts)
-    return copy
-
-
-def _redact_path(node: dict[str, Any], parts: list[str]) -> None:
-    if not parts or parts[0] not in node:
-        return
-    head, rest = parts[0], parts[1:]
-    if not rest:
-        digest = hashlib.sha256(canonical_json(node[head])).hexdigest()
-        node[head] = {"redacted": True, "sha256": digest}
-        return
-    child = node[head]
-    if isinstance(child, Mapping):
-        node[head] = dict(child)
-        _redact_path(node[head], rest)

@@ -238,6 +238,11 @@ class Event:
     payload_digest: str = ""
     facts: DeclaredFacts | None = None
     scope: Scope | None = None
+    # Free-form context for auditors (what the call was about, a status API's answer, a
+    # worker's result): never read by the decision core; intake minimizes it under the
+    # machine's `audit.redact` and `audit.record` before anything stores it
+    # (`machines.minimization`).
+    payload: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         # The digest is a function of the content, so a value built in a test and one
@@ -246,8 +251,8 @@ class Event:
             object.__setattr__(self, "payload_digest", sha256_digest(self.content()))
 
     def content(self) -> dict[str, Any]:
-        """The event as plain JSON-ready data, without its digest; `facts` and `scope`
-        appear only when the event carries them. Keys are in field order."""
+        """The event as plain JSON-ready data, without its digest; `facts`, `scope` and
+        `payload` appear only when the event carries them. Keys are in field order."""
         # Written out field by field: the generic dataclass walk (`_plain`) cost more
         # than validating the envelope, and every event is built through here. A unit
         # test holds this to `_plain`'s answer for events with every block filled in.
@@ -268,13 +273,15 @@ class Event:
             "classifier": None if classifier is None else _classifier_content(classifier),
             "causation": self.causation,
         }
-        # `facts` and `scope` were added after the first digests were published: they
-        # enter the digest only when present, so every event without them keeps the
-        # digest (and any signature or test vector) it had before they existed.
+        # `facts`, `scope` and `payload` were added after the first digests were
+        # published: they enter the digest only when present, so every event without
+        # them keeps the digest (and any signature or test vector) it had before.
         if self.facts is not None:
             data["facts"] = _plain(self.facts)
         if self.scope is not None:
             data["scope"] = _plain(self.scope)
+        if self.payload is not None:
+            data["payload"] = _plain(self.payload)
         return data
 
     def to_dict(self) -> dict[str, Any]:

@@ -86,8 +86,30 @@ class AuditSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class MachineProvenance:
+    """Who vouched for a pinned machine (SPEC §8 step 1, §10, §12): the publisher its lock
+    entry names, the id of the trusted key its signature verified under, and the digest
+    of that signature (`sha256:` over the raw Ed25519 signature bytes), so an auditor can
+    match the ledger's record with the very `RECOVERY.sig` that was checked."""
+
+    publisher: str
+    key_id: str
+    signature_digest: str
+
+    def to_dict(self) -> dict[str, str]:
+        """The provenance as JSON-ready data (what audit records carry)."""
+        return {
+            "publisher": self.publisher,
+            "key_id": self.key_id,
+            "signature_digest": self.signature_digest,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Machine:
-    """A validated RECOVERY.yaml. `digest` is the canonical digest (`sha256:<hex>`)."""
+    """A validated RECOVERY.yaml. `digest` is the canonical digest (`sha256:<hex>`);
+    `provenance` is set once the machine's pin and publisher signature have been checked
+    (`machines.provenance.load_pinned_machine`), and never enters the digest."""
 
     name: str
     description: str
@@ -100,6 +122,7 @@ class Machine:
     digest: str
     # Per event type, the producer roles it must come from (RECOVERY.yaml `producers`).
     producers: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: _EMPTY)
+    provenance: MachineProvenance | None = None
 
     def producer_roles(self, event_type: str) -> tuple[str, ...]:
         """The producer roles `event_type` must come from for this machine (SPEC §7.7):

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ from machines.digest import DIGEST_PATTERN, canonical_json
 from machines.errors import Code, Location, Problem, ProvenanceError
 from machines.keys import key_id, public_key_text
 from machines.loader import load_machine
-from machines.model import Machine, Registry
+from machines.model import Machine, MachineProvenance, Registry
 from machines.yamlsafe import parse_yaml, read_bytes
 
 SIGNATURE_FILE = "RECOVERY.sig"
@@ -225,8 +227,10 @@ def check_pin(machine: Machine, lock: LockFile, lock_file: str = "<lock>") -> st
 
 def check_signature(
     machine: Machine, publisher: str, signature_file: Path, trust: TrustedPublishers
-) -> None:
-    """Verify the publisher signature of a pinned machine; raise the exact failing check."""
+) -> MachineProvenance:
+    """Verify the publisher signature of a pinned machine; raise the exact failing check.
+    Returns the provenance that verified: the publisher, the id of the trusted key the
+    signature verified under (not the id the file claims) and the signature's digest."""
     file = str(signature_file)
     ref = f"{machine.name}@{machine.version}"
     if not signature_file.is_file():
@@ -274,11 +278,13 @@ def check_signature(
         )
     message = signed_message(machine.name, machine.version, machine.digest, publisher)
     for text in trusted.keys:
+        public = _public_key(text)
         try:
-            _public_key(text).verify(raw, message)
-            return
+            public.verify(raw, message)
         except InvalidSignature:
             continue
+        digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+        return MachineProvenance(publisher, key_id(public), digest)
     raise _fail(
         Code.SIGNATURE_INVALID,
         f"signature of {ref} by {publisher!r} (key {signature.key_id}) does not verify under "
@@ -292,12 +298,14 @@ def load_pinned_machine(
     path: str | Path, registry: Registry, lock_path: str | Path, trust: TrustedPublishers
 ) -> Machine:
     """Load a machine only if it validates, is pinned by digest and is signed by a trusted
-    publisher (SPEC §8.1). Raises `MachineInvalid` or `ProvenanceError`, naming the check."""
+    publisher (SPEC §8.1). Raises `MachineInvalid` or `ProvenanceError`, naming the check.
+    The machine returned carries the `MachineProvenance` that verified, which the ledger
+    records when an operation is opened under it (SPEC §10)."""
     machine = load_machine(path, registry)
     lock = load_lock(lock_path)
     publisher = check_pin(machine, lock, str(lock_path))
-    check_signature(machine, publisher, signature_path(path), trust)
-    return machine
+    provenance = check_signature(machine, publisher, signature_path(path), trust)
+    return replace(machine, provenance=provenance)
 
 
 def load_locked_machines(

@@ -387,6 +387,7 @@ class RecoveryClient:
         causation: str | None = None,
         facts: DeclaredFacts | None = None,
         scope: Scope | None = None,
+        payload: Mapping[str, Any] | None = None,
     ) -> Event:
         """A validated `Event` (it goes through `parse_event`, as the controller will):
         a random event id unless one is given, the time now (UTC) unless given. `facts`
@@ -394,6 +395,8 @@ class RecoveryClient:
         that opens the operation, since later declarations count only from producers the
         policy trusts and never change facts already declared. `scope` names the
         capability, tool and environment the machine's `applies_to` is checked against.
+        `payload` is free-form context for auditors (a JSON object), which the controller
+        keeps only as the machine's `audit.redact` and `audit.record` allow (SPEC §10).
         Raises `WireError` (`envelope-invalid`) when the envelope would be refused."""
         event = Event(
             event_type=event_type,
@@ -412,6 +415,7 @@ class RecoveryClient:
             causation=causation,
             facts=facts,
             scope=scope,
+            payload=payload,
         )
         # Round-trip through the edge validator so a tool learns of a bad envelope here,
         # not from the dead-letter topic.

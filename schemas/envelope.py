@@ -18,7 +18,9 @@ from dataclasses import fields, is_dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from machines import Event, EventError, parse_event
+import orjson
+
+from machines import Event, EventError, canonical_json, parse_event
 from schemas.errors import WireCode, WireError
 
 __all__ = ["event_to_json", "event_to_record", "record_to_event"]
@@ -30,7 +32,10 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
     """Validate a decoded envelope into an `Event`; raises `WireError` with the code
     `machines.parse_event` gives (`envelope-invalid`, `envelope-field-invalid`,
     `event-time-out-of-range`) naming the event id and the invalid fields. Any `payload_digest`
-    in the record is ignored: the digest is recomputed from the content."""
+    in the record is ignored: the digest is recomputed from the content. A `payload` that
+    is text (Avro v5 carries it as JSON text) must hold a JSON object."""
+    if isinstance(record, Mapping):
+        record = _payload_from_text(record)
     try:
         return parse_event(record)
     except EventError as exc:
@@ -42,12 +47,34 @@ def record_to_event(record: Mapping[str, Any]) -> Event:
 def event_to_record(event: Event) -> dict[str, Any]:
     """The event as a record of the current `recovery.EventEnvelope` schema: datetimes
     stay datetimes (Avro timestamp-micros), tuples become lists, `payload_digest` is
-    included (schema v2), and so are `facts` and `scope` (schema v3, null when absent).
+    included (schema v2), and so are `facts` and `scope` (schema v3, null when absent) and
+    `payload` (schema v5, as canonical JSON text, null when absent).
     Raises `WireError` (`non-utc-time`) for a time not in UTC."""
     record: dict[str, Any] = {
         f.name: _value(event.event_id, getattr(event, f.name)) for f in fields(event)
     }
+    if event.payload is not None:
+        record["payload"] = canonical_json(event.payload).decode("utf-8")
     return record
+
+
+def _payload_from_text(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    text = record.get("payload")
+    if not isinstance(text, str):
+        return record
+    try:
+        payload = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise WireError(
+            WireCode.ENVELOPE_INVALID,
+            f"event {record.get('event_id', '<no event_id>')!r}: payload is not JSON: {exc}",
+        ) from exc
+    if not isinstance(payload, dict):
+        raise WireError(
+            WireCode.ENVELOPE_INVALID,
+            f"event {record.get('event_id', '<no event_id>')!r}: payload must be a JSON object",
+        )
+    return {**record, "payload": payload}
 
 
 def event_to_json(event: Event) -> dict[str, Any]:

@@ -33,7 +33,7 @@ def _walk(value: Any) -> Any:
 def _reference(event: Event) -> dict[str, Any]:
     data = _walk(event)
     del data["payload_digest"]
-    for optional in ("facts", "scope"):
+    for optional in ("facts", "scope", "payload"):
         if data[optional] is None:
             del data[optional]
     return data
@@ -48,6 +48,10 @@ SAMPLES = {
     "every block with facts and scope": Event(
         **{f.name: getattr(full_event(), f.name) for f in fields(Event) if f.init}
         | {"facts": FACTS, "scope": SCOPE, "payload_digest": ""}
+    ),
+    "every block with a payload": Event(
+        **{f.name: getattr(full_event(), f.name) for f in fields(Event) if f.init}
+        | {"facts": FACTS, "payload": {"body": "hi", "to": ["a", {"b": 1}]}, "payload_digest": ""}
     ),
     "non-utc time": minimal_event(
         event_time=datetime(2026, 11, 30, 3, 0, tzinfo=timezone(timedelta(hours=2)))

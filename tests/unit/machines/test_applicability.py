@@ -3,7 +3,6 @@ payload fields out of the audit trail as references."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from dataclasses import replace
@@ -19,7 +18,6 @@ from machines import (
     MachineSelectionError,
     OperationScope,
     applies,
-    canonical_json,
     load_catalogue,
     load_registry,
     overlapping_pairs,
@@ -104,13 +102,13 @@ def test_validate_warns_about_overlapping_machines(
     assert [[w["code"] for w in r["warnings"]] for r in results] == [["applies-to-overlap"]] * 2
 
 
-def test_redact_replaces_listed_payload_fields_with_a_digest_reference() -> None:
+def test_redact_replaces_listed_payload_fields_with_a_marker_and_no_digest() -> None:
     audit = AuditSpec(retention_days=30, redact=("payload.body", "payload.customer.email"))
     payload = {"body": "secret text", "customer": {"email": "a@b.c", "id": "c-1"}, "n": 1}
     cleaned = redact(audit, payload)
-    body_digest = hashlib.sha256(canonical_json("secret text")).hexdigest()
-    assert cleaned["body"] == {"redacted": True, "sha256": body_digest}
-    assert cleaned["customer"]["email"]["redacted"] is True
+    # No digest of the value: a digest of a small value gives it back to a guesser.
+    assert cleaned["body"] == {"redacted": True}
+    assert cleaned["customer"]["email"] == {"redacted": True}
     assert cleaned["customer"]["id"] == "c-1"
     assert cleaned["n"] == 1
     assert payload["body"] == "secret text"  # the input is not modified

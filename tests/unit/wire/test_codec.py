@@ -47,7 +47,7 @@ def test_every_shipped_schema_fingerprint_agrees_with_fastavro() -> None:
 def test_the_catalogue_reads_the_highest_version_as_the_current_reader() -> None:
     catalog = default_catalog()
     assert catalog.names() == (CAPABILITY_COMMAND, DEAD_LETTER, EVENT_ENVELOPE, EVIDENCE_EVENT)
-    assert catalog.current(EVENT_ENVELOPE).version == 4
+    assert catalog.current(EVENT_ENVELOPE).version == 5
 
 
 def test_encoded_records_start_with_the_marker_and_the_writer_fingerprint(
@@ -98,8 +98,8 @@ def test_a_record_written_with_schema_v1_is_read_with_the_current_reader(
 
 def test_each_envelope_version_differs_from_the_last_only_by_the_added_fields() -> None:
     versions = [v for v in default_catalog().versions().values() if v.name == EVENT_ENVELOPE]
-    v1, v2, v3, v4 = sorted(versions, key=lambda v: v.version)
-    assert len({v1.fingerprint, v2.fingerprint, v3.fingerprint, v4.fingerprint}) == 4
+    v1, v2, v3, v4, v5 = sorted(versions, key=lambda v: v.version)
+    assert len({v.fingerprint for v in (v1, v2, v3, v4, v5)}) == 5
     v3_fields = [f["name"] for f in json.loads(v3.canonical_form)["fields"]]
     v2_fields = [f["name"] for f in json.loads(v2.canonical_form)["fields"]]
     v1_fields = [f["name"] for f in json.loads(v1.canonical_form)["fields"]]
@@ -116,6 +116,8 @@ def test_each_envelope_version_differs_from_the_last_only_by_the_added_fields() 
         return [f["name"] for f in field["type"][1]["fields"]]
 
     assert decision_fields(v4) == [*decision_fields(v3), "reviewed_digest", "for_resume"]
+    # v5 adds the free-form payload (JSON text) for auditors.
+    assert [f["name"] for f in json.loads(v5.canonical_form)["fields"]] == [*v3_fields, "payload"]
 
 
 def test_encoding_refuses_a_record_with_an_unknown_field(codec: AvroSingleObjectCodec) -> None:
