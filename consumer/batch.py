@@ -385,11 +385,7 @@ def _decide(
             event.event_id,
             event.operation_id,
         )
-        # Unless the consumed bytes hold a payload the machine's audit block minimized:
-        # those must not be stored (SPEC §10), so the dead letter holds the envelope as
-        # the ledger keeps it.
-        if event.payload is None:
-            original = dead_letter_record(decided.controller, record, refusal, now)
+        original = dead_letter_record(decided.controller, record, refusal, now)
     decided.entries.append(Entry(event, decision, source, dict(trace), original))
     decided.decisions.append(decision)
     foreign = [n for n in decision.refusals if n.code == CORRELATION_MISMATCH]

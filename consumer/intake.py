@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Final
 
@@ -62,6 +62,7 @@ from schemas import (
     EVENT_ENVELOPE,
     WireDecoder,
     WireError,
+    event_to_record,
     header_value,
     verify_record,
 )
@@ -155,7 +156,8 @@ class Accepted:
     """A record that decoded into an event for a pinned machine that applies to it,
     signed by `producer` (the authenticated roster entry, whose id is the event's
     `producer`). `event` is already minimized under the machine's audit block
-    (`machines.minimize_event`): nothing after intake sees a redacted value."""
+    (`machines.minimize_event`), and `record` holds it in place of the consumed value:
+    nothing after intake sees a redacted value."""
 
     record: RawRecord
     event: Event
@@ -247,6 +249,13 @@ class Intake:
             )
         ref = f"{event.machine_name}@{event.machine_version}"
         machine = self._machines.get(ref)
+        if machine is not None:
+            kept = minimize_event(machine.audit, event)
+            if kept is not event:
+                # From here on, dead letters included, the record holds only what the
+                # ledger may keep (SPEC §10): its payload redacted and, unless
+                # `audit.record` keeps it, referenced (`machines.minimize_event`).
+                record, event = self._kept_record(record, kept), kept
         refusal = self._check_key(record, event) or _check_time(record, event)
         if refusal is None:
             if machine is None:
@@ -254,10 +263,16 @@ class Intake:
             else:
                 refusal = self._check_applies(record, event, ref, machine)
                 if refusal is None:
-                    # From here on the event is what the ledger may keep (SPEC §10): its
-                    # payload redacted and, unless `audit.record` keeps it, referenced.
-                    return Accepted(record, minimize_event(machine.audit, event), machine, producer)
+                    return Accepted(record, event, machine, producer)
         return Rejected(record, refusal)
+
+    def _kept_record(self, record: RawRecord, kept: Event) -> RawRecord:
+        """`record` with `kept` (the minimized event) in place of the consumed value, in
+        the same encoding. Its signature headers no longer match: a dead letter of it
+        cannot be redriven, and the producer must send it again."""
+        codec = self._decoder.codec_for(header_value(record.headers, CONTENT_TYPE))
+        data = kept.content() if codec is self._decoder.json else event_to_record(kept)
+        return replace(record, value=codec.encode(data, EVENT_ENVELOPE))
 
     def _authenticate(self, record: RawRecord, event: Event) -> ProducerEntry:
         entry = verify_record(

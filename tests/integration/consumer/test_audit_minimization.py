@@ -81,6 +81,14 @@ def _tables(database_url: str) -> str:
     return "\n".join(texts)
 
 
+def _codes(database_url: str) -> list[str]:
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute(
+            "SELECT headers->>'reason' FROM outbox WHERE headers->>'reason' IS NOT NULL"
+        )
+        return [str(r[0]) for r in rows.fetchall()]
+
+
 def _provenance(machine: str) -> dict[str, str]:
     """What the controller must record, computed here from the files it verified."""
     signature = json.loads((MACHINES / "catalogue" / machine / "RECOVERY.sig").read_text())
@@ -134,6 +142,9 @@ def test_redacted_and_unkept_payloads_reach_no_table_or_topic_and_provenance_is_
         event_id=timeout_id,
         payload={**secret, "request": "REQ-2"},
     )
+    # Refused once its machine is known (an opening without a scope): dead-lettered
+    # with the envelope as kept, never the consumed bytes.
+    tool.event("procurement-request", "op-unscoped", "TOOL_TIMEOUT", scope=None, payload=secret)
     # delegated-research does not keep evidence payloads: only a reference is stored.
     research = {"agent": "research-orchestrator"}
     tool.event(
@@ -158,7 +169,11 @@ def test_redacted_and_unkept_payloads_reach_no_table_or_topic_and_provenance_is_
             60,
             "both operations decided",
         )
-        wait_for(lambda: "event-id-conflict" in _tables(database_url), 30, "the conflict recorded")
+        wait_for(
+            lambda: {"event-id-conflict", "scope-missing"} <= set(_codes(database_url)),
+            30,
+            "the conflict and the refusal dead-lettered",
+        )
     relay = OutboxRelay(ledger, kafka_bootstrap, topics=topics)
     while (result := relay.relay_once()).leased:
         assert result.unpublishable == 0
@@ -176,7 +191,7 @@ def test_redacted_and_unkept_payloads_reach_no_table_or_topic_and_provenance_is_
         text = _exposed("\n".join(whole))
         assert SECRET not in text, topic
         assert UNKEPT not in text, topic
-    assert published[topics.dlq], "the conflict's dead letter was published"
+    assert len(published[topics.dlq]) == 2, "the conflict's and the refusal's dead letters"
 
     audit = [json.loads(v) for v in published[topics.audit]]
     records = [a["unmapped"]["recovery"]["record"] for a in audit if "unmapped" in a]

@@ -25,7 +25,7 @@ from tests.unit.consumer.support import CONTROLLER, FOUND, GROUP, TOPIC, encoded
 SECRET = "SECRET-MARKER-51"
 
 
-def _commit(ledger: MemoryLedger, raws: list[RawRecord], now: Event) -> None:
+def _commit(ledger: MemoryLedger, raws: list[RawRecord], now: Event, refused: int = 0) -> list[str]:
     machines, rules = pinned()
     epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], CONTROLLER)[0].epoch}
     intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
@@ -41,8 +41,9 @@ def _commit(ledger: MemoryLedger, raws: list[RawRecord], now: Event) -> None:
         now=now.event_time + timedelta(minutes=1),
         arrivals=ledger.arrival_lineage(openings(outcomes, views)),
     )
-    assert not planned.refused, planned.refused
+    assert len(planned.refused) == refused, planned.refused
     ledger.commit(planned.batch)
+    return [r.code for _, r in planned.refused]
 
 
 def _exposed(text: str) -> str:
@@ -78,6 +79,11 @@ def test_no_redacted_value_is_stored_and_the_opening_record_names_the_signed_mac
     reused = replace(timeout, payload=_secrets(machine, request="req-2"), payload_digest="")
     _commit(ledger, [encoded(timeout, 0), encoded(found, 1)], timeout)
     _commit(ledger, [encoded(reused, 2)], timeout)
+    # Refused once its machine is known: dead-lettered, never with the consumed bytes.
+    foreign = event("TOOL_FAILED", correlation_id="corr-other", payload=_secrets(machine), **kw)
+    unscoped = event("TOOL_TIMEOUT", "op-2", scope=None, payload=_secrets(machine), **kw)
+    codes = _commit(ledger, [encoded(foreign, 3), encoded(unscoped, 4, partition=0)], timeout, 2)
+    assert sorted(codes) == ["correlation-mismatch", "scope-missing"]
 
     stored = _exposed(repr(ledger._s))
     assert SECRET not in stored
@@ -95,7 +101,9 @@ def test_no_redacted_value_is_stored_and_the_opening_record_names_the_signed_mac
     }
     assert opened["controller"] == {"id": CONTROLLER, "version": CONTROLLER_VERSION}
     decisions = [r.record for r in chain if r.kind == "decision"]
-    assert len(decisions) == 2
+    # The timeout, the verification and the foreign event's refusal (recorded, too).
+    assert [d["outcome"] for d in decisions][2] == "refused"
+    assert len(decisions) == 3
     assert all(d["controller"] == opened["controller"] for d in decisions)
     # What each decision's audit record keeps of the payload is what audit.record says.
     first = decisions[0]["payload"]
