@@ -21,7 +21,7 @@ import yaml
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from consumer.batch import CONTROLLER_VERSION
-from ledger import Ledger
+from ledger import Ledger, with_user
 from machines import EvidencePayload, key_id
 from producers import OutboxRelay, read_topic
 from schemas import TopicNames
@@ -34,6 +34,7 @@ from tests.integration.consumer.harness import (
     wait_for,
     write_policy,
 )
+from tests.integration.humans.test_review_and_approve import recoveryctl
 from tests.support.kafka import TopicFactory
 
 pytestmark = pytest.mark.integration
@@ -214,3 +215,12 @@ def test_redacted_and_unkept_payloads_reach_no_table_or_topic_and_provenance_is_
     res = [r.record["payload"] for r in ledger.audit_chain("op-res")[0] if r.kind == "decision"]
     assert res[1]["omitted"] is True
     assert res[1]["category"] == "evidence_payloads"
+    # The chains verify, and the kept events decide again exactly as recorded.
+    assert ledger.verify_audit() == ()
+    reader = with_user(database_url, "recovery_reader")
+    replay = recoveryctl(
+        "replay", "--verify", "--json", "--policy", str(policy), "--database-url", reader
+    )
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert "op-proc" in replay.stdout
+    assert "op-res" in replay.stdout
