@@ -57,6 +57,8 @@ EVENT_TIME_WINDOW: tuple[datetime, datetime] = (
 # "coupa:request:REQ-1 (12 laptops)"): longer, inner spaces allowed, but not blank,
 # not padded and without control characters.
 MAX_ID_LENGTH = 256
+# How deep an event's free-form payload may nest (a mapping or list is one level).
+MAX_PAYLOAD_DEPTH = 32
 MAX_REFERENCE_LENGTH = 2048
 _TOKEN = re.compile(r"[^\s\x00-\x1f\x7f]+")
 _REFERENCE = re.compile(r"[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f\u2028\u2029]*[^\s\x00-\x1f\x7f])?")
@@ -356,6 +358,13 @@ def parse_event(data: Mapping[str, Any]) -> Event:
     `payload_digest` is ignored and recomputed, so a sender cannot make two different
     payloads look identical."""
     body = {k: v for k, v in data.items() if k != "payload_digest"}
+    too_deep = _payload_too_deep(body.get("payload"))
+    if too_deep:
+        raise EventError(
+            f"event {str(data.get('event_id', '<no event_id>'))[:MAX_ID_LENGTH]!r}: {too_deep}; "
+            "dead-letter it and send flatter context",
+            ENVELOPE_FIELD_INVALID,
+        )
     try:
         event = _ADAPTER.validate_python(body)
     except ValidationError as exc:
@@ -385,6 +394,21 @@ def parse_event(data: Mapping[str, Any]) -> Event:
             EVENT_TIME_OUT_OF_RANGE,
         )
     return event
+
+
+def _payload_too_deep(payload: Any) -> str | None:
+    """Why `payload` is refused before it is validated (walked without recursion, so a
+    hostile nesting cannot exhaust the stack), or None."""
+    stack: list[tuple[Any, int]] = [(payload, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_PAYLOAD_DEPTH:
+            return f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels"
+        if isinstance(node, Mapping):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, (list, tuple)):
+            stack.extend((v, depth + 1) for v in node)
+    return None
 
 
 def envelope_problems(event: Event) -> list[str]:
