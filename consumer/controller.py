@@ -326,10 +326,16 @@ class Controller:
                 records.append(record)
         return records
 
-    @staticmethod
-    def _broker_error(error: KafkaError) -> None:
+    def _broker_error(self, error: KafkaError) -> None:
         if error.fatal():
             raise ControllerError(f"the Kafka consumer failed fatally: {error}; restart it")
+        if error.code() == KafkaError.INVALID_SESSION_TIMEOUT:
+            # The broker would refuse every join: never a member, never a partition.
+            raise ControllerError(
+                f"the broker refuses session_timeout_ms={self.settings.session_timeout_ms} "
+                f"({error}): lower the broker's group.min.session.timeout.ms (fast failover, "
+                "docs/controller.md) or raise RECOVERY_CONTROLLER_SESSION_TIMEOUT_MS"
+            )
         if error.code() != KafkaError._PARTITION_EOF:
             # librdkafka retries transient broker errors itself; say so and go on.
             log.warning("Kafka consumer error (retrying): %s", error)
