@@ -61,13 +61,25 @@ class Mode:
     env: Mapping[str, str]
     standby: bool
     static: bool = False
+    # Held to TARGET_S (the comparison modes with a 6 s session cannot be).
+    fast: bool = True
 
 
+SIX_S: Final = {"RECOVERY_CONTROLLER_SESSION_TIMEOUT_MS": "6000"}
 MODES: Final = {
     "standby-classic": Mode(SESSION, standby=True),
     "standby-consumer": Mode({"RECOVERY_CONTROLLER_GROUP_PROTOCOL": "consumer"}, standby=True),
     "restart-static": Mode(SESSION, standby=False, static=True),
+    # For comparison (FAILOVER_MODES=all): the stock broker's shortest session, 6 s.
+    "standby-classic-6s": Mode(SIX_S, standby=True, fast=False),
+    "restart-static-6s": Mode(SIX_S, standby=False, static=True, fast=False),
+    "restart-dynamic-6s": Mode(SIX_S, standby=False, fast=False),
 }
+# The suite runs the deployment default and KIP-848; FAILOVER_MODES=all (or a comma list)
+# measures the others too.
+SUITE: Final = ("standby-classic", "standby-consumer")
+_chosen = os.environ.get("FAILOVER_MODES", "")
+RUN: Final = list(MODES) if _chosen == "all" else [m for m in _chosen.split(",") if m] or SUITE
 
 
 def _say(message: str) -> None:
@@ -139,7 +151,7 @@ def _member(run: FaultRun, mode: Mode) -> tuple[RoleProcess, str]:
     return process, f"{run.group}-c{len(run.processes)}"
 
 
-@pytest.mark.parametrize("name", list(MODES))
+@pytest.mark.parametrize("name", RUN)
 @pytest.mark.timeout(240)
 def test_decisions_resume_within_3_s_after_a_controller_sigkill(
     name: str,
@@ -190,4 +202,5 @@ def test_decisions_resume_within_3_s_after_a_controller_sigkill(
     )
     verify_run(failover_kafka, database_url, run.topics)
     assert lost == 0, f"{lost} partition losses by live members (false rebalances)"
-    assert statistics.median(pauses) < TARGET_S, pauses
+    if mode.fast:
+        assert statistics.median(pauses) < TARGET_S, pauses
