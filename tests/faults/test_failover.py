@@ -8,7 +8,11 @@ each run prints). Modes:
 - `standby-classic`: two members share the partitions (the classic protocol,
   cooperative-sticky, session 1.5 s, heartbeat 0.5 s). One is killed; the survivor gets
   its partitions when the dead member's session expires, and a supervisor starts a new
-  standby meanwhile. The deployment default.
+  standby meanwhile.
+- `standby-static`: the same with a static `group.instance.id` per member (KIP-345), the
+  replacement started under the dead member's id: it takes the partitions back without
+  a rebalance if it is up before the session expires, else the survivor takes them. The
+  deployment default.
 - `standby-consumer`: the same under KIP-848's protocol, the session timeout (1.5 s) and
   heartbeat interval (0.5 s) being the broker's (`ops/kafka/server.properties`).
 - `restart-static`: one member with a static `group.instance.id` (KIP-345), restarted at
@@ -70,14 +74,15 @@ MODES: Final = {
     "standby-classic": Mode(SESSION, standby=True),
     "standby-consumer": Mode({"RECOVERY_CONTROLLER_GROUP_PROTOCOL": "consumer"}, standby=True),
     "restart-static": Mode(SESSION, standby=False, static=True),
+    "standby-static": Mode(SESSION, standby=True, static=True),
     # For comparison (FAILOVER_MODES=all): the stock broker's shortest session, 6 s.
     "standby-classic-6s": Mode(SIX_S, standby=True, fast=False),
     "restart-static-6s": Mode(SIX_S, standby=False, static=True, fast=False),
     "restart-dynamic-6s": Mode(SIX_S, standby=False, fast=False),
 }
-# The suite runs the deployment default and KIP-848; FAILOVER_MODES=all (or a comma list)
+# The suite runs the deployment default (standby-static) and KIP-848; FAILOVER_MODES=all (or a comma list)
 # measures the others too.
-SUITE: Final = ("standby-classic", "standby-consumer")
+SUITE: Final = ("standby-static", "standby-consumer")
 _chosen = os.environ.get("FAILOVER_MODES", "")
 RUN: Final = list(MODES) if _chosen == "all" else [m for m in _chosen.split(",") if m] or SUITE
 
@@ -142,13 +147,14 @@ def _lost(process: RoleProcess) -> int:
     return sum(1 for line in text.splitlines() if " lost " in line or "SESSTMOUT" in line)
 
 
-def _member(run: FaultRun, mode: Mode) -> tuple[RoleProcess, str]:
-    """A new controller of the run and its ledger owner name (FaultRun's instance id)."""
+def _member(run: FaultRun, mode: Mode, slot: int) -> tuple[RoleProcess, str, int]:
+    """A new controller of the run in `slot` (its static id, kept by its replacement),
+    its ledger owner name (FaultRun's instance id) and the slot."""
     env = dict(mode.env)
     if mode.static:
-        env["RECOVERY_CONTROLLER_GROUP_INSTANCE_ID"] = f"{run.group}-static"
+        env["RECOVERY_CONTROLLER_GROUP_INSTANCE_ID"] = f"{run.group}-static-{slot}"
     process = run.start("controller", env=env)
-    return process, f"{run.group}-c{len(run.processes)}"
+    return process, f"{run.group}-c{len(run.processes)}", slot
 
 
 @pytest.mark.parametrize("name", RUN)
@@ -168,20 +174,20 @@ def test_decisions_resume_within_3_s_after_a_controller_sigkill(
     pauses: list[float] = []
     try:
         relay = run.start("relay")
-        members = [_member(run, mode) for _ in range(2 if mode.standby else 1)]
-        for process, _ in members:
+        members = [_member(run, mode, slot) for slot in range(2 if mode.standby else 1)]
+        for process, _, _ in members:
             process.wait_assigned(60)
         feeder = Feeder(run, records, RATE, _say).start()
         with psycopg.connect(database_url, autocommit=True) as conn:
             time.sleep(3)
             for _ in range(KILLS):
-                victim, dead = members.pop(0)
+                victim, dead, slot = members.pop(0)
                 victim.kill()
                 killed_at, killed_wall = time.monotonic(), datetime.now()
-                replacement = _member(run, mode)  # as a supervisor restarts it
+                replacement = _member(run, mode, slot)  # as a supervisor restarts it
                 members.append(replacement)
                 pauses.append(_pause(conn, run.group, dead, killed_at))
-                group_s = _reassigned([p for p, _ in members], killed_wall)
+                group_s = _reassigned([p for p, _, _ in members], killed_wall)
                 _say(
                     f"{name}: every partition decided again {pauses[-1]:.2f} s after the "
                     f"kill; first reassignment after {group_s:.2f} s"
@@ -189,8 +195,8 @@ def test_decisions_resume_within_3_s_after_a_controller_sigkill(
                 replacement[0].wait_assigned(60)
                 time.sleep(3)
         produced = feeder.join(120)
-        drain(run, produced, [p for p, _ in members] + [relay], 120, _say)
-        for process, _ in members:
+        drain(run, produced, [p for p, _, _ in members] + [relay], 120, _say)
+        for process, _, _ in members:
             process.terminate()
         relay.terminate()
     finally:
