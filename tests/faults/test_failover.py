@@ -80,8 +80,8 @@ MODES: Final = {
     "restart-static-6s": Mode(SIX_S, standby=False, static=True, fast=False),
     "restart-dynamic-6s": Mode(SIX_S, standby=False, fast=False),
 }
-# The suite runs the deployment default (standby-static) and KIP-848; FAILOVER_MODES=all (or a comma list)
-# measures the others too.
+# The suite runs the deployment default (standby-static) and KIP-848; FAILOVER_MODES=all
+# (or a comma list) measures the others too.
 SUITE: Final = ("standby-static", "standby-consumer")
 _chosen = os.environ.get("FAILOVER_MODES", "")
 RUN: Final = list(MODES) if _chosen == "all" else [m for m in _chosen.split(",") if m] or SUITE
