@@ -116,6 +116,9 @@ def consumer_config(settings: ControllerSettings) -> dict[str, Any]:
     }
     if classic:  # KIP-848 keeps the session timeout on the broker
         config["session.timeout.ms"] = settings.session_timeout_ms
+        # Sent from librdkafka's own thread, not the loop: a long batch holding the GIL
+        # does not delay it (max.poll.interval.ms bounds the loop instead).
+        config["heartbeat.interval.ms"] = settings.heartbeat_ms
     else:
         config["group.protocol"] = "consumer"
     if settings.group_instance_id is not None:
@@ -248,6 +251,9 @@ class Controller:
         self._watch: dict[TopicPartition, Watch] = {}
         # Assigned by Kafka but not yet claimed in the ledger (it was unreachable).
         self._pending: set[TopicPartition] = set()
+        # When each newly claimed partition was claimed, until its first commit (logged:
+        # the controller's share of a failover, docs/controller.md "Failover").
+        self._claimed_at: dict[TopicPartition, float] = {}
         self._pending_at = 0.0
         self._lag_at = 0.0
         self._stop = threading.Event()
@@ -320,10 +326,16 @@ class Controller:
                 records.append(record)
         return records
 
-    @staticmethod
-    def _broker_error(error: KafkaError) -> None:
+    def _broker_error(self, error: KafkaError) -> None:
         if error.fatal():
             raise ControllerError(f"the Kafka consumer failed fatally: {error}; restart it")
+        if error.code() == KafkaError.INVALID_SESSION_TIMEOUT:
+            # The broker would refuse every join: never a member, never a partition.
+            raise ControllerError(
+                f"the broker refuses session_timeout_ms={self.settings.session_timeout_ms} "
+                f"({error}): lower the broker's group.min.session.timeout.ms (fast failover, "
+                "docs/controller.md) or raise RECOVERY_CONTROLLER_SESSION_TIMEOUT_MS"
+            )
         if error.code() != KafkaError._PARTITION_EOF:
             # librdkafka retries transient broker errors itself; say so and go on.
             log.warning("Kafka consumer error (retrying): %s", error)
@@ -508,9 +520,24 @@ class Controller:
     ) -> None:
         for p in positions:
             self._next[(p.topic, p.partition)] = p.next_offset
+        if self._claimed_at:
+            self._first_commits(positions)
         self.metrics.committed(planned, seconds)
         self._backoff.reset()
         self.committed_batches += 1
+
+    def _first_commits(self, positions: Sequence[Position]) -> None:
+        now = time.monotonic()
+        for p in positions:
+            claimed = self._claimed_at.pop((p.topic, p.partition), None)
+            if claimed is not None:
+                log.info(
+                    "%s[%d]: first batch committed %.0f ms after the claim (epoch %d)",
+                    p.topic,
+                    p.partition,
+                    (now - claimed) * 1000,
+                    p.epoch,
+                )
 
     def _advise(self, consumer: Consumer, positions: Sequence[Position]) -> None:
         """Commit the offsets the ledger just stored to Kafka too, asynchronously, so
@@ -618,6 +645,7 @@ class Controller:
             for c in claims:
                 tp = (c.topic, c.partition)
                 self._epochs[tp] = c.epoch
+                self._claimed_at[tp] = time.monotonic()
                 self._next[tp] = c.next_offset if c.next_offset is not None else 0
                 self._pending.discard(tp)
                 self._watch[tp] = watch = watch_after_claim(
@@ -666,6 +694,7 @@ class Controller:
             tp = (p.topic, p.partition)
             self._epochs.pop(tp, None)
             self._next.pop(tp, None)
+            self._claimed_at.pop(tp, None)
             self._pending.discard(tp)
             self._watch.pop(tp, None)
         log.info("%s %s", why, ", ".join(f"{p.topic}[{p.partition}]" for p in partitions))

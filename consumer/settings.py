@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from consumer.errors import SettingsError
 from machines import DEFAULT_REGISTRY
@@ -78,7 +78,13 @@ class ControllerSettings(BaseModel):
     # and dead-letter as `record-quarantined` a record as many starts died on alone.
     quarantine_after_starts: int = Field(default=3, ge=1, le=1_000)
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    # Classic protocol: how long the broker waits for a dead member's heartbeats before
+    # its partitions move, and how often librdkafka's background thread heartbeats (unset:
+    # a third of the session). Fast failover runs a standby member with 1500 and 500
+    # (docs/controller.md, "Failover"); the broker's group.min.session.timeout.ms (6 s
+    # by default) must allow it.
     session_timeout_ms: int = Field(default=10_000, ge=1_000)
+    heartbeat_interval_ms: int | None = Field(default=None, ge=100)
     # Static membership (KIP-345): a member restarted with the same id takes its
     # partitions back at once, without waiting for the session timeout or a rebalance
     # (docs/controller.md, "Failover"). Unique per member; unset: dynamic membership.
@@ -125,6 +131,21 @@ class ControllerSettings(BaseModel):
     # Run even when `database_url` connects as a PostgreSQL superuser, which bypasses
     # every grant and can skip the append-only trigger (docs/ledger.md, "Roles").
     allow_superuser: bool = False
+
+    @field_validator("heartbeat_interval_ms")
+    @classmethod
+    def _heartbeat_within_session(cls, value: int | None, info: ValidationInfo) -> int | None:
+        session = info.data.get("session_timeout_ms")
+        if value is not None and session is not None and value >= session:
+            raise ValueError(f"must be below session_timeout_ms ({session}), a third of it or less")
+        return value
+
+    @property
+    def heartbeat_ms(self) -> int:
+        """The classic protocol's heartbeat interval: the one set, else a third of the
+        session timeout (librdkafka's advice; its own 3 s default would exceed a short
+        session)."""
+        return self.heartbeat_interval_ms or self.session_timeout_ms // 3
 
     @classmethod
     def from_env(

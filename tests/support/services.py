@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -48,6 +49,7 @@ __all__ = [
     "lease_kafka",
     "lease_postgres",
     "lease_secured_kafka",
+    "own_kafka",
     "service_root",
 ]
 
@@ -117,6 +119,30 @@ def lease_kafka() -> ServiceLease:
         shutil.rmtree(root, ignore_errors=True)
 
     return ServiceLease(broker.bootstrap, False, release, broker)
+
+
+@contextmanager
+def own_kafka(prefix: str) -> Iterator[KafkaBroker]:
+    """A secured broker of the caller's own, started now from this checkout's
+    `ops/kafka/server.properties`, for tests that need its group settings (the short
+    sessions of fast failover) whatever the session's broker is. While it runs the
+    environment names its admin's client file (every other security variable cleared),
+    as for the session's own broker; stopped and removed at the end."""
+    root = service_root(prefix)
+    try:
+        broker = start_kafka(root / "kafka")
+    except StackError as exc:
+        pytest.fail(f"Kafka broker {prefix} did not start: {exc}", pytrace=False)
+    assert broker.security is not None
+    saved = {name: os.environ.pop(name) for name in _SECURITY_VARIABLES if name in os.environ}
+    os.environ[ENV_KAFKA_CONFIG_FILE] = str(broker.security.client_file("admin"))
+    try:
+        yield broker
+    finally:
+        os.environ.pop(ENV_KAFKA_CONFIG_FILE, None)
+        os.environ.update(saved)
+        broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def lease_secured_kafka(session: ServiceLease) -> tuple[SecuredBroker, Callable[[], None]]:

@@ -101,6 +101,18 @@ def test_postgres_publishes_the_default_port_with_the_project_database(
     assert "healthcheck" in postgres
 
 
+_FAILOVER = ("RECOVERY_CONTROLLER_SESSION_TIMEOUT_MS", "RECOVERY_CONTROLLER_HEARTBEAT_INTERVAL_MS")
+
+
+def test_the_controller_session_is_one_the_broker_accepts(services: dict[str, Any]) -> None:
+    # Fast failover (docs/controller.md, "Failover"): a short session the broker's minimum
+    # allows, heartbeats well inside it.
+    session, heartbeat = (int(services["controller"]["environment"][v]) for v in _FAILOVER)
+    broker = services["kafka"]["environment"]
+    assert int(broker["KAFKA_GROUP_MIN_SESSION_TIMEOUT_MS"]) <= session <= 2000
+    assert heartbeat * 3 <= session
+
+
 @pytest.mark.parametrize("role", RUNTIME_ROLES)
 def test_runtime_services_read_the_project_env_vars_and_reach_the_services(
     services: dict[str, Any], role: str
@@ -116,7 +128,7 @@ def test_runtime_services_read_the_project_env_vars_and_reach_the_services(
     assert not args.create_topics
     assert not args.demo, "compose must not run the controller in demo mode"
     environment = service["environment"]
-    signing = {ENV_CONTROLLER_SIGNING_KEY_FILE} if role == "controller" else set()
+    signing = {ENV_CONTROLLER_SIGNING_KEY_FILE, *_FAILOVER} if role == "controller" else set()
     assert set(environment) == signing | {
         ENV_KAFKA_BOOTSTRAP,
         ENV_DATABASE_URL,

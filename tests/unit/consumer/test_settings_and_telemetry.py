@@ -80,6 +80,15 @@ def test_static_membership_and_kip_848_protocol_reach_librdkafka() -> None:
     assert "partition.assignment.strategy" not in kip848
 
 
+def test_heartbeats_a_third_of_the_session_unless_set() -> None:
+    short = {**ENV, "RECOVERY_CONTROLLER_SESSION_TIMEOUT_MS": "1500"}
+    assert consumer_config(ControllerSettings.from_env(short))["heartbeat.interval.ms"] == 500
+    chosen = {**short, "RECOVERY_CONTROLLER_HEARTBEAT_INTERVAL_MS": "300"}
+    assert consumer_config(ControllerSettings.from_env(chosen))["heartbeat.interval.ms"] == 300
+    with pytest.raises(SettingsError, match="RECOVERY_CONTROLLER_HEARTBEAT_INTERVAL_MS"):
+        ControllerSettings.from_env({**short, "RECOVERY_CONTROLLER_HEARTBEAT_INTERVAL_MS": "1500"})
+
+
 def test_console_and_none_exporters_build() -> None:
     build_telemetry("console", instance="c-1").shutdown()
     build_telemetry("none", instance="c-1").shutdown()
