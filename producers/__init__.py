@@ -35,6 +35,7 @@ from producers.worker import (
     StartPosition,
     WorkerStats,
     demo_handlers,
+    drill_answer,
     roster_from_env,
     verify_outcome,
 )
@@ -73,6 +74,7 @@ __all__ = [
     "WorkerStats",
     "acl_bindings",
     "demo_handlers",
+    "drill_answer",
     "event_record_id",
     "lineage_from_ledger",
     "list_acls",

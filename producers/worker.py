@@ -28,6 +28,8 @@ It shows the contract a real worker keeps (DESIGN "Action results are events"):
   will use next (a squatted id) is refused and never shadows the real command;
 - a command past its deadline (the operation's recovery deadline it carries) is not
   executed: it is reported as failed with `deadline-expired:<command id>`;
+- a command of a drill operation (`CapabilityCommand.drill`, `recoveryctl drill`) is
+  answered by `drill_answer` without calling the handler: nothing in the world changes;
 - a group without committed offsets starts where the operator says (`start=`, else
   `RECOVERY_WORKER_START`: `latest` by default, `earliest`, or a time), never at the
   start of the topic unasked, so a new worker does not re-run history;
@@ -106,6 +108,7 @@ __all__ = [
     "StartPosition",
     "WorkerStats",
     "demo_handlers",
+    "drill_answer",
     "roster_from_env",
     "verify_outcome",
 ]
@@ -154,6 +157,8 @@ class WorkerStats:
     outcome_unknown: int = 0
     # Commands past their deadline: refused, reported as failed, never executed.
     expired: int = 0
+    # Commands of drill operations: answered by `drill_answer`, the handler not called.
+    drills: int = 0
 
 
 # Where a new group (one without committed offsets) starts reading.
@@ -478,25 +483,20 @@ class CapabilityWorker:
             # Claimed since the lookup (another thread of this process): never run twice.
             self._answer_again(command, ExecutionState.CLAIMED, None, stats)
             return
+        if command.drill:
+            # A response drill (CONFORMANCE L4.6): answer as the handler would in the
+            # drill's script, without calling it, so nothing in the world changes.
+            stats.drills += 1
+            _log.info("command %s is a drill's: answered, not executed", command.command_id)
+            self._finish(command, _stored(drill_answer(command)), stats)
+            return
         stats.executed += 1
         try:
             result = handler(command)
         except Exception as exc:  # a failing handler is a failed action, reported as such
             _log.exception("command %s (%s) failed", command.command_id, command.capability)
             result = ActionResult(succeeded=False, evidence_ref=f"error:{type(exc).__name__}")
-        answer = (
-            StoredAnswer(reported=False)
-            if result is None
-            else StoredAnswer(
-                reported=True,
-                succeeded=result.succeeded,
-                evidence=result.evidence,
-                event_type=result.event_type,
-                evidence_ref=result.evidence_ref,
-                completed_at=result.completed_at,
-            )
-        )
-        self._finish(command, answer, stats)
+        self._finish(command, _stored(result), stats)
 
     def _answer_again(
         self,
@@ -577,6 +577,40 @@ class CapabilityWorker:
         if len(self._seen) > self._capacity:
             self._seen.popitem(last=False)
         return False
+
+
+def _stored(result: ActionResult | None) -> StoredAnswer:
+    if result is None:
+        return StoredAnswer(reported=False)
+    return StoredAnswer(
+        reported=True,
+        succeeded=result.succeeded,
+        evidence=result.evidence,
+        event_type=result.event_type,
+        evidence_ref=result.evidence_ref,
+        completed_at=result.completed_at,
+    )
+
+
+def drill_answer(command: CapabilityCommand) -> ActionResult | None:
+    """What a worker reports for a drill's command instead of executing it: a
+    verification answers `verify_outcome` (deterministic from the operation id, so the
+    drill picks an id for the outcome its scenario needs), a retry, compensation or
+    containment succeeds, and any other kind reports nothing, as the demo handlers do.
+    The evidence reference `drill:<command id>` shows the handler was not called."""
+    reference = f"drill:{command.command_id}"
+    if command.kind == "verify":
+        found = verify_outcome(command) == "found"
+        return ActionResult(
+            succeeded=True,
+            evidence=EvidencePayload(
+                outcome="applied" if found else "not_applied", reference=reference
+            ),
+            evidence_ref=reference,
+        )
+    if command.kind in RESULT_EVENTS:
+        return ActionResult(succeeded=True, evidence_ref=reference)
+    return None
 
 
 def _header_pairs(raw: Any) -> list[tuple[str, bytes | None]]:
