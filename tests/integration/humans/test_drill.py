@@ -141,6 +141,12 @@ def test_a_drill_passes_against_a_deployment_and_no_handler_is_called(
     assert report["recorded"] == report["predicted"]
     assert calls == [], "a worker's handler ran for a drill's command"
     assert "decision(s)" in done.stderr  # progress while waiting
+    with _worker(kafka_bootstrap, deployment["topics"], calls):
+        text = _drill("timeout-after-side-effect", deployment, kafka_bootstrap, database_url, 60)
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert "PASS: the deployment responded as its machine requires" in text.stdout
+    assert "failure-reported -> verifying -> completed" in text.stdout
+    assert calls == []
 
     listed = recoveryctl(
         "ops",
