@@ -32,9 +32,20 @@ DRILLER = "demo-tool"
 
 @pytest.fixture
 def deployment(
-    kafka_bootstrap: str, topic_factory: TopicFactory, database_url: str, tmp_path: Path
+    request: pytest.FixtureRequest,
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    database_url: str,
+    tmp_path: Path,
 ) -> Iterator[dict[str, Any]]:
-    """A controller and a relay as processes, on this test's topics and database."""
+    """A controller and a relay as processes, on this test's topics and database. With
+    the param True, the worker's roster entry loses its verifier grant (a wrong policy:
+    its verifications are refused)."""
+    producers = roster_document()
+    if getattr(request, "param", False):
+        for entry in producers:
+            if entry["id"] == WORKER:
+                entry["grants"] = [g for g in entry["grants"] if g["role"] != "verifier"]
     topics = TopicNames(
         events=topic_factory(2),
         commands=topic_factory(2),
@@ -44,7 +55,7 @@ def deployment(
     )
     policy = tmp_path / "policy.json"
     policy.write_text(
-        json.dumps({"id": "drill", "trusted_verifiers": [WORKER], "producers": roster_document()}),
+        json.dumps({"id": "drill", "producers": producers}),
         encoding="utf-8",
     )
     env = {
@@ -167,7 +178,7 @@ def test_a_drill_fails_when_no_worker_answers_its_command(
     calls: list[str] = []
     # The procurement worker runs, but nothing serves agent.stop-task.
     with _worker(kafka_bootstrap, deployment["topics"], calls):
-        done = _drill("containment", deployment, kafka_bootstrap, database_url, 10, "--json")
+        done = _drill("containment", deployment, kafka_bootstrap, database_url, 6, "--json")
     assert done.returncode == 1, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["verdict"] == "fail"
@@ -178,3 +189,23 @@ def test_a_drill_fails_when_no_worker_answers_its_command(
     text = _drill("containment", deployment, kafka_bootstrap, database_url, 3)
     assert text.returncode == 1
     assert "FAIL" in text.stdout
+
+
+@pytest.mark.parametrize("deployment", [True], indirect=True)
+def test_a_drill_fails_on_a_policy_that_does_not_let_the_worker_verify(
+    kafka_bootstrap: str, database_url: str, deployment: dict[str, Any]
+) -> None:
+    calls: list[str] = []
+    with _worker(kafka_bootstrap, deployment["topics"], calls):
+        done = _drill(
+            "timeout-after-side-effect", deployment, kafka_bootstrap, database_url, 10, "--json"
+        )
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    # The controller refuses the worker's verification (role not permitted): the
+    # operation stays in verifying, never completed as the scenario requires.
+    assert report["path"] == ["failure-reported", "verifying"]
+    assert any(
+        p.startswith("step 2: no decision of VERIFICATION_FOUND") for p in report["problems"]
+    ), report["problems"]
+    assert calls == []
