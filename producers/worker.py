@@ -305,7 +305,8 @@ class CapabilityWorker:
                     self._settle(consumer)
                 except Exception:
                     # Nothing of this batch is committed; forget its commands so that
-                    # their redelivery (to this worker or the next) runs them again.
+                    # their redelivery (to this worker or the next) is answered from the
+                    # execution store (or, never claimed, executed).
                     for command_id in batch_ids:
                         self._seen.pop(command_id, None)
                     raise
@@ -480,8 +481,8 @@ class CapabilityWorker:
             self._finish(command, self._own_answer(command, DEADLINE_EXPIRED), stats)
             return
         if not self._store.claim(command.command_id, command.capability, now):
-            # Claimed since the lookup (another thread of this process): never run twice.
-            self._answer_again(command, ExecutionState.CLAIMED, None, stats)
+            # Claimed since the lookup, by another worker on the same store: it answers.
+            stats.duplicates += 1
             return
         if command.drill:
             # A response drill (CONFORMANCE L4.6): answer as the handler would in the

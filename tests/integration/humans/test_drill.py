@@ -169,7 +169,8 @@ def test_a_drill_passes_against_a_deployment_and_no_handler_is_called(
         str(deployment["policy"]),
     )
     assert listed.returncode == 0, listed.stderr
-    assert report["operation_id"] in listed.stdout
+    by_id = {o["operation_id"]: o for o in json.loads(listed.stdout)["operations"]}
+    assert by_id[report["operation_id"]]["drill"] is True
 
 
 def test_a_drill_fails_when_no_worker_answers_its_command(
