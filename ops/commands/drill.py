@@ -28,8 +28,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from ledger import LedgerError, LedgerInspector, OperationRecord, UnknownOperation
-from machines import Event, Machine
+from machines import Event, Machine, public_key_text
 from ops.commands.db import add_ledger_options
 from ops.commands.output import open_inspector, print_json, resolve_bootstrap, table, topics_with
 from ops.commands.review import load_private_key
@@ -45,7 +47,7 @@ from ops.drill import (
     predict,
     recorded_steps,
 )
-from producers import DeliveryFailed, EventPublisher, ProducersError, RecoveryClient
+from producers import DeliveryFailed, EventPublisher, ProducersError
 from schemas import DRILL_OPERATION_PREFIX, RecordSigner, WireError
 
 __all__ = ["register", "run_drill"]
@@ -88,26 +90,10 @@ def run_drill(
 ) -> int:
     """Play the drill and report its verdict; see the module docstring."""
     out, err = out or sys.stdout, err or sys.stderr
-    scenario = DRILL_SCENARIOS.get(args.scenario)
-    if scenario is None:
-        print(
-            f"recoveryctl drill: unknown scenario {args.scenario!r}; one of "
-            f"{', '.join(DRILL_SCENARIOS)}",
-            file=err,
-        )
+    prepared = _prepare(args, err)
+    if prepared is None:
         return 2
-    loaded = load_rules_or_report("drill", args, err)
-    if loaded is None:
-        return 2
-    machine = _machine(loaded, scenario.machine)
-    if machine is None:
-        print(f"recoveryctl drill: no pinned machine {scenario.machine}", file=err)
-        return 2
-    try:
-        key = load_private_key(args.key_file)
-    except ValueError as exc:
-        print(f"recoveryctl drill: {exc}", file=err)
-        return 2
+    scenario, loaded, machine, key = prepared
     bootstrap = resolve_bootstrap(args.bootstrap, err, "drill")
     if bootstrap is None:
         return 2
@@ -126,7 +112,7 @@ def run_drill(
         with EventPublisher(
             bootstrap, signer=RecordSigner(args.producer, key), topics=topics
         ) as publisher:
-            RecoveryClient(publisher, args.producer).publisher.publish(opening)
+            publisher.publish(opening)
         print(
             f"drill {args.scenario}: published {opening.event_type} for {op} as "
             f"{args.producer}; waiting for the deployment (at most {args.timeout:.0f}s)",
@@ -148,6 +134,50 @@ def run_drill(
     else:
         _render(report, out)
     return 0 if report["verdict"] == "pass" else 1
+
+
+def _prepare(
+    args: argparse.Namespace, err: TextIO
+) -> tuple[Scenario, LoadedRules, Machine, Ed25519PrivateKey] | None:
+    """The scenario, rules, machine and signing key, or None after saying what is wrong."""
+    scenario = DRILL_SCENARIOS.get(args.scenario)
+    if scenario is None:
+        print(
+            f"recoveryctl drill: unknown scenario {args.scenario!r}; one of "
+            f"{', '.join(DRILL_SCENARIOS)}",
+            file=err,
+        )
+        return None
+    loaded = load_rules_or_report("drill", args, err)
+    if loaded is None:
+        return None
+    machine = _machine(loaded, scenario.machine)
+    if machine is None:
+        print(f"recoveryctl drill: no pinned machine {scenario.machine}", file=err)
+        return None
+    try:
+        key = load_private_key(args.key_file)
+    except ValueError as exc:
+        print(f"recoveryctl drill: {exc}", file=err)
+        return None
+    refusal = _roster_refusal(loaded, args.producer, public_key_text(key.public_key()))
+    if refusal is not None:
+        print(f"recoveryctl drill: {refusal}; nothing was published", file=err)
+        return None
+    return scenario, loaded, machine, key
+
+
+def _roster_refusal(loaded: LoadedRules, producer: str, public_key: str) -> str | None:
+    """Why the controller would refuse the drill's signer, checked before publishing."""
+    entry = loaded.rules.policy.roster.producer(producer)
+    if entry is None:
+        return (
+            f"producer {producer} is not in the controller's roster; the drill's event must "
+            "be signed by a roster producer with the scenario's tool grant"
+        )
+    if all(k.public_key != public_key for k in entry.keys):
+        return f"the key file's public key is not one of roster producer {producer}'s keys"
+    return None
 
 
 def _machine(loaded: LoadedRules, name: str) -> Machine | None:

@@ -4,13 +4,25 @@ a recorded step that differs, is missing or was acted on for real is named."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from machines import DEFAULT_REGISTRY, Event, Machine, Rules, load_policy, load_registry
+from machines import (
+    DEFAULT_REGISTRY,
+    Event,
+    Machine,
+    Rules,
+    load_policy,
+    load_registry,
+    public_key_text,
+    write_private_key,
+)
 from machines.provenance import load_locked_machines, load_trusted_publishers
+from ops.cli import main
 from ops.demo_scenarios import DEMO_POLICY, Scenario, operation_id_for
 from ops.drill import (
     DRILL_SCENARIOS,
@@ -81,3 +93,55 @@ def test_a_missing_a_differing_and_a_real_answer_are_each_named() -> None:
         f"the answer to command {retry.causation} (RETRY_SUCCEEDED) has evidence 'coupa:REQ-1', "
         "not a drill answer: a worker acted on a drill's command"
     ]
+
+
+def _cli_drill(
+    tmp_path: Path, producer: str, key_holder: str, capsys: pytest.CaptureFixture[str]
+) -> tuple[int, str]:
+    keys = {name: Ed25519PrivateKey.generate() for name in ("tool-a", "tool-b")}
+    policy = tmp_path / "policy.json"
+    policy.write_text(
+        json.dumps(
+            {
+                "id": "drill-unit",
+                "producers": [
+                    {
+                        "id": name,
+                        "keys": [{"public_key": public_key_text(key.public_key())}],
+                        "grants": [{"role": "tool", "capabilities": ["*"]}],
+                    }
+                    for name, key in keys.items()
+                ],
+            }
+        ),
+        encoding="utf-8",
+    )
+    key_file = tmp_path / "drill.key"
+    write_private_key(key_file, keys[key_holder])
+    code = main(
+        [
+            "drill",
+            "containment",
+            *("--producer", producer, "--key-file", str(key_file), "--policy", str(policy)),
+            # Never reached: the roster check comes before the broker and the ledger.
+            *("--bootstrap", "127.0.0.1:9", "--database-url", "postgresql://nobody@127.0.0.1:9/x"),
+        ]
+    )
+    return code, capsys.readouterr().err
+
+
+def test_a_drill_signed_by_a_producer_outside_the_roster_is_not_published(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = _cli_drill(tmp_path, "mallory", "tool-a", capsys)
+    assert code == 2
+    assert "producer mallory is not in the controller's roster" in err
+    assert "nothing was published" in err
+
+
+def test_a_drill_whose_key_is_not_the_producers_is_not_published(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = _cli_drill(tmp_path, "tool-a", "tool-b", capsys)
+    assert code == 2
+    assert "not one of roster producer tool-a's keys" in err
