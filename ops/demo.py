@@ -68,9 +68,12 @@ from ops.demo_scenarios import (
 )
 from ops.errors import OpsError
 from ops.keys import controller_roster, stack_key
+from ops.paths import stack_dir
 from producers import (
+    ENV_WORKER_STORE,
     CapabilityWorker,
     EventPublisher,
+    ExecutionStore,
     RecoveryClient,
     provision,
     provision_acls,
@@ -258,11 +261,15 @@ def run_demo(
             "roster_path": demo_roster(signers),
         },
     )
-    _start_worker(runtime, services, names, controller_roster(key_file), signers[_WORKER])
+    worker = _start_worker(runtime, services, names, controller_roster(key_file), signers[_WORKER])
     say.line("controller, relay and capability worker started")
     ledger = PostgresLedger(services.database_url, max_size=2)
     started = time.monotonic()
     try:
+        # Playing before the worker has its partitions would let its `latest` start
+        # skip this run's first commands.
+        if not worker.assigned.wait(timeout=60):
+            raise DemoError("the demo's capability worker got no partitions within 60 s")
         live = [_live(s, run_id, machines) for s in SCENARIOS]
         report = DemoReport(run_id, [_blank(item) for item in live])
         tools = services.kafka_for("tool")
@@ -376,10 +383,16 @@ def _blank(item: _Live) -> OperationReport:
 
 def _start_worker(
     runtime: Runtime, services: Services, names: TopicNames, roster: Roster, signer: RecordSigner
-) -> None:
+) -> CapabilityWorker:
     security = services.kafka_for("worker")
     publisher = EventPublisher(services.bootstrap, signer=signer, topics=names, security=security)
     runtime.closers.append(publisher.close)
+    # The demo worker's own execution record, kept with the stack's state, so a demo on
+    # a reused stack never runs a command of an earlier run again.
+    store = ExecutionStore(
+        Path(os.environ.get(ENV_WORKER_STORE) or stack_dir() / "worker" / "demo.sqlite")
+    )
+    runtime.closers.append(store.close)
     worker = CapabilityWorker(
         services.bootstrap,
         "recovery-worker-demo",  # its principal may use groups recovery-worker*
@@ -388,8 +401,11 @@ def _start_worker(
         topics=names,
         security=security,
         roster=roster,
+        store=store,
+        start="latest",  # a new group ignores earlier runs' commands
     )
     runtime.start("capability-worker", worker.run)
+    return worker
 
 
 class _Progress:

@@ -242,10 +242,11 @@ DEMO_HANDLERS: Final[Mapping[str, Handler]] = MappingProxyType(
 )
 
 
-def operation_id_for(scenario: Scenario, run_id: str) -> str:
+def operation_id_for(scenario: Scenario, run_id: str, prefix: str = "op-") -> str:
     """A fresh operation id for `scenario` in run `run_id` for which the demo verifier
-    answers what the scenario needs (the first suffix that does)."""
-    base = f"op-{scenario.name}-{run_id}"
+    answers what the scenario needs (the first suffix that does); `recoveryctl drill`
+    passes the drill prefix."""
+    base = f"{prefix}{scenario.name}-{run_id}"
     if scenario.verify is None:
         return base
     for n in range(1000):

@@ -15,23 +15,35 @@ from producers.acls import (
 from producers.client import RESULT_EVENTS, EventPublisher, RecoveryClient, event_record_id
 from producers.encoding import EncodedRecord, RecordEncoder
 from producers.errors import DeliveryFailed, KafkaReadError, ProducersError, ProvisionError
+from producers.execution_store import (
+    ENV_WORKER_STORE,
+    Execution,
+    ExecutionState,
+    ExecutionStore,
+    StoredAnswer,
+)
 from producers.partitions import PartitionExtent, StoredRecord, partition_extents, read_range
 from producers.readback import TopicRecord, read_commands, read_topic
 from producers.relay import LineageCache, OutboxRelay, RelaySettings, lineage_from_ledger
 from producers.relay_health import relay_probes
 from producers.topics import BrokerProbe, TopicResult, provision
 from producers.worker import (
+    ENV_WORKER_START,
     ActionResult,
     CapabilityWorker,
     Handler,
+    StartPosition,
     WorkerStats,
     demo_handlers,
+    drill_answer,
     roster_from_env,
     verify_outcome,
 )
 
 __all__ = [
     "DEFAULT_GROUP_PREFIXES",
+    "ENV_WORKER_START",
+    "ENV_WORKER_STORE",
     "RESULT_EVENTS",
     "AclEntry",
     "AclReport",
@@ -41,6 +53,9 @@ __all__ = [
     "DeliveryFailed",
     "EncodedRecord",
     "EventPublisher",
+    "Execution",
+    "ExecutionState",
+    "ExecutionStore",
     "Handler",
     "KafkaReadError",
     "LineageCache",
@@ -51,12 +66,15 @@ __all__ = [
     "RecordEncoder",
     "RecoveryClient",
     "RelaySettings",
+    "StartPosition",
+    "StoredAnswer",
     "StoredRecord",
     "TopicRecord",
     "TopicResult",
     "WorkerStats",
     "acl_bindings",
     "demo_handlers",
+    "drill_answer",
     "event_record_id",
     "lineage_from_ledger",
     "list_acls",

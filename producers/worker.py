@@ -14,22 +14,33 @@ It shows the contract a real worker keeps (DESIGN "Action results are events"):
   reason code and coordinates, and counted (`WorkerStats.refused`, by code). The worker
   writes nothing for it: its principal only writes `recovery.events`, and a forger must
   not be able to make it publish (docs/capability-worker.md, "Verification");
-- it dedupes on the authenticated command id only (bounded memory), so a record
-  pre-published under a command id the controller will use next (a squatted id) is
-  refused and never shadows the real command; the result event is a function of the
-  command and the handler's answer (`RecoveryClient.action_result`: event id
-  `result:<command id>`, event time the command's `issued_at` unless the handler says
-  when the effect completed), so a redelivered command that slips past the in-memory
-  window, answered the same way, produces the same event, which the controller dedupes;
+- it dedupes on the authenticated command id only, in memory (bounded) and durably in
+  its own execution store (`producers.ExecutionStore`, SQLite at
+  `RECOVERY_WORKER_STORE`): the id is claimed on disk before the handler runs and the
+  handler's answer recorded before it is reported, so a command is executed at most
+  once across crashes and restarts. A redelivered command that was done is answered
+  again from the store (the same result event: event id `result:<command id>`, event
+  time the command's `issued_at` unless the handler said when the effect completed,
+  which the controller dedupes); one that was in flight when a worker died is reported
+  as an unknown outcome (the kind's failure event, evidence reference
+  `outcome-unknown:<command id>`), which the machine follows to verification or a
+  human, never to a retry. A record pre-published under a command id the controller
+  will use next (a squatted id) is refused and never shadows the real command;
+- a command past its deadline (the operation's recovery deadline it carries) is not
+  executed: it is reported as failed with `deadline-expired:<command id>`;
+- a command of a drill operation (`CapabilityCommand.drill`, `recoveryctl drill`) is
+  answered by `drill_answer` without calling the handler: nothing in the world changes;
+- a group without committed offsets starts where the operator says (`start=`, else
+  `RECOVERY_WORKER_START`: `latest` by default, `earliest`, or a time), never at the
+  start of the topic unasked, so a new worker does not re-run history;
 - a result it cannot hand to the producer (the queue stays full) stops the run without
   committing, as a failed flush does, so the command is redelivered instead of its
   result being lost;
 - it continues the command's trace (W3C headers) around the handler and the report.
 
-What it cannot do alone: a crash after the handler acted and before the result was
-acknowledged re-executes the command on redelivery. Only a durable store of executions
-by command id in the handler (docs/capability-worker.md) makes that harmless and makes
-the second answer equal to the first.
+What it cannot do alone: an effect that happened while the worker was killed, before
+the answer was recorded, is reported as an unknown outcome, not as what it was; only
+the machine's verification (or a human) finds out (docs/capability-worker.md).
 
 The handlers in `demo_handlers` are in-memory fakes for the demo and the tests. `run`
 returns when its `stop` event is set; nothing here loops forever or prints.
@@ -48,7 +59,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from confluent_kafka import Consumer, KafkaError, Message
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
 
@@ -61,8 +79,9 @@ from machines import (
     Roster,
     load_roster,
 )
-from producers.client import RecoveryClient
+from producers.client import RESULT_EVENTS, RecoveryClient
 from producers.errors import ProducersError
+from producers.execution_store import ExecutionState, ExecutionStore, StoredAnswer
 from schemas import (
     CAPABILITY_COMMAND,
     CONTENT_TYPE,
@@ -82,11 +101,14 @@ from schemas import (
 )
 
 __all__ = [
+    "ENV_WORKER_START",
     "ActionResult",
     "CapabilityWorker",
     "Handler",
+    "StartPosition",
     "WorkerStats",
     "demo_handlers",
+    "drill_answer",
     "roster_from_env",
     "verify_outcome",
 ]
@@ -129,6 +151,60 @@ class WorkerStats:
     unreportable: int = 0
     # Commands refused by verification, by reason code (`machines.AuthRefusal`).
     refused: Counter[str] = field(default_factory=Counter)
+    # Redelivered commands the execution store had an answer for (reported again).
+    replayed: int = 0
+    # Redelivered commands that were in flight when a worker died: outcome unknown.
+    outcome_unknown: int = 0
+    # Commands past their deadline: refused, reported as failed, never executed.
+    expired: int = 0
+    # Commands of drill operations: answered by `drill_answer`, the handler not called.
+    drills: int = 0
+
+
+# Where a new group (one without committed offsets) starts reading.
+ENV_WORKER_START: Final = "RECOVERY_WORKER_START"
+# The evidence references of the answers the worker makes itself, with their codes.
+DEADLINE_EXPIRED: Final = "deadline-expired"
+OUTCOME_UNKNOWN: Final = "outcome-unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class StartPosition:
+    """Where a worker group with no committed offsets starts on each partition: the
+    end of the log at assignment (`latest`, the default: no history is executed), its
+    beginning (`earliest`), or the first record at or after `timestamp`. A group with
+    committed offsets always goes on from them."""
+
+    mode: str = "latest"
+    timestamp: datetime | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> StartPosition:
+        """`latest`, `earliest` or an ISO 8601 time with its offset (`2026-12-01T00:00Z`);
+        raises `ProducersError` otherwise."""
+        value = text.strip()
+        if value in ("latest", "earliest"):
+            return cls(value)
+        try:
+            when = datetime.fromisoformat(value)
+        except ValueError:
+            when = None
+        if when is None or when.tzinfo is None:
+            raise ProducersError(
+                f"worker start position {text!r}: expected latest, earliest or an ISO 8601 "
+                "time with a UTC offset (2026-12-01T00:00:00+00:00)"
+            )
+        return cls("timestamp", when.astimezone(UTC))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> StartPosition:
+        """`RECOVERY_WORKER_START`, else `latest`."""
+        env = os.environ if environ is None else environ
+        return cls.parse(env.get(ENV_WORKER_START) or "latest")
+
+    def describe(self) -> str:
+        """`latest`, `earliest` or the time."""
+        return self.mode if self.timestamp is None else self.timestamp.isoformat()
 
 
 def roster_from_env(environ: Mapping[str, str] | None = None) -> Roster:
@@ -167,12 +243,21 @@ class CapabilityWorker:
         consumer_config: Mapping[str, Any] | None = None,
         security: KafkaSecurity | None = None,
         roster: Roster | None = None,
+        store: ExecutionStore | None = None,
+        start: StartPosition | str | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         # `security`: the worker principal's settings (else the environment's).
+        # `store`: the execution store (else `RECOVERY_WORKER_STORE`); `start`: where a
+        # group without committed offsets starts (else `RECOVERY_WORKER_START`, `latest`).
+        if isinstance(start, str):
+            start = StartPosition.parse(start)
+        self._start = start if start is not None else StartPosition.from_env()
         config: dict[str, Any] = {
             **kafka_config(bootstrap, security),
             "group.id": group_id,
+            # Only for a committed offset that fell out of the log (retention): go on
+            # from the oldest record; the execution store keeps it from running twice.
             "auto.offset.reset": "earliest",
             "logger": librdkafka_logger("worker"),
             **(consumer_config or {}),
@@ -195,7 +280,11 @@ class CapabilityWorker:
                 "the worker's roster lists no producer with role `controller`: every "
                 "command would be refused; add the controller's public key to it"
             )
+        self._store = store if store is not None else ExecutionStore.from_env()
         self._clock = clock
+        # Set once the group has assigned this member its partitions and each has its
+        # position (the start position resolved for a new group).
+        self.assigned = threading.Event()
 
     def run(self, stop: threading.Event) -> WorkerStats:
         """Consume and execute until `stop` is set; then finish the current batch, commit
@@ -203,7 +292,7 @@ class CapabilityWorker:
         stats = WorkerStats()
         consumer = Consumer(self._config)
         try:
-            consumer.subscribe([self._topic])
+            consumer.subscribe([self._topic], on_assign=self._on_assign)
             while not stop.is_set():
                 messages = consumer.consume(self._batch_size, self._poll_timeout)
                 consumed_before = stats.consumed
@@ -216,13 +305,50 @@ class CapabilityWorker:
                     self._settle(consumer)
                 except Exception:
                     # Nothing of this batch is committed; forget its commands so that
-                    # their redelivery (to this worker or the next) runs them again.
+                    # their redelivery (to this worker or the next) is answered from the
+                    # execution store (or, never claimed, executed).
                     for command_id in batch_ids:
                         self._seen.pop(command_id, None)
                     raise
         finally:
             consumer.close()
         return stats
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Position each assigned partition: at the group's committed offset, else at
+        the start position. A `latest` start is committed at once, so a member that dies
+        before its first batch does not let the next one start later still."""
+        try:
+            positions = consumer.committed(partitions, timeout=30)
+            fresh = [p for p in positions if p.offset < 0]
+            for partition in fresh:
+                partition.offset = self._start_offset(consumer, partition)
+            consumer.assign(positions)
+            if fresh and self._start.mode == "latest":
+                consumer.commit(offsets=fresh, asynchronous=False)
+        except KafkaException as exc:
+            raise ProducersError(f"worker could not position {self._topic}: {exc}") from exc
+        if fresh:
+            _log.info(
+                "worker group starts %d partition(s) of %s at %s",
+                len(fresh),
+                self._topic,
+                self._start.describe(),
+            )
+        self.assigned.set()
+
+    def _start_offset(self, consumer: Consumer, partition: TopicPartition) -> int:
+        if self._start.mode == "earliest":
+            return OFFSET_BEGINNING
+        _low, high = consumer.get_watermark_offsets(partition, timeout=30)
+        if self._start.timestamp is None:
+            return int(high)
+        probe = TopicPartition(
+            partition.topic, partition.partition, int(self._start.timestamp.timestamp() * 1000)
+        )
+        [found] = consumer.offsets_for_times([probe], timeout=30)
+        # -1: no record at or after the time, so start at the end.
+        return int(high) if found.offset < 0 else int(found.offset)
 
     def _settle(self, consumer: Consumer) -> None:
         # Results first, offsets second: a crash between the two re-executes the batch,
@@ -332,22 +458,107 @@ class CapabilityWorker:
             return None
 
     def _execute(self, command: CapabilityCommand, handler: Handler, stats: WorkerStats) -> None:
+        """Run `handler` once per command id, ever: claim the id in the store first, record
+        the answer before reporting it; a redelivered id is answered from the store."""
+        found = self._store.lookup(command.command_id)
+        if found is not None:
+            self._answer_again(command, found.state, found.answer, stats)
+            return
+        now = self._clock()
+        if command.deadline is not None and now >= command.deadline:
+            stats.expired += 1
+            _log.warning(
+                "command %s (%s) of operation %s refused: %s: its deadline %s has passed "
+                "(now %s); not executed",
+                command.command_id,
+                command.capability,
+                command.operation_id,
+                DEADLINE_EXPIRED,
+                command.deadline.isoformat(),
+                now.isoformat(),
+            )
+            self._store.claim(command.command_id, command.capability, now)
+            self._finish(command, self._own_answer(command, DEADLINE_EXPIRED), stats)
+            return
+        if not self._store.claim(command.command_id, command.capability, now):
+            # Claimed since the lookup, by another worker on the same store: it answers.
+            stats.duplicates += 1
+            return
+        if command.drill:
+            # A response drill (CONFORMANCE L4.6): answer as the handler would in the
+            # drill's script, without calling it, so nothing in the world changes.
+            stats.drills += 1
+            _log.info("command %s is a drill's: answered, not executed", command.command_id)
+            self._finish(command, _stored(drill_answer(command)), stats)
+            return
         stats.executed += 1
         try:
             result = handler(command)
         except Exception as exc:  # a failing handler is a failed action, reported as such
             _log.exception("command %s (%s) failed", command.command_id, command.capability)
             result = ActionResult(succeeded=False, evidence_ref=f"error:{type(exc).__name__}")
-        if result is None:
+        self._finish(command, _stored(result), stats)
+
+    def _answer_again(
+        self,
+        command: CapabilityCommand,
+        state: ExecutionState,
+        answer: StoredAnswer | None,
+        stats: WorkerStats,
+    ) -> None:
+        if state is ExecutionState.DONE and answer is not None:
+            stats.replayed += 1
+            _log.info("command %s already executed: reporting its answer again", command.command_id)
+            self._report(command, answer, stats)
+            return
+        # In flight when a worker died: the effect may or may not have happened.
+        stats.outcome_unknown += 1
+        _log.warning(
+            "command %s (%s) of operation %s was in flight when a worker stopped: %s; "
+            "not executed again",
+            command.command_id,
+            command.capability,
+            command.operation_id,
+            OUTCOME_UNKNOWN,
+        )
+        self._finish(command, self._own_answer(command, OUTCOME_UNKNOWN), stats)
+
+    def _own_answer(self, command: CapabilityCommand, code: str) -> StoredAnswer:
+        """The worker's answer for a command it does not execute: the kind's failure event
+        (verification unavailable, retry/compensation/containment failed), which every
+        machine follows to verification or a human, never to a blind retry. A kind with
+        no conventional failure event gets no report; the operation waits for an
+        operator (logged at ERROR)."""
+        reportable = command.kind == "verify" or command.kind in RESULT_EVENTS
+        if not reportable:
+            _log.error(
+                "command %s (%s, kind %s): %s and no result event to report it with; the "
+                "operation waits for an operator",
+                command.command_id,
+                command.capability,
+                command.kind,
+                code,
+            )
+        return StoredAnswer(
+            reported=reportable, succeeded=False, evidence_ref=f"{code}:{command.command_id}"
+        )
+
+    def _finish(self, command: CapabilityCommand, answer: StoredAnswer, stats: WorkerStats) -> None:
+        # Recorded before it is reported: a crash after this re-reports the same answer.
+        self._store.record(command.command_id, answer, self._clock())
+        self._report(command, answer, stats)
+
+    def _report(self, command: CapabilityCommand, answer: StoredAnswer, stats: WorkerStats) -> None:
+        if not answer.reported:
             return
         try:
             event = self._client.action_result(
                 command,
-                result.succeeded,
-                result.evidence,
-                event_type=result.event_type,
-                evidence_ref=result.evidence_ref,
-                event_time=result.completed_at,
+                answer.succeeded,
+                answer.evidence,
+                event_type=answer.event_type,
+                evidence_ref=answer.evidence_ref,
+                event_time=answer.completed_at,
             )
         except (ProducersError, WireError) as exc:
             # The handler's answer fits no result event: retrying cannot fix it.
@@ -367,6 +578,40 @@ class CapabilityWorker:
         if len(self._seen) > self._capacity:
             self._seen.popitem(last=False)
         return False
+
+
+def _stored(result: ActionResult | None) -> StoredAnswer:
+    if result is None:
+        return StoredAnswer(reported=False)
+    return StoredAnswer(
+        reported=True,
+        succeeded=result.succeeded,
+        evidence=result.evidence,
+        event_type=result.event_type,
+        evidence_ref=result.evidence_ref,
+        completed_at=result.completed_at,
+    )
+
+
+def drill_answer(command: CapabilityCommand) -> ActionResult | None:
+    """What a worker reports for a drill's command instead of executing it: a
+    verification answers `verify_outcome` (deterministic from the operation id, so the
+    drill picks an id for the outcome its scenario needs), a retry, compensation or
+    containment succeeds, and any other kind reports nothing, as the demo handlers do.
+    The evidence reference `drill:<command id>` shows the handler was not called."""
+    reference = f"drill:{command.command_id}"
+    if command.kind == "verify":
+        found = verify_outcome(command) == "found"
+        return ActionResult(
+            succeeded=True,
+            evidence=EvidencePayload(
+                outcome="applied" if found else "not_applied", reference=reference
+            ),
+            evidence_ref=reference,
+        )
+    if command.kind in RESULT_EVENTS:
+        return ActionResult(succeeded=True, evidence_ref=reference)
+    return None
 
 
 def _header_pairs(raw: Any) -> list[tuple[str, bytes | None]]:

@@ -29,7 +29,7 @@ from schemas.codec import (
     JsonCodec,
     WireDecoder,
 )
-from schemas.command import CapabilityCommand
+from schemas.command import DRILL_OPERATION_PREFIX, CapabilityCommand, is_drill_operation
 from schemas.deployment import (
     DEFAULT_CONTROLLER_ID,
     DEFAULT_TOPICS,
@@ -108,6 +108,7 @@ __all__ = [
     "DEFAULT_CONTROLLER_ID",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_TOPICS",
+    "DRILL_OPERATION_PREFIX",
     "ENV_CONTROLLER_ID",
     "ENV_CONTROLLER_SIGNING_KEY_FILE",
     "ENV_DATABASE_URL",
@@ -166,6 +167,7 @@ __all__ = [
     "event_to_json",
     "event_to_record",
     "header_value",
+    "is_drill_operation",
     "kafka_config",
     "librdkafka_logger",
     "needs_published_time",

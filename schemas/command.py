@@ -12,12 +12,22 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from machines import Invocation, Lineage, canonical_bytes
 from schemas.errors import WireCode, WireError
 
-__all__ = ["CapabilityCommand"]
+__all__ = ["DRILL_OPERATION_PREFIX", "CapabilityCommand", "is_drill_operation"]
+
+# Operations whose id starts with this are response drills (`recoveryctl drill`,
+# CONFORMANCE L4.6): the controller decides them like any other, and every command it
+# emits for them carries the id, so a worker answers them without touching the world.
+DRILL_OPERATION_PREFIX: Final = "drill-"
+
+
+def is_drill_operation(operation_id: str) -> bool:
+    """Whether `operation_id` names a drill (see `DRILL_OPERATION_PREFIX`)."""
+    return operation_id.startswith(DRILL_OPERATION_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +51,11 @@ class CapabilityCommand:
     issued_at: datetime
     deadline: datetime | None = None
     idempotency_key: str | None = None
+
+    @property
+    def drill(self) -> bool:
+        """Whether this command belongs to a drill operation: answer it, never act."""
+        return is_drill_operation(self.operation_id)
 
     @classmethod
     def from_invocation(

@@ -1,24 +1,26 @@
 """A capability worker survives a crash: the example of docs/capability-worker.md.
 
 A worker reads `recovery.commands` in its own consumer group, executes each command of
-the capabilities it serves once by command id, and reports the result as an event whose
+the capabilities it serves at most once by command id (its execution store claims the
+id on disk before the handler runs), and reports the result as an event whose
 causation is the command id. This example shows what that buys when the worker dies:
 
 1. A procurement tool reports TOOL_TIMEOUT, declaring its idempotency key.
 2. Worker 1 answers the verify command "not applied"; the controller commands a retry.
-3. Worker 1 executes the retry (the request is created and the command id is stored
-   with its result), then crashes before reporting. Its consumer never commits the
-   offset of that command.
-4. Worker 2 starts in the same group and gets the command again. It finds the command
-   id in the store, does not create the request a second time, and reports the stored
-   result; the controller completes the operation.
+3. Worker 1 claims the retry in its store, creates the request, then crashes before
+   recording or reporting it. Its consumer never commits the offset of that command.
+4. Worker 2 starts in the same group, on the same store (the restarted process), and
+   gets the command again. The store says it was in flight: worker 2 does not create
+   the request a second time and reports the retry's outcome as unknown
+   (`RETRY_FAILED`, `outcome-unknown:<command id>`). The machine does not retry on an
+   unknown outcome: it verifies again; worker 2 finds the request and the controller
+   completes the operation.
 
-The procurement system and the worker's store are in-memory stand-ins (in a real worker
-the store is a table written in the same transaction as the effect, or the downstream
-system's own idempotency key); the crash is simulated by raising an exception that is
-not an `Exception` out of the handler, which leaves `CapabilityWorker.run` without
-committing, as a kill would. Everything else is the real system: Kafka, the controller
-and relay started by `recoveryctl run`, PostgreSQL.
+The procurement system is an in-memory stand-in; the worker's store is the real one
+(`producers.ExecutionStore`, SQLite in a temporary folder); the crash is simulated by
+raising an exception that is not an `Exception` out of the handler, which leaves
+`CapabilityWorker.run` without committing, as a kill would. Everything else is the real
+system: Kafka, the controller and relay started by `recoveryctl run`, PostgreSQL.
 
 Run it against the local stack (docs/capability-worker.md, "Run the example"):
 
@@ -39,6 +41,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -51,7 +54,14 @@ from example_keys import TOOL, WORKER, signer
 
 from ledger import PostgresLedger, UnknownOperation
 from machines import DeclaredFacts, EvidencePayload, Lineage, Scope
-from producers import ActionResult, CapabilityWorker, EventPublisher, Handler, RecoveryClient
+from producers import (
+    ActionResult,
+    CapabilityWorker,
+    EventPublisher,
+    ExecutionStore,
+    Handler,
+    RecoveryClient,
+)
 from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, CapabilityCommand
 
 GROUP: Final = "guide-capability-worker"  # the workers' own consumer group
@@ -59,7 +69,7 @@ MACHINE_NAME: Final = "procurement-request"
 MACHINE_VERSION: Final = "1.0.0"
 VERIFY: Final = "procurement.verify-request"
 CREATE: Final = "procurement.create-request"
-EXPECTED_PATH: Final = ("failure-reported", "verifying", "retrying", "completed")
+EXPECTED_PATH: Final = ("failure-reported", "verifying", "retrying", "verifying", "completed")
 
 
 def say(text: str) -> None:
@@ -95,13 +105,12 @@ class Procurement:
 
 
 class Handlers:
-    """The worker's handlers and its store of executed commands, shared by worker 1 and
-    worker 2 as a database would be: it outlives the process that crashed."""
+    """The worker's handlers; `deliveries` counts each command id the retry handler was
+    called with (the worker's store must keep it at one)."""
 
     def __init__(self, system: Procurement, operation_id: str) -> None:
         self.system = system
         self.operation_id = operation_id
-        self.executed: dict[str, ActionResult] = {}  # command id -> result (durable)
         self.deliveries: Counter[str] = Counter()
         self.crash_after_effect = True
         self.name = "worker-1"
@@ -130,22 +139,15 @@ class Handlers:
         )
 
     def create(self, command: CapabilityCommand) -> ActionResult | None:
-        """An effect: executed once per command id, whatever the deliveries."""
+        """An effect: the worker calls it at most once per command id, whatever the
+        deliveries (its store claimed the id before this call)."""
         if command.operation_id != self.operation_id:
             return None
         self.deliveries[command.command_id] += 1
-        stored = self.executed.get(command.command_id)
-        if stored is not None:
-            say(
-                f"{self.name}: {command.command_id} redelivered; already executed, "
-                "reporting the stored result"
-            )
-            return stored
         if command.idempotency_key is None:
             return ActionResult(succeeded=False, evidence_ref="coupa:no-idempotency-key")
         request = self.system.create(command.idempotency_key)
         result = ActionResult(succeeded=True, evidence_ref=f"coupa:request:{request}")
-        self.executed[command.command_id] = result  # with the effect, atomically
         say(
             f"{self.name}: executed {command.command_id}: created {request} "
             f"with key {command.idempotency_key}"
@@ -158,31 +160,39 @@ class Handlers:
 
 
 def start_worker(
-    bootstrap: str, handlers: Handlers, stop: threading.Event, keys: Path
+    bootstrap: str, handlers: Handlers, stop: threading.Event, keys: Path, store: Path
 ) -> threading.Thread:
-    """One worker process, as a thread: its own publisher, consumer and dedupe window."""
+    """One worker process, as a thread: its own publisher, consumer and dedupe window,
+    on the execution store at `store` (a restarted process opens the same file). Returns
+    once the worker has its partitions (a new group starts at the end of the topic)."""
+    publisher = EventPublisher(bootstrap, signer=signer(keys, WORKER))
+    executions = ExecutionStore(store)
+    worker = CapabilityWorker(
+        bootstrap,
+        GROUP,
+        RecoveryClient(publisher, WORKER),
+        handlers.table(),
+        poll_timeout=0.2,
+        store=executions,
+    )
 
     def run() -> None:
-        with EventPublisher(bootstrap, signer=signer(keys, WORKER)) as publisher:
-            worker = CapabilityWorker(
-                bootstrap,
-                GROUP,
-                RecoveryClient(publisher, WORKER),
-                handlers.table(),
-                poll_timeout=0.2,
-            )
-            try:
-                stats = worker.run(stop)
-            except SimulatedCrash:
-                say(f"{handlers.name}: gone; the offset of its last command is not committed")
-                return
-            say(
-                f"{handlers.name}: stopped after {stats.executed} command(s), "
-                f"{stats.reported} result(s) reported"
-            )
+        try:
+            stats = worker.run(stop)
+        except SimulatedCrash:
+            say(f"{handlers.name}: gone; the offset of its last command is not committed")
+            return
+        finally:
+            publisher.close()
+            executions.close()
+        say(
+            f"{handlers.name}: stopped after {stats.executed} command(s) executed, "
+            f"{stats.outcome_unknown} in flight before, {stats.reported} result(s) reported"
+        )
 
     thread = threading.Thread(target=run, name=handlers.name)
     thread.start()
+    worker.assigned.wait(timeout=60)
     return thread
 
 
@@ -241,14 +251,14 @@ def check(decisions: Sequence[Mapping[str, Any]], handlers: Handlers) -> list[st
     problems = []
     if tuple(path) != EXPECTED_PATH:
         problems.append(f"path {' -> '.join(path) or '(none)'}, expected {EXPECTED_PATH}")
-    retries = [c for c, n in handlers.deliveries.items() if n == 2]
-    if len(handlers.deliveries) != 1 or len(retries) != 1:
-        problems.append(f"retry deliveries {dict(handlers.deliveries)}, expected one command twice")
-    results = [d["event"] for d in decisions if d["event"]["type"] == "RETRY_SUCCEEDED"]
-    if retries and [(e["id"], e["causation"]) for e in results] != [
-        (f"result:{retries[0]}", retries[0])
+    retries = list(handlers.deliveries)
+    if list(handlers.deliveries.values()) != [1]:
+        problems.append(f"retry handler calls {dict(handlers.deliveries)}, expected one, once")
+    results = [d["event"] for d in decisions if d["event"]["type"].startswith("RETRY_")]
+    if retries and [(e["type"], e["id"], e["causation"]) for e in results] != [
+        ("RETRY_FAILED", f"result:{retries[0]}", retries[0])
     ]:
-        problems.append(f"retry results {results}, expected one caused by {retries[0]}")
+        problems.append(f"retry results {results}, expected one unknown outcome of {retries[0]}")
     if handlers.system.created != 1:
         problems.append(f"{handlers.system.created} requests created, expected 1")
     return problems
@@ -259,15 +269,16 @@ def play(bootstrap: str, database_url: str, timeout: float, keys: Path) -> int:
     operation_id = f"op-worker-{uuid.uuid4().hex[:8]}"
     handlers = Handlers(Procurement(), operation_id)
     stop = threading.Event()
+    store = Path(tempfile.mkdtemp(prefix="guide-worker-")) / "executions.sqlite"
     ledger = PostgresLedger(database_url, min_size=1, max_size=1)
     try:
-        first = start_worker(bootstrap, handlers, stop, keys)
+        first = start_worker(bootstrap, handlers, stop, keys, store)
         report_timeout(bootstrap, operation_id, f"req-{operation_id}", keys)
         crashed = wait_until("worker 1 to crash", lambda: not first.is_alive(), timeout)
         if crashed:
             handlers.name = "worker-2"
             say("worker-2: starting in the same group")
-            second = start_worker(bootstrap, handlers, stop, keys)
+            second = start_worker(bootstrap, handlers, stop, keys, store)
             wait_until(
                 "the operation to complete",
                 lambda: state_of(ledger, operation_id) == EXPECTED_PATH[-1],
@@ -285,7 +296,7 @@ def play(bootstrap: str, database_url: str, timeout: float, keys: Path) -> int:
         say(f"FAILED: {problem}")
     if problems:
         return 1
-    say("OK: the retry ran once across the crash, its result was reported once, completed")
+    say("OK: the retry ran once across the crash, its unknown outcome was verified, completed")
     return 0
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -49,7 +50,14 @@ from example_keys import TOOL, WORKER, signer
 
 from ledger import PostgresLedger, UnknownOperation
 from machines import DeclaredFacts, EvidencePayload, Lineage, Scope
-from producers import ActionResult, CapabilityWorker, EventPublisher, Handler, RecoveryClient
+from producers import (
+    ActionResult,
+    CapabilityWorker,
+    EventPublisher,
+    ExecutionStore,
+    Handler,
+    RecoveryClient,
+)
 from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, CapabilityCommand
 
 WORKER_GROUP: Final = "guide-tool-timeout-worker"
@@ -217,6 +225,8 @@ def play(bootstrap: str, database_url: str, timeout: float, keys: Path) -> int:
     with (
         EventPublisher(bootstrap, signer=signer(keys, TOOL)) as tool_publisher,
         EventPublisher(bootstrap, signer=signer(keys, WORKER)) as worker_publisher,
+        # The worker's record of what it executed (a file it owns in a real deployment).
+        ExecutionStore(Path(tempfile.mkdtemp()) / "executions.sqlite") as store,
     ):
         runner = CapabilityWorker(
             bootstrap,
@@ -224,10 +234,13 @@ def play(bootstrap: str, database_url: str, timeout: float, keys: Path) -> int:
             RecoveryClient(worker_publisher, WORKER),
             worker.handlers(),
             poll_timeout=0.2,
+            store=store,
         )
         thread = threading.Thread(target=runner.run, args=(stop,), name="worker")
         thread.start()
         try:
+            # A new group starts at the end of the topic: report once it has its partitions.
+            runner.assigned.wait(timeout=60)
             report_timeout(RecoveryClient(tool_publisher, TOOL), api, operation_id, key)
             wait_for_state(ledger, operation_id, EXPECTED_PATH[-1], timeout)
         finally:

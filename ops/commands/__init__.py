@@ -18,6 +18,7 @@ from ops.commands import (
     db,
     demo,
     dlq,
+    drill,
     keys,
     lineage,
     machines,
@@ -55,3 +56,4 @@ COMMANDS.extend([operations.register, review.register, keys.register])
 COMMANDS.extend([dlq.register, policy.register, replay.register])
 COMMANDS.append(console.register)
 COMMANDS.append(offsets.register)
+COMMANDS.append(drill.register)

@@ -35,6 +35,7 @@ from machines import awaits_human
 from ops.commands.db import add_ledger_options
 from ops.commands.output import open_inspector, print_json, table
 from ops.commands.rules import LoadedRules, add_rules_options, load_rules_or_report, parse_duration
+from schemas import is_drill_operation
 
 __all__ = ["register", "run_list", "run_show", "timeline"]
 
@@ -151,6 +152,8 @@ def run_list(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
 def _summary_json(op: OperationSummary, waiting: bool | None) -> dict[str, Any]:
     return {
         "operation_id": op.operation_id,
+        # A response drill's operation (`recoveryctl drill`), not an incident.
+        "drill": is_drill_operation(op.operation_id),
         "correlation_id": op.correlation_id,
         "machine": {
             "name": op.machine_name,

@@ -196,9 +196,13 @@ def test_capability_worker_executes_a_redelivered_command_once_after_a_crash(
             r"^worker-1: crashing before reporting the result$",
             r"^worker-1: gone; the offset of its last command is not committed$",
             r"^worker-2: starting in the same group$",
-            r"^worker-2: \S+:2:0 redelivered; already executed, reporting the stored result$",
-            r"^ledger: RETRY_SUCCEEDED \(event result:(\S+:2:0), causation \S+:2:0\): "
-            r"retrying -> completed$",
+            r"^worker-2: verify \S+:3:0: applied$",
+            r"^worker-2: stopped after 1 command\(s\) executed, 1 in flight before, "
+            r"2 result\(s\) reported$",
+            r"^ledger: RETRY_FAILED \(event result:(\S+:2:0), causation \S+:2:0\): "
+            r"retrying -> verifying$",
+            r"^ledger: VERIFICATION_FOUND \(event result:(\S+:3:0), causation \S+:3:0\): "
+            r"verifying -> completed$",
             r"^OK: the retry ran once across the crash",
         ],
     )

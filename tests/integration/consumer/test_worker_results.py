@@ -43,6 +43,7 @@ from tests.integration.wire.kafka_read import headers_of, read_messages
 from tests.support.commands import worker_roster
 from tests.support.kafka import TopicFactory
 from tests.support.producers import signers
+from tests.support.worker import fresh_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -83,6 +84,8 @@ def _work_until(
             RecoveryClient(publisher, producer=VERIFIER),
             {"payment.verify-refund": _verify},
             roster=worker_roster(),
+            store=fresh_store(),
+            start="earliest",
             poll_timeout=0.2,
         )
         thread = threading.Thread(target=lambda: stats.append(worker.run(stop)))

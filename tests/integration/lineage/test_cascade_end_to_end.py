@@ -41,6 +41,7 @@ from tests.support.commands import worker_roster
 from tests.support.kafka import TopicFactory
 from tests.support.producers import roster_document, signers
 from tests.support.scopes import catalogue_scope
+from tests.support.worker import fresh_store
 
 pytestmark = pytest.mark.integration
 
@@ -263,6 +264,8 @@ def test_descendant_task_cancellation_cascades_through_a_killed_controller_and_n
         {"agent.stop-task": revocations.stop, "credentials.revoke-delegation": revocations.revoke},
         topics=stack.topics,
         roster=worker_roster(),
+        store=fresh_store(),
+        start="earliest",
     )
     stop_worker = threading.Event()
     worker_thread = threading.Thread(target=worker.run, args=(stop_worker,), daemon=True)

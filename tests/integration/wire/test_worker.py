@@ -33,6 +33,7 @@ from tests.integration.wire.kafka_read import headers_of, read_messages
 from tests.support.commands import controller_signer, send_command, worker_roster
 from tests.support.kafka import TopicFactory
 from tests.support.producers import signers
+from tests.support.worker import fresh_store
 
 pytestmark = pytest.mark.integration
 
@@ -87,6 +88,8 @@ def test_the_worker_executes_a_command_once_and_reports_its_result_as_an_event(
             demo_handlers(),
             poll_timeout=0.2,
             roster=worker_roster(),
+            store=fresh_store(),
+            start="earliest",
         )
         thread = threading.Thread(target=lambda: stats.append(worker.run(stop)))
         thread.start()
@@ -148,6 +151,8 @@ def test_a_handler_that_raises_is_reported_as_a_failed_action(
             {"agent.stop-task": broken},
             poll_timeout=0.2,
             roster=worker_roster(),
+            store=fresh_store(),
+            start="earliest",
         )
         thread = threading.Thread(target=worker.run, args=(stop,))
         thread.start()
@@ -192,6 +197,8 @@ def test_a_result_that_cannot_be_queued_stops_the_run_uncommitted_and_is_not_los
         RecoveryClient(stuck, producer="worker-payments"),
         demo_handlers(),
         roster=worker_roster(),
+        store=fresh_store(),
+        start="earliest",
         poll_timeout=0.2,
     )
 
@@ -228,6 +235,8 @@ def test_a_result_that_cannot_be_queued_stops_the_run_uncommitted_and_is_not_los
             RecoveryClient(publisher, producer="worker-payments"),
             demo_handlers(),
             roster=worker_roster(),
+            store=fresh_store(),
+            start="earliest",
             poll_timeout=0.2,
         )
         thread = threading.Thread(target=lambda: stats.append(again.run(stop)))

@@ -31,6 +31,7 @@ from tests.support.commands import controller_signer, send_command, worker_roste
 from tests.support.kafka import TopicFactory
 from tests.support.producers import signers
 from tests.support.roles import poll_until
+from tests.support.worker import fresh_store
 
 pytestmark = pytest.mark.integration
 
@@ -97,6 +98,8 @@ def _worker(
             },
             topics=topics,
             poll_timeout=0.2,
+            store=fresh_store(),
+            start="earliest",
             **kw,  # type: ignore[arg-type]
         )
         thread = threading.Thread(target=lambda: stats.append(worker.run(stop)))

@@ -1,0 +1,219 @@
+"""The capability worker's own record of what it executed, by command id.
+
+A worker that crashes after its handler acted and before the result was acknowledged
+gets the command again. Without a record it would act again; with this one it never
+does: before the handler runs, the worker *claims* the command id in a durable store,
+and after the handler returns it records the answer with the claim. On a redelivery:
+
+- a command recorded as **done** is not executed: the recorded answer is reported
+  again, which builds the same result event (event id `result:<command id>`, the same
+  event time and evidence), so the controller counts it as a duplicate;
+- a command still **claimed** was in flight when the worker died: whether its effect
+  happened is unknown, so it is not executed either and is reported as an *unknown
+  outcome* (the worker's `ActionResult.unknown`): SPEC §7, a possible side effect of
+  unknown outcome is never retried directly; the machine goes to verification or a
+  human.
+
+The store is SQLite (the standard library's `sqlite3`) in WAL mode with
+`synchronous=FULL`, so a claim is on disk (fsync) before the handler runs and a
+recorded answer before its result is published. One store belongs to one worker
+process; members of a group on several hosts each keep their own, which is enough
+because a partition's commands go to one member at a time and a moved partition starts
+from the group's committed offsets (docs/capability-worker.md, "The execution store").
+The path comes from `RECOVERY_WORKER_STORE` (`from_env`) or is passed in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import TypeAdapter
+
+from machines import EvidencePayload
+from producers.errors import ProducersError
+
+__all__ = ["ENV_WORKER_STORE", "Execution", "ExecutionState", "ExecutionStore", "StoredAnswer"]
+
+ENV_WORKER_STORE: Final = "RECOVERY_WORKER_STORE"
+
+_EVIDENCE: Final = TypeAdapter(EvidencePayload)
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS executions (
+    command_id  TEXT PRIMARY KEY,
+    capability  TEXT NOT NULL,
+    state       TEXT NOT NULL CHECK (state IN ('claimed', 'done')),
+    claimed_at  TEXT NOT NULL,
+    done_at     TEXT,
+    answer      TEXT
+)
+"""
+
+
+class ExecutionState(StrEnum):
+    """Where a command id stands in the store."""
+
+    CLAIMED = "claimed"  # the handler was (or may have been) running
+    DONE = "done"  # the handler returned; its answer is recorded
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAnswer:
+    """A handler's answer as recorded: the fields of `ActionResult` (`reported` False
+    when the handler answered None: nothing to report)."""
+
+    reported: bool
+    succeeded: bool = False
+    evidence: EvidencePayload | None = None
+    event_type: str | None = None
+    evidence_ref: str | None = None
+    completed_at: datetime | None = None
+
+    def to_json(self) -> str:
+        """The answer as the JSON text the store keeps."""
+        return json.dumps(
+            {
+                "reported": self.reported,
+                "succeeded": self.succeeded,
+                "evidence": None
+                if self.evidence is None
+                else _EVIDENCE.dump_python(self.evidence, mode="json"),
+                "event_type": self.event_type,
+                "evidence_ref": self.evidence_ref,
+                "completed_at": None
+                if self.completed_at is None
+                else self.completed_at.isoformat(),
+            },
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> StoredAnswer:
+        """The answer from the store's JSON text."""
+        data: Mapping[str, Any] = json.loads(text)
+        evidence = data.get("evidence")
+        completed = data.get("completed_at")
+        return cls(
+            reported=bool(data["reported"]),
+            succeeded=bool(data["succeeded"]),
+            evidence=None if evidence is None else _EVIDENCE.validate_python(evidence),
+            event_type=data.get("event_type"),
+            evidence_ref=data.get("evidence_ref"),
+            completed_at=None if completed is None else datetime.fromisoformat(completed),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """One command id's record."""
+
+    command_id: str
+    capability: str
+    state: ExecutionState
+    claimed_at: datetime
+    answer: StoredAnswer | None = None
+
+
+class ExecutionStore:
+    """A durable record of executions by command id (SQLite, WAL, fsync on commit).
+    Thread-safe; use one per worker process, and `close` it when done."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # FULL: every commit is fsynced, so a claim survives a power cut before the
+            # handler acts (WAL's default, NORMAL, may lose the last commits).
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise ProducersError(f"worker execution store {self.path}: {exc}") from exc
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ExecutionStore:
+        """The store at `RECOVERY_WORKER_STORE`; raises `ProducersError` naming the
+        variable when it is unset (a worker without a store could execute twice)."""
+        env = os.environ if environ is None else environ
+        path = env.get(ENV_WORKER_STORE)
+        if not path:
+            raise ProducersError(
+                "the worker records every execution by command id before running it and "
+                f"has no store: set {ENV_WORKER_STORE} to a file path the worker owns "
+                "(SQLite; it must survive restarts), or pass `store=`"
+            )
+        return cls(path)
+
+    def lookup(self, command_id: str) -> Execution | None:
+        """The record of `command_id`, or None when it was never claimed."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT capability, state, claimed_at, answer FROM executions WHERE command_id = ?",
+                (command_id,),
+            ).fetchone()
+        if row is None:
+            return None
+        capability, state, claimed_at, answer = row
+        return Execution(
+            command_id=command_id,
+            capability=capability,
+            state=ExecutionState(state),
+            claimed_at=datetime.fromisoformat(claimed_at),
+            answer=None if answer is None else StoredAnswer.from_json(answer),
+        )
+
+    def claim(self, command_id: str, capability: str, at: datetime | None = None) -> bool:
+        """Claim `command_id` durably before executing it. True when this call claimed
+        it; False when it was already claimed or done (then do not execute)."""
+        when = (at or datetime.now(UTC)).isoformat()
+        with self._lock:
+            cursor = self._db.execute(
+                "INSERT INTO executions (command_id, capability, state, claimed_at)"
+                " VALUES (?, ?, 'claimed', ?) ON CONFLICT (command_id) DO NOTHING",
+                (command_id, capability, when),
+            )
+        return cursor.rowcount == 1
+
+    def record(self, command_id: str, answer: StoredAnswer, at: datetime | None = None) -> None:
+        """Record the handler's answer for a claimed `command_id` (durably, before the
+        result is published)."""
+        when = (at or datetime.now(UTC)).isoformat()
+        with self._lock:
+            cursor = self._db.execute(
+                "UPDATE executions SET state = 'done', done_at = ?, answer = ?"
+                " WHERE command_id = ? AND state = 'claimed'",
+                (when, answer.to_json(), command_id),
+            )
+        if cursor.rowcount != 1:
+            raise ProducersError(f"command {command_id}: no claim to record an answer on")
+
+    def counts(self) -> dict[str, int]:
+        """How many command ids are claimed and done."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT state, count(*) FROM executions GROUP BY state"
+            ).fetchall()
+        found = {str(state): int(n) for state, n in rows}
+        return {state.value: found.get(state.value, 0) for state in ExecutionState}
+
+    def close(self) -> None:
+        """Close the database."""
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> ExecutionStore:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
