@@ -506,10 +506,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tests.faults.crashrun", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("--events", type=int, default=CrashPlan.events)
-    parser.add_argument("--kills", type=int, default=CrashPlan.kills)
+    default = CrashPlan()
+    parser.add_argument("--events", type=int, default=default.events)
+    parser.add_argument("--kills", type=int, default=default.kills)
     parser.add_argument("--seed", type=int, default=None, help="default: a random one, printed")
-    parser.add_argument("--rate", type=float, default=CrashPlan.rate, help="records/s produced")
+    parser.add_argument("--rate", type=float, default=default.rate, help="records/s produced")
     parser.add_argument(
         "--log-dir", type=Path, default=None, help="role logs (default: a new folder)"
     )
