@@ -19,9 +19,10 @@ while, at random moments drawn from a seeded RNG:
   black-holes the link for a while (bytes held, new connections parked), then refuses
   it (open connections reset, new ones reset on accept).
 
-Each fault happens once in its own slice of the feeding time; kills land anywhere,
-during the other faults too. A role that exits by itself is an anomaly (and is
-restarted). Then the stream is drained, the roles are stopped, and `checker.check_run`
+The five other faults happen once each, one after another, each in its own slice of
+the feeding time; kills land anywhere, during them too. A role that exits by itself is
+an anomaly (and is restarted), except a start that gave up on an unreachable database,
+which is counted. Then the stream is drained, the roles are stopped, and `checker.check_run`
 checks the history; the command prints the fault counts, the checker's counts and every
 anomaly, and exits 0 only when there is none. `tests/faults/test_crashrun.py` runs a
 CI-sized version; docs/faults.md has the full run's figures.
@@ -58,7 +59,7 @@ from tests.faults.stream import FaultRun, Feeder, drain, workload
 from tests.faults.verify import progress
 from tests.support.kafka import TopicFactory
 from tests.support.keys import ensure_controller_key
-from tests.support.services import _SECURITY_VARIABLES, service_root
+from tests.support.services import SECURITY_VARIABLES, service_root
 
 __all__ = ["CrashPlan", "CrashResult", "crash_run", "main"]
 
@@ -179,7 +180,7 @@ class Services:
 def _as_admin_of(broker: KafkaBroker) -> Iterator[None]:
     """Every client of this process and its children connects as `broker`'s admin."""
     assert broker.security is not None
-    saved = {name: os.environ.pop(name) for name in _SECURITY_VARIABLES if name in os.environ}
+    saved = {name: os.environ.pop(name) for name in SECURITY_VARIABLES if name in os.environ}
     os.environ[ENV_KAFKA_CONFIG_FILE] = str(broker.security.client_file("admin"))
     try:
         yield
@@ -516,8 +517,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
-    # The feeder's client logs each broker disconnect as a warning: the faults are meant.
+    # The feeder's client logs every failed connect while the broker is down (as
+    # ERROR): the faults are meant, and the progress lines say what happens.
     logging.basicConfig(level=logging.ERROR)
+    logging.getLogger("librdkafka").setLevel(logging.CRITICAL)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
     plan = CrashPlan(events=args.events, kills=args.kills, seed=seed, rate=args.rate)
     log_dir = args.log_dir or Path(service_root("crashrun-logs"))
