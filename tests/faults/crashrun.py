@@ -10,8 +10,8 @@ relay connects directly). A feeder produces the benchmark workload at a steady r
 while, at random moments drawn from a seeded RNG:
 
 - the controller and the relay are SIGKILLed (`--kills` in all: each roll takes the
-  relay, the controller or both) and restarted at once, as a supervisor would; a
-  controller is killed again only once its successor has been assigned partitions;
+  relay, the controller or both) and restarted at once, as a supervisor would; a roll
+  that takes the controller waits until its current one has been assigned partitions;
 - the broker is killed with SIGKILL and started again on the same folder and ports;
 - PostgreSQL is shut down immediately (SIGQUIT to the postmaster: no checkpoint, crash
   recovery at the next start) and started again on the same port;
@@ -54,7 +54,7 @@ from ops.postgres import PostgresServer, start_postgres
 from schemas import ENV_KAFKA_CONFIG_FILE
 from tests.faults.checker import CheckReport, check_run
 from tests.faults.netproxy import NetProxy
-from tests.faults.processes import RoleProcess, log_tail, wait_until
+from tests.faults.processes import FaultError, RoleProcess, log_tail, wait_until
 from tests.faults.stream import FaultRun, Feeder, drain, workload
 from tests.faults.verify import progress
 from tests.support.kafka import TopicFactory
@@ -301,6 +301,7 @@ class _Run:
         self.controller_url = (
             f"postgresql://{services.postgres.user}@127.0.0.1:{proxy.port}/{_DATABASE}"
         )
+        self._targets: list[str] | None = None  # a kill roll waiting for its moment
         self.roles: dict[str, RoleProcess] = {}
         for role in ("controller", "relay"):
             self.roles[role] = self._start(role)
@@ -361,15 +362,24 @@ class _Run:
         mean = 0.9 * self.plan.feeding / max(1.0, self.plan.kills / 1.2)
         return self.rng.uniform(0.2 * mean, 1.8 * mean)
 
-    def kill_roll(self) -> str:
+    def kill_roll(self) -> str | None:
         """SIGKILL the relay (50 %), the controller (30 %) or both (20 %), restarting
-        each at once; a controller not yet assigned partitions is spared this roll."""
-        roll = self.rng.random()
-        targets = (
-            ["relay"] if roll < 0.5 else ["controller"] if roll < 0.8 else ["controller", "relay"]
-        )
-        if not self.roles["controller"].assigned:
-            targets = ["relay"]
+        each at once. A roll that takes a controller not yet assigned partitions waits
+        (None: nothing killed; the same targets next call), so that kills land across a
+        member's whole life rather than all before it joins."""
+        if self._targets is None:
+            roll = self.rng.random()
+            self._targets = (
+                ["relay"]
+                if roll < 0.5
+                else ["controller"]
+                if roll < 0.8
+                else ["controller", "relay"]
+            )
+        targets = self._targets
+        if "controller" in targets and not self.roles["controller"].assigned:
+            return None
+        self._targets = None
         for role in targets:
             self.roles[role].kill()
             self.faults.kills[role] += 1
@@ -423,13 +433,20 @@ def _inject(state: _Run, feeder: Feeder) -> None:
     next_kill = started + state.kill_interval()
     last_print = 0.0
     faults = state.schedule
+    give_up = started + 3 * plan.feeding + 600
     while not feeder.done or state.kills < plan.kills or not faults.done:
         now = time.monotonic()
+        if now > give_up:
+            raise FaultError(
+                f"after {now - started:.0f}s: {state.kills}/{plan.kills} kills, faults "
+                f"{'done' if faults.done else 'pending'}, {feeder.sent:,} produced"
+            )
         faults.step(now - started)
         if state.kills < plan.kills and now >= next_kill:
             what = state.kill_roll()
-            say(f"kill {state.kills}/{plan.kills} ({what})")
-            next_kill = now + state.kill_interval()
+            if what is not None:
+                say(f"kill {state.kills}/{plan.kills} ({what})")
+                next_kill = now + state.kill_interval()
         state.supervise()
         if now - last_print > 5:
             last_print = now
