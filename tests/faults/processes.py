@@ -97,6 +97,11 @@ class RoleProcess:
                 log.write(line)
                 log.flush()
 
+    @property
+    def assigned(self) -> bool:
+        """Whether the controller has logged a partition assignment yet."""
+        return self._assigned.is_set()
+
     def alive(self) -> bool:
         """Whether the process is still running (a stopped process counts as running)."""
         return self._proc.poll() is None

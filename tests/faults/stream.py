@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from ops.bench.workload import BENCH_POLICY, BenchRecord, WorkloadSpec, WorkloadStats, generate
 from producers import EventPublisher
@@ -140,9 +140,14 @@ class Feeder:
         records: Sequence[BenchRecord],
         rate: float,
         say: Callable[[str], None] = print,
+        *,
+        producer_config: Mapping[str, Any] | None = None,
     ) -> None:
+        # `producer_config`: client settings over the publisher's defaults (a run that
+        # kills its broker waits longer for a delivery than the default 30 s).
         self.records = records
         self.rate = rate
+        self.producer_config = dict(producer_config or {})
         self.sent = 0
         self.error: BaseException | None = None
         self._run = run
@@ -176,7 +181,10 @@ class Feeder:
         started = time.monotonic()
         try:
             with EventPublisher(
-                self._run.bootstrap, signer=signers(), topics=self._run.topics
+                self._run.bootstrap,
+                signer=signers(),
+                topics=self._run.topics,
+                producer_config=self.producer_config,
             ) as publisher:
                 for n, record in enumerate(self.records, start=1):
                     delay = started + n / self.rate - time.monotonic()

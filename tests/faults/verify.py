@@ -51,12 +51,16 @@ __all__ = [
     "RunReport",
     "activity",
     "applied_once",
+    "as_stored",
     "audit_chains_verify",
     "dead_letter_reasons",
+    "first_difference",
     "outputs_complete",
     "progress",
     "read_topic",
     "replay_matches_ledger",
+    "replayer",
+    "stored_decisions",
     "verify_run",
 ]
 
@@ -213,7 +217,9 @@ class ReplayReport:
     duplicates: int
 
 
-def _stored_decisions(database_url: str) -> dict[str, list[dict[str, Any]]]:
+def stored_decisions(database_url: str) -> dict[str, list[dict[str, Any]]]:
+    """Every stored decision record (`Decision.to_dict` as jsonb), per operation in
+    sequence order."""
     by_op: dict[str, list[dict[str, Any]]] = defaultdict(list)
     with psycopg.connect(database_url, autocommit=True) as conn:
         for op, decision in conn.execute(
@@ -223,14 +229,14 @@ def _stored_decisions(database_url: str) -> dict[str, list[dict[str, Any]]]:
     return dict(by_op)
 
 
-def _normal(data: Mapping[str, Any]) -> Any:
-    # The stored form went through JSON (jsonb); compare like with like.
+def as_stored(data: Mapping[str, Any]) -> Any:
+    """`data` as it reads back from a jsonb column, to compare like with like."""
     return json.loads(json.dumps(data, sort_keys=True, default=str))
 
 
-def replay_matches_ledger(bootstrap: str, database_url: str, topics: TopicNames) -> ReplayReport:
-    """Replay the input through the core and compare with the ledger (module
-    docstring); raises `FaultError` quoting the first mismatches."""
+def replayer(bootstrap: str, database_url: str) -> tuple[Intake, dict[str, Simulation]]:
+    """The controller's intake and one decision core per catalogue machine
+    (`name@version`), loaded as a fault run's controller loads them (the bench policy)."""
     settings = ControllerSettings(
         bootstrap=bootstrap, database_url=database_url, policy_path=BENCH_POLICY, demo_mode=True
     )
@@ -240,7 +246,14 @@ def replay_matches_ledger(bootstrap: str, database_url: str, topics: TopicNames)
         key: Simulation(m, rules.registry, rules.policy, guard_table=rules.guard_table)
         for key, m in machines.items()
     }
-    stored = _stored_decisions(database_url)
+    return intake, sims
+
+
+def replay_matches_ledger(bootstrap: str, database_url: str, topics: TopicNames) -> ReplayReport:
+    """Replay the input through the core and compare with the ledger (module
+    docstring); raises `FaultError` quoting the first mismatches."""
+    intake, sims = replayer(bootstrap, database_url)
+    stored = stored_decisions(database_url)
     decided_at = {
         d["event"]["id"]: datetime.fromisoformat(d["decided_at"])
         for decisions in stored.values()
@@ -267,11 +280,11 @@ def replay_matches_ledger(bootstrap: str, database_url: str, topics: TopicNames)
         if decision.outcome in (Outcome.DUPLICATE, Outcome.CONFLICT):
             duplicates += 1
             continue
-        replayed[event.operation_id].append(_normal(decision.to_dict()))
+        replayed[event.operation_id].append(as_stored(decision.to_dict()))
     for op in sorted(set(replayed) | set(stored)):
-        want, got = replayed.get(op, []), [_normal(d) for d in stored.get(op, [])]
+        want, got = replayed.get(op, []), [as_stored(d) for d in stored.get(op, [])]
         if want != got:
-            problems.append(_first_difference(op, want, got))
+            problems.append(first_difference(op, want, got))
     ledger = PostgresLedger(database_url, max_size=1)
     try:
         views = ledger.load_views(sorted(replayed))
@@ -313,7 +326,8 @@ def _sorted_lists(data: Mapping[str, Any]) -> dict[str, Any]:
     return {k: sorted(v, key=str) if isinstance(v, list) else v for k, v in data.items()}
 
 
-def _first_difference(op: str, want: Sequence[Any], got: Sequence[Any]) -> str:
+def first_difference(op: str, want: Sequence[Any], got: Sequence[Any]) -> str:
+    """The first way two decision lists of `op` differ, for a message."""
     if len(want) != len(got):
         return (
             f"operation {op}: replay decides {len(want)} events "

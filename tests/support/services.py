@@ -44,6 +44,7 @@ from schemas import (
 )
 
 __all__ = [
+    "SECURITY_VARIABLES",
     "SecuredBroker",
     "ServiceLease",
     "lease_kafka",
@@ -53,7 +54,8 @@ __all__ = [
     "service_root",
 ]
 
-_SECURITY_VARIABLES: Final = (
+# The Kafka client security settings: a client file or its parts.
+SECURITY_VARIABLES: Final = (
     ENV_KAFKA_CONFIG_FILE,
     ENV_KAFKA_SECURITY_PROTOCOL,
     ENV_KAFKA_SASL_MECHANISM,
@@ -109,7 +111,7 @@ def lease_kafka() -> ServiceLease:
     except StackError as exc:
         pytest.fail(f"local Kafka broker for this test run did not start: {exc}", pytrace=False)
     assert broker.security is not None
-    saved = {name: os.environ.pop(name) for name in _SECURITY_VARIABLES if name in os.environ}
+    saved = {name: os.environ.pop(name) for name in SECURITY_VARIABLES if name in os.environ}
     os.environ[ENV_KAFKA_CONFIG_FILE] = str(broker.security.client_file("admin"))
 
     def release() -> None:
