@@ -64,6 +64,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="add the 200,000-event backlog to the memory phase (several minutes)",
     )
     parser.add_argument(
+        "--members",
+        default="1",
+        help="numbers of controller processes to drain a backlog with, one group "
+        "(comma-separated; 1 is the saturation phase): throughput and CPU per record by "
+        "number of members",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="record py-spy profiles of the controller and relay during saturation and "
+        "rank the statements with pg_stat_statements",
+    )
+    parser.add_argument(
         "--json-out",
         type=Path,
         default=Path(tempfile.gettempdir()) / "recovery-bench" / "bench.json",
@@ -94,6 +107,11 @@ def _ints(text: str, flag: str) -> tuple[int, ...]:
 def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> BenchConfig:
     rates = _ints(args.rates, "--rates")
     backlogs = _ints(args.memory_backlogs, "--memory-backlogs")
+    members = _ints(args.members, "--members")
+    # A member beyond the partitions would sit idle; --quick uses at most 3.
+    partitions = min(args.partitions, 3) if args.quick else args.partitions
+    if max(members) > partitions:
+        raise ValueError(f"--members {args.members}: at most the partitions ({partitions})")
     if args.full_memory and 200_000 not in backlogs:
         backlogs = (*backlogs, 200_000)
     if args.quick:
@@ -101,7 +119,7 @@ def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> Benc
             bootstrap,
             database_url,
             events=_QUICK_EVENTS,
-            partitions=min(args.partitions, 3),
+            partitions=partitions,
             rates=rates,
             latency_seconds=1.0,
             memory_backlogs=(150, 300),
@@ -109,6 +127,8 @@ def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> Benc
             phase_timeout=20.0,
             settle_seconds=2.0,
             keep_on_failure=args.keep_on_failure,
+            members=members,
+            profile=args.profile,
         )
     if args.events < 1 or args.partitions < 1:
         raise ValueError("--events and --partitions must be at least 1")
@@ -121,6 +141,8 @@ def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> Benc
         latency_seconds=args.latency_seconds,
         memory_backlogs=backlogs,
         keep_on_failure=args.keep_on_failure,
+        members=members,
+        profile=args.profile,
     )
 
 
@@ -190,5 +212,8 @@ def _command_line(args: argparse.Namespace) -> str:
         parts += ["--memory-backlogs", args.memory_backlogs]
         if args.full_memory:
             parts.append("--full-memory")
-    parts += ["--rates", args.rates, "--json-out", str(args.json_out)]
+    parts += ["--rates", args.rates, "--members", args.members]
+    if args.profile:
+        parts.append("--profile")
+    parts += ["--json-out", str(args.json_out)]
     return shlex.join(parts)

@@ -14,6 +14,13 @@
    the moment its last command is readable.
 5. **Memory**: for each backlog size, the controller and relay are stopped, the backlog
    is loaded, fresh processes drain it; their peak RSS (VmHWM) is recorded per size.
+6. **Scaling** (`members`): for each number of controllers above one, a fresh backlog
+   of `events` records is drained by that many controller processes in the run's
+   group (each a static member) and one relay. One controller is the saturation phase.
+
+Every drain (2, 5, 6) also reports the CPU each process kind used per record
+(`ops.bench.cpu`); with `profile`, the saturation drain is profiled
+(`ops.bench.profile`).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 from ledger import (
     OutboxWatch,
@@ -42,6 +50,8 @@ from ledger import (
 )
 from ops.bench.baseline_pipeline import TopicTail, create_topic, delete_topics, run_baseline
 from ops.bench.baseline_sink import BaselineSink
+from ops.bench.cpu import CpuWatch, cpu_figures
+from ops.bench.profile import PySpy, StatementStats, py_spy_path
 from ops.bench.roles import BenchError, RoleProcess
 from ops.bench.workload import (
     BENCH_POLICY,
@@ -89,6 +99,10 @@ class BenchConfig:
     interleave: int = 64
     keep_on_failure: bool = False
     settle_seconds: float = 30.0
+    # Controller processes per scaling phase (`--members`); 1 is the saturation phase.
+    members: tuple[int, ...] = (1,)
+    # py-spy and pg_stat_statements over the saturation phase (`--profile`).
+    profile: bool = False
 
 
 @dataclass
@@ -102,6 +116,8 @@ class BenchResult:
     saturation: dict[str, Any] = field(default_factory=dict)
     latency: list[dict[str, Any]] = field(default_factory=list)
     memory: list[dict[str, Any]] = field(default_factory=list)
+    scaling: list[dict[str, Any]] = field(default_factory=list)
+    profile: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -114,8 +130,10 @@ class _Run:
     group: str
     say: Progress
     produced: int = 0
-    controller: RoleProcess | None = None
+    controllers: list[RoleProcess] = field(default_factory=list)
     relay: RoleProcess | None = None
+    cpu: CpuWatch | None = None
+    statements: StatementStats | None = None
     # One publisher for the whole run, as a tool keeps one: a new idempotent producer
     # holds its first records until it has a producer id from the broker (about 0.5 s
     # with librdkafka here), which a latency phase would otherwise count as the first
@@ -139,41 +157,69 @@ class _Run:
             env[f"RECOVERY_TOPIC_{name.upper()}"] = getattr(self.topics, name)
         return env
 
-    def start_roles(self, label: str) -> None:
+    def start_roles(self, label: str, members: int = 1, *, static: bool = False) -> None:
+        """Start one relay and `members` controllers in the run's group; `static` gives
+        each controller a group.instance.id (`bench-<run>-member-<i>`, the same i in
+        every phase, so that a member of an earlier phase is replaced at once rather
+        than waited for)."""
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
         label = label.replace(" ", "-").replace(",", "")
         self.relay = RoleProcess(
-            "relay", self.env(), self.config.log_dir / f"{self.run_id}-{label}-relay.log"
+            "relay",
+            {**self.env(), "RECOVERY_DATABASE_URL": _named(self.url, "bench-relay")},
+            self.config.log_dir / f"{self.run_id}-{label}-relay.log",
         )
-        self.controller = RoleProcess(
-            "controller",
-            {
+        signing_key = os.environ.get(ENV_CONTROLLER_SIGNING_KEY_FILE) or str(
+            stack_key(f"bench-{self.run_id}", self.config.log_dir)
+        )
+        self.controllers = []
+        for index in range(1, members + 1):
+            name = "controller" if members == 1 else f"controller-{index}"
+            env = {
                 **self.env(),
-                "RECOVERY_CONTROLLER_INSTANCE_ID": f"bench-{self.run_id}-{label}",
+                # Each member's sessions are named, to count their server backends' CPU.
+                "RECOVERY_DATABASE_URL": _named(self.url, f"bench-{name}"),
+                "RECOVERY_CONTROLLER_INSTANCE_ID": f"bench-{self.run_id}-{label}-{index}",
                 # The benchmark's scratch database is reached with the URL it was given,
                 # usually a superuser's; the controller refuses that unless told to.
                 "RECOVERY_CONTROLLER_ALLOW_SUPERUSER": "1",
                 # It signs every record it emits, as in production: with the key the
                 # environment names, else a scratch key of the run's own.
-                ENV_CONTROLLER_SIGNING_KEY_FILE: os.environ.get(ENV_CONTROLLER_SIGNING_KEY_FILE)
-                or str(stack_key(f"bench-{self.run_id}", self.config.log_dir)),
-            },
-            self.config.log_dir / f"{self.run_id}-{label}-controller.log",
-        )
+                ENV_CONTROLLER_SIGNING_KEY_FILE: signing_key,
+            }
+            if static:
+                env["RECOVERY_CONTROLLER_GROUP_INSTANCE_ID"] = f"bench-{self.run_id}-member-{index}"
+            self.controllers.append(
+                RoleProcess(
+                    "controller",
+                    env,
+                    self.config.log_dir / f"{self.run_id}-{label}-{name}.log",
+                    name=name,
+                )
+            )
         self.relay.start()
-        self.controller.start()
+        for controller in self.controllers:
+            controller.start()
+
+    @property
+    def controller(self) -> RoleProcess | None:
+        """The first (or only) controller of the running roles."""
+        return self.controllers[0] if self.controllers else None
+
+    def roles(self) -> list[RoleProcess]:
+        """The running role processes, controllers first."""
+        return [*self.controllers, *([self.relay] if self.relay is not None else [])]
 
     def stop_roles(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for role in (self.controller, self.relay):
-            if role is not None:
-                status = role.stop()
-                out[role.role] = {
-                    "peak_rss_mb": _mb(role.peak_rss),
-                    "exit_status": status,
-                    "rss_samples_mb": _downsample([_mb(s.rss) for s in role.samples]),
-                }
-        self.controller = self.relay = None
+        for role in self.roles():
+            status = role.stop()
+            out[role.name] = {
+                "peak_rss_mb": _mb(role.peak_rss),
+                "exit_status": status,
+                "rss_samples_mb": _downsample([_mb(s.rss) for s in role.samples]),
+            }
+        self.controllers, self.relay = [], None
         return out
 
 
@@ -193,6 +239,9 @@ def run_bench(config: BenchConfig, say: Progress) -> BenchResult:
         }
     )
     run = _Run(config, run_id, url, topics, f"bench-{run_id}", say)
+    run.cpu = CpuWatch(url, database, _port(config.bootstrap))
+    if config.profile:
+        py_spy_path()  # fails now, not after the baseline, when py-spy is missing
     keep = False
     try:
         migrate_database(url)
@@ -207,6 +256,7 @@ def run_bench(config: BenchConfig, say: Progress) -> BenchResult:
         raise
     finally:
         run.stop_roles()
+        result.notes += run.cpu.notes
         if keep:
             say(f"kept database {database} and topics bench-{run_id}.* for inspection")
         else:
@@ -222,8 +272,21 @@ def _phases(run: _Run, result: BenchResult) -> None:
     expected = _load(run, generate(spec, stats), "saturation backlog")
     result.workload = _workload_dict(stats)
     result.baseline = _baseline(run, stats.records)
+    if config.profile:
+        # Before the roles start: tracking applies to the sessions opened afterwards.
+        run.statements = StatementStats(run.url, f"bench_{run.run_id}")
+        run.statements.enable()
+        if run.statements.note:
+            result.notes.append(run.statements.note)
     with _tail(run) as tail:
-        result.saturation = _drain(run, tail, "saturation", stats.records, expected)
+        result.saturation = _drain(
+            run,
+            tail,
+            "saturation",
+            stats.records,
+            expected,
+            profile=result.profile if config.profile else None,
+        )
         base = result.baseline["events_per_second"]
         result.saturation["ratio_to_baseline"] = round(
             result.saturation["events_per_second"] / base, 3
@@ -233,6 +296,14 @@ def _phases(run: _Run, result: BenchResult) -> None:
         result.saturation["roles"] = run.stop_roles()
         for size in config.memory_backlogs:
             result.memory.append(_memory(run, tail, size))
+        result.scaling.append(
+            {"members": 1, "phase": "saturation", **_scaling_row(result.saturation)}
+        )
+        # Ascending, so that each phase's static members replace the last phase's at once
+        # (`_Run.start_roles`); a member left over from a larger phase would hold its
+        # partitions for a session timeout.
+        for members in sorted(set(config.members) - {1}):
+            result.scaling.append(_scaling(run, tail, members))
 
 
 class _tail:
@@ -350,18 +421,38 @@ def _baseline(run: _Run, records: int) -> dict[str, Any]:
 
 
 def _drain(
-    run: _Run, tail: TopicTail, label: str, records: int, expected: dict[str, str]
+    run: _Run,
+    tail: TopicTail,
+    label: str,
+    records: int,
+    expected: dict[str, str],
+    *,
+    members: int = 1,
+    profile: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Start the roles on a loaded backlog and time it until it is decided and every
-    expected command is readable."""
-    run.say(f"{label}: starting controller and relay on a backlog of {records:,} records")
+    """Start the roles (`members` controllers, static members when more than one) on a
+    loaded backlog and time it until it is decided and every expected command is
+    readable; the CPU every process kind used meanwhile (`ops.bench.cpu`). With
+    `profile` (a dict to fill), py-spy records the controller and the relay and
+    pg_stat_statements counts the statements over the same window."""
+    who = "controller" if members == 1 else f"{members} controllers"
+    run.say(f"{label}: starting {who} and relay on a backlog of {records:,} records")
     # The tail reads the dead-letter topic for the whole run: count this phase's only.
     _settle_tail(tail, run.topics.dlq)
     letters_before = tail.count(run.topics.dlq)
-    run.start_roles(label)
-    assert run.controller is not None
-    started = run.controller.wait_assigned(120.0)
-    done = _wait_done(run, tail, label, expected, started)
+    stored_before = run.produced - records
+    if profile is not None and run.statements is not None:
+        run.statements.mark()  # before the roles can run a statement
+    run.start_roles(label, members, static=members > 1)
+    assert run.cpu is not None
+    started = min(c.wait_assigned(120.0) for c in run.controllers)
+    spy = _start_profile(run, label) if profile is not None else None
+    cpu_start = run.cpu.snapshot(_pids(run), at=time.time())
+    progress: list[tuple[float, int]] = []
+    done = _wait_done(run, tail, label, expected, started, progress)
+    cpu_end = run.cpu.snapshot(_pids(run), at=time.time())
+    if spy is not None and profile is not None:
+        _stop_profile(run, spy, profile, records)
     _settle_tail(tail, run.topics.dlq)
     seen = tail.commands()
     missing = _missing(tail, expected)
@@ -370,6 +461,13 @@ def _drain(
     last_command = max((seen[c] for c in expected if c in seen), default=started)
     end = max(last_command, done)
     seconds = max(end - started, 1e-9)
+    # Each controller's CPU counts from its own first assignment: start-up is not work
+    # per event, and a member that joins later has none before it.
+    role_starts = {
+        c.name: c.cpu_at_assigned for c in run.controllers if c.cpu_at_assigned is not None
+    }
+    cpu = cpu_figures(cpu_start, cpu_end, records, role_starts=role_starts)
+    all_assigned = max(c.assigned_at or started for c in run.controllers)
     run.say(f"{label}: {records / seconds:,.0f} records/s ({seconds:.2f}s)", keep=True)
     return {
         "records": records,
@@ -380,17 +478,97 @@ def _drain(
         "seconds": round(seconds, 3),
         "events_per_second": round(records / seconds, 1),
         "dead_letters_seen": tail.count(run.topics.dlq) - letters_before,
+        "members": members,
+        "all_assigned_after_s": round(all_assigned - started, 3),
+        "steady_events_per_second": _steady(
+            progress, all_assigned, end, stored_before, run.produced
+        ),
+        "cpu": cpu,
     }
 
 
+def _pids(run: _Run) -> dict[str, int]:
+    return {role.name: role.pid for role in run.roles()}
+
+
+def _steady(
+    progress: list[tuple[float, int]], since: float, end: float, before: int, total: int
+) -> float:
+    """Records per second from `since` (every member assigned) to `end`: the records
+    the stored offsets had not yet covered at `since`, over the time they took."""
+    covered = before
+    for at, stored in progress:
+        if at > since:
+            break
+        covered = stored
+    if end <= since:
+        return 0.0
+    return round((total - covered) / (end - since), 1)
+
+
+def _start_profile(run: _Run, label: str) -> PySpy:
+    spy = PySpy(run.config.log_dir / f"{run.run_id}-{label}-profile")
+    assert run.controller is not None
+    assert run.relay is not None
+    spy.start("controller", run.controller.pid)
+    spy.start("relay", run.relay.pid)
+    run.say(f"{label}: py-spy recording the controller and the relay")
+    return spy
+
+
+def _stop_profile(run: _Run, spy: PySpy, profile: dict[str, Any], records: int) -> None:
+    run.say("profile: writing the py-spy recordings")
+    profile["py_spy"] = spy.stop()
+    if run.statements is not None:
+        profile["statements"] = run.statements.top(records)
+        profile["statements_note"] = run.statements.note
+    profile["records"] = records
+
+
+def _scaling(run: _Run, tail: TopicTail, members: int) -> dict[str, Any]:
+    """A backlog of `events` fresh records drained by `members` controller processes
+    of one group and one relay: throughput and CPU per event by number of members."""
+    stats = WorkloadStats()
+    label = f"scaling x{members}"
+    spec = WorkloadSpec(
+        run.run_id, f"m{members}", run.config.events, interleave=run.config.interleave
+    )
+    expected = _load(run, generate(spec, stats), f"{label} backlog")
+    drained = _drain(run, tail, label, stats.records, expected, members=members)
+    drained["roles"] = run.stop_roles()
+    return {"members": members, "phase": label, **_scaling_row(drained)}
+
+
+def _scaling_row(drained: dict[str, Any]) -> dict[str, Any]:
+    keys = (
+        "records",
+        "seconds",
+        "events_per_second",
+        "steady_events_per_second",
+        "all_assigned_after_s",
+        "commands_missing",
+        "cpu",
+    )
+    row = {k: drained[k] for k in keys}
+    if "roles" in drained:
+        row["peak_rss_mb"] = {n: r["peak_rss_mb"] for n, r in drained["roles"].items()}
+    return row
+
+
 def _wait_done(
-    run: _Run, tail: TopicTail, label: str, expected: dict[str, str], started: float
+    run: _Run,
+    tail: TopicTail,
+    label: str,
+    expected: dict[str, str],
+    started: float,
+    progress: list[tuple[float, int]] | None = None,
 ) -> float:
     """Wait until the ledger's stored offsets account for every produced record and
     every expected command is readable. A command that never comes ends the wait once
     the offsets are complete and the outbox is empty, or its backlog (rows held back by
     an unpublishable one) has not moved for `settle_seconds`; it is reported missing.
-    Returns when the offsets got there (`time.time()`)."""
+    Returns when the offsets got there (`time.time()`); `progress` gets (time, stored
+    offsets) at each poll until then."""
     ledger = PostgresLedger(run.url, max_size=1)
     watch = OutboxWatch(run.url)
     deadline = time.monotonic() + run.config.phase_timeout
@@ -401,6 +579,8 @@ def _wait_done(
         while time.monotonic() < deadline:
             if offsets_done is None:
                 stored = sum(ledger.offsets(run.group, run.topics.events).values())
+                if progress is not None:
+                    progress.append((time.time(), stored))
                 if stored >= run.produced:
                     offsets_done = time.time()
             seen = tail.commands()
@@ -458,10 +638,10 @@ def _missing(tail: TopicTail, expected: dict[str, str]) -> list[str]:
 
 
 def _check_alive(run: _Run) -> None:
-    for role in (run.controller, run.relay):
-        if role is not None and role.exit_code() is not None:
+    for role in run.roles():
+        if role.exit_code() is not None:
             raise BenchError(
-                f"{role.role} exited with status {role.exit_code()} mid-phase; see {role.log_path}"
+                f"{role.name} exited with status {role.exit_code()} mid-phase; see {role.log_path}"
             )
 
 
@@ -598,6 +778,8 @@ def _config_dict(config: BenchConfig) -> dict[str, Any]:
         "latency_seconds": config.latency_seconds,
         "memory_backlogs": list(config.memory_backlogs),
         "batch_max_records": config.batch_max_records,
+        "members": sorted({1, *config.members}),
+        "profile": config.profile,
     }
 
 
@@ -610,6 +792,21 @@ def _downsample(values: list[float], points: int = 60) -> list[float]:
         return values
     step = len(values) / points
     return [values[int(i * step)] for i in range(points)]
+
+
+def _named(url: str, application_name: str) -> str:
+    """`url` with its sessions named `application_name` (`pg_stat_activity`)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return f"{url}{'&' if '?' in url else '?'}application_name={application_name}"
+    return make_conninfo(url, application_name=application_name)
+
+
+def _port(bootstrap: str) -> int | None:
+    """The port of the first bootstrap server, for finding the broker's process."""
+    try:
+        return int(bootstrap.split(",", 1)[0].rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return None
 
 
 def _delete_topics(bootstrap: str, topics: TopicNames) -> None:
