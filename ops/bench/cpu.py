@@ -87,9 +87,8 @@ def machine_cpu() -> float:
 
 
 def _pids() -> Iterable[int]:
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            yield int(entry.name)
+    with os.scandir("/proc") as entries:
+        return [int(entry.name) for entry in entries if entry.name.isdigit()]
 
 
 def listening_pid(port: int) -> int | None:
@@ -114,12 +113,19 @@ def listening_pid(port: int) -> int | None:
         return None
     for pid in _pids():
         try:
-            for fd in os.scandir(f"/proc/{pid}/fd"):
-                if os.readlink(fd.path) in inodes:
+            with os.scandir(f"/proc/{pid}/fd") as fds:
+                if any(_link(fd.path) in inodes for fd in fds):
                     return pid
         except OSError:
             continue
     return None
+
+
+def _link(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # closed since the listing
+        return ""
 
 
 def postmaster_pid(url: str) -> int | None:

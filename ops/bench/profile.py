@@ -103,7 +103,8 @@ def top_functions(document: Mapping[str, Any], top: int = _TOP) -> dict[str, Any
     total = 0
     for profile in document["profiles"]:
         stacks = [stack for stack in profile["samples"] if stack]
-        entry = len(min(stacks, key=len)) if stacks else 0
+        # Never the innermost frame of the shortest stack: a thread seen in one place.
+        entry = len(min(stacks, key=len)) - 1 if stacks else 0
         for stack in stacks:
             for depth, (a, b) in enumerate(zip(stack, stacks[0], strict=False)):
                 if a != b:

@@ -245,18 +245,22 @@ def _scaling_lines(scaling: list[dict[str, Any]]) -> list[str]:
     lines = [
         "",
         f"{'scaling (controllers, one relay)':<34}{'records':>10}{'seconds':>10}{'ev/s':>10}"
-        f"{'steady':>10}{'joined s':>10}",
+        f"{'load s':>10}{'ev/s/ctl':>10}",
     ]
     for row in scaling:
         label = f"  {row['members']} controller{'s' if row['members'] > 1 else ''}"
         if row["phase"] == "saturation":
             label += " (saturation)"
+        load = row.get("load_seconds")
         lines.append(
             f"{label:<34}{row['records']:>10,}{row['seconds']:>10.2f}"
-            f"{row['events_per_second']:>10,.0f}{row['steady_events_per_second']:>10,.0f}"
-            f"{row['all_assigned_after_s']:>10.2f}"
+            f"{row['events_per_second']:>10,.0f}{'-' if load is None else f'{load:.2f}':>10}"
+            f"{row['events_per_second'] / row['members']:>10,.0f}"
         )
-    lines.append("  steady: from the last member's first assignment (joined s after the first's)")
+    lines.append(
+        "  the members join first, then the backlog is produced (load s); a drain not much"
+    )
+    lines.append("  longer than its load was bounded by the producer")
     return lines
 
 
@@ -280,15 +284,17 @@ def _cpu_lines(scaling: list[dict[str, Any]]) -> list[str]:
                 if figure is None
                 else f"{figure['us_per_event']:>8,.0f} ({figure['cores_busy']:.2f})"
             )
-        lines.append(f"{'  ' + str(row['members']):<16}" + "".join(cells))
+        label = "1 (saturation)" if row["phase"] == "saturation" else str(row["members"])
+        lines.append(f"{'  ' + label:<16}" + "".join(cells))
     for row in rows:
         cpu = row["cpu"]
         backends = ", ".join(
             f"{kind} {figure['us_per_event']:,.0f}"
             for kind, figure in cpu["database_backends"].items()
         )
+        label = "1 (saturation)" if row["phase"] == "saturation" else str(row["members"])
         lines.append(
-            f"  {row['members']}: pipeline {cpu['pipeline_us_per_event']:,.0f} µs/record "
+            f"  {label}: pipeline {cpu['pipeline_us_per_event']:,.0f} µs/record "
             f"(controllers, relay, broker, postgres) = {cpu['events_per_core_second']:,.0f} "
             f"records/s per core if only CPU limited it; machine busy "
             f"{cpu['machine']['cores_busy']:.2f} cores; postgres backends of the bench "

@@ -73,10 +73,11 @@ class RoleProcess:
     samples: list[MemorySample] = field(default_factory=list)
     assigned_at: float | None = None
     cpu_at_assigned: float | None = None
+    # The latest assignment it logged (a rebalance can assign more than once).
+    last_assigned_at: float | None = None
     _proc: subprocess.Popen[str] | None = None
     _threads: list[threading.Thread] = field(default_factory=list)
     _done: threading.Event = field(default_factory=threading.Event)
-    _assigned: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.name = self.name or self.role
@@ -115,10 +116,11 @@ class RoleProcess:
         assert self._proc.stderr is not None
         with log:
             for line in self._proc.stderr:
+                if _ASSIGNED in line:
+                    self.last_assigned_at = time.time()
                 if self.assigned_at is None and _ASSIGNED in line:
                     self.assigned_at = time.time()
                     self.cpu_at_assigned = process_cpu(self._proc.pid)
-                    self._assigned.set()
                 log.write(line)
 
     def _sample(self) -> None:
@@ -128,19 +130,6 @@ class RoleProcess:
                 return
             self.samples.append(sample)
             self._done.wait(self.sample_every)
-
-    def wait_assigned(self, timeout: float) -> float:
-        """When the controller first logged an assignment; raises `BenchError` if it
-        did not within `timeout` seconds (or exited)."""
-        deadline = time.monotonic() + timeout
-        while not self._assigned.wait(0.1):
-            if self.exit_code() is not None or time.monotonic() > deadline:
-                raise BenchError(
-                    f"{self.role} (pid {self.pid}) was not assigned partitions within "
-                    f"{timeout:.0f}s (exit status {self.exit_code()}); see {self.log_path}"
-                )
-        assert self.assigned_at is not None
-        return self.assigned_at
 
     def exit_code(self) -> int | None:
         """The exit status once the process has ended, else None."""

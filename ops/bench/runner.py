@@ -14,9 +14,9 @@
    the moment its last command is readable.
 5. **Memory**: for each backlog size, the controller and relay are stopped, the backlog
    is loaded, fresh processes drain it; their peak RSS (VmHWM) is recorded per size.
-6. **Scaling** (`members`): for each number of controllers above one, a fresh backlog
-   of `events` records is drained by that many controller processes in the run's
-   group (each a static member) and one relay. One controller is the saturation phase.
+6. **Scaling** (`members`): for each number of controllers, that many controller
+   processes of the run's group (each a static member) and one relay join, then a
+   fresh backlog of `events` records is produced and drained (`_scaling`).
 
 Every drain (2, 5, 6) also reports the CPU each process kind used per record
 (`ops.bench.cpu`); with `profile`, the saturation drain is profiled
@@ -99,8 +99,8 @@ class BenchConfig:
     interleave: int = 64
     keep_on_failure: bool = False
     settle_seconds: float = 30.0
-    # Controller processes per scaling phase (`--members`); 1 is the saturation phase.
-    members: tuple[int, ...] = (1,)
+    # Controller processes of each scaling phase (`--members`); none: no scaling phase.
+    members: tuple[int, ...] = ()
     # py-spy and pg_stat_statements over the saturation phase (`--profile`).
     profile: bool = False
 
@@ -296,13 +296,11 @@ def _phases(run: _Run, result: BenchResult) -> None:
         result.saturation["roles"] = run.stop_roles()
         for size in config.memory_backlogs:
             result.memory.append(_memory(run, tail, size))
-        result.scaling.append(
-            {"members": 1, "phase": "saturation", **_scaling_row(result.saturation)}
-        )
+        result.scaling.append(_saturation_row(result.saturation))
         # Ascending, so that each phase's static members replace the last phase's at once
         # (`_Run.start_roles`); a member left over from a larger phase would hold its
         # partitions for a session timeout.
-        for members in sorted(set(config.members) - {1}):
+        for members in sorted(set(config.members)):
             result.scaling.append(_scaling(run, tail, members))
 
 
@@ -427,29 +425,24 @@ def _drain(
     records: int,
     expected: dict[str, str],
     *,
-    members: int = 1,
     profile: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Start the roles (`members` controllers, static members when more than one) on a
-    loaded backlog and time it until it is decided and every expected command is
-    readable; the CPU every process kind used meanwhile (`ops.bench.cpu`). With
-    `profile` (a dict to fill), py-spy records the controller and the relay and
-    pg_stat_statements counts the statements over the same window."""
-    who = "controller" if members == 1 else f"{members} controllers"
-    run.say(f"{label}: starting {who} and relay on a backlog of {records:,} records")
+    """Start the roles on a loaded backlog and time it until it is decided and every
+    expected command is readable; the CPU every process kind used meanwhile
+    (`ops.bench.cpu`). With `profile` (a dict to fill), py-spy records the controller
+    and the relay and pg_stat_statements counts the statements over the same window."""
+    run.say(f"{label}: starting controller and relay on a backlog of {records:,} records")
     # The tail reads the dead-letter topic for the whole run: count this phase's only.
     _settle_tail(tail, run.topics.dlq)
     letters_before = tail.count(run.topics.dlq)
-    stored_before = run.produced - records
     if profile is not None and run.statements is not None:
         run.statements.mark()  # before the roles can run a statement
-    run.start_roles(label, members, static=members > 1)
+    run.start_roles(label)
     assert run.cpu is not None
-    started = min(c.wait_assigned(120.0) for c in run.controllers)
+    started = _first_assigned(run, 120.0)
     spy = _start_profile(run, label) if profile is not None else None
     cpu_start = run.cpu.snapshot(_pids(run), at=time.time())
-    progress: list[tuple[float, int]] = []
-    done = _wait_done(run, tail, label, expected, started, progress)
+    done = _wait_done(run, tail, label, expected, started)
     cpu_end = run.cpu.snapshot(_pids(run), at=time.time())
     if spy is not None and profile is not None:
         _stop_profile(run, spy, profile, records)
@@ -461,13 +454,11 @@ def _drain(
     last_command = max((seen[c] for c in expected if c in seen), default=started)
     end = max(last_command, done)
     seconds = max(end - started, 1e-9)
-    # Each controller's CPU counts from its own first assignment: start-up is not work
-    # per event, and a member that joins later has none before it.
+    # The controller's CPU counts from its first assignment: start-up is not work per
+    # record.
     role_starts = {
         c.name: c.cpu_at_assigned for c in run.controllers if c.cpu_at_assigned is not None
     }
-    cpu = cpu_figures(cpu_start, cpu_end, records, role_starts=role_starts)
-    all_assigned = max(c.assigned_at or started for c in run.controllers)
     run.say(f"{label}: {records / seconds:,.0f} records/s ({seconds:.2f}s)", keep=True)
     return {
         "records": records,
@@ -478,32 +469,30 @@ def _drain(
         "seconds": round(seconds, 3),
         "events_per_second": round(records / seconds, 1),
         "dead_letters_seen": tail.count(run.topics.dlq) - letters_before,
-        "members": members,
-        "all_assigned_after_s": round(all_assigned - started, 3),
-        "steady_events_per_second": _steady(
-            progress, all_assigned, end, stored_before, run.produced
-        ),
-        "cpu": cpu,
+        "cpu": cpu_figures(cpu_start, cpu_end, records, role_starts=role_starts),
     }
+
+
+def _first_assigned(run: _Run, timeout: float) -> float:
+    """When the controller first got partitions; raises `BenchError` when it did not
+    within `timeout` seconds or a role exited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        times = [c.assigned_at for c in run.controllers if c.assigned_at is not None]
+        if times:
+            return min(times)
+        _check_alive(run)
+        if time.monotonic() > deadline:
+            controller = run.controllers[0]
+            raise BenchError(
+                f"no controller was assigned partitions within {timeout:.0f}s; see "
+                f"{controller.log_path}"
+            )
+        time.sleep(0.02)
 
 
 def _pids(run: _Run) -> dict[str, int]:
     return {role.name: role.pid for role in run.roles()}
-
-
-def _steady(
-    progress: list[tuple[float, int]], since: float, end: float, before: int, total: int
-) -> float:
-    """Records per second from `since` (every member assigned) to `end`: the records
-    the stored offsets had not yet covered at `since`, over the time they took."""
-    covered = before
-    for at, stored in progress:
-        if at > since:
-            break
-        covered = stored
-    if end <= since:
-        return 0.0
-    return round((total - covered) / (end - since), 1)
 
 
 def _start_profile(run: _Run, label: str) -> PySpy:
@@ -526,33 +515,77 @@ def _stop_profile(run: _Run, spy: PySpy, profile: dict[str, Any], records: int) 
 
 
 def _scaling(run: _Run, tail: TopicTail, members: int) -> dict[str, Any]:
-    """A backlog of `events` fresh records drained by `members` controller processes
-    of one group and one relay: throughput and CPU per event by number of members."""
-    stats = WorkloadStats()
+    """`members` controller processes of one group (each a static member) and one
+    relay drain `events` fresh records: throughput and CPU per record by number of
+    members. The members join first and the group settles (`_settled`), then the
+    backlog is produced at full speed; the phase is timed from the first record
+    produced, so no rebalance falls inside it. `load_seconds` says how long producing
+    took: a phase not much longer than that was bounded by the producer."""
     label = f"scaling x{members}"
+    run.say(f"{label}: starting {members} controllers and relay")
+    _settle_tail(tail, run.topics.dlq)
+    run.start_roles(label, members, static=True)
+    assert run.cpu is not None
+    joined = _settled(run, 120.0)
+    stats = WorkloadStats()
     spec = WorkloadSpec(
         run.run_id, f"m{members}", run.config.events, interleave=run.config.interleave
     )
-    expected = _load(run, generate(spec, stats), f"{label} backlog")
-    drained = _drain(run, tail, label, stats.records, expected, members=members)
-    drained["roles"] = run.stop_roles()
-    return {"members": members, "phase": label, **_scaling_row(drained)}
+    records = list(generate(spec, stats))
+    cpu_start = run.cpu.snapshot(_pids(run), at=time.time())
+    started = time.time()
+    expected = _load(run, records, f"{label} backlog")
+    loaded = time.time()
+    done = _wait_done(run, tail, label, expected, started)
+    cpu_end = run.cpu.snapshot(_pids(run), at=time.time())
+    _settle_tail(tail, run.topics.dlq)
+    seen = tail.commands()
+    missing = _missing(tail, expected)
+    end = max(max((seen[c] for c in expected if c in seen), default=started), done)
+    seconds = max(end - started, 1e-9)
+    run.say(f"{label}: {stats.records / seconds:,.0f} records/s ({seconds:.2f}s)", keep=True)
+    roles = run.stop_roles()
+    return {
+        "members": members,
+        "phase": label,
+        "records": stats.records,
+        "seconds": round(seconds, 3),
+        "events_per_second": round(stats.records / seconds, 1),
+        "load_seconds": round(loaded - started, 3),
+        "join_seconds": round(joined, 3),
+        "commands_missing": len(missing),
+        "commands_missing_examples": missing[:5],
+        "cpu": cpu_figures(cpu_start, cpu_end, stats.records),
+        "peak_rss_mb": {name: role["peak_rss_mb"] for name, role in roles.items()},
+        "exit_status": {name: role["exit_status"] for name, role in roles.items()},
+    }
 
 
-def _scaling_row(drained: dict[str, Any]) -> dict[str, Any]:
-    keys = (
-        "records",
-        "seconds",
-        "events_per_second",
-        "steady_events_per_second",
-        "all_assigned_after_s",
-        "commands_missing",
-        "cpu",
+def _settled(run: _Run, timeout: float, quiet: float = 1.5) -> float:
+    """Wait until every controller has been assigned partitions and none has logged a
+    new assignment for `quiet` seconds; returns how long that took."""
+    began = time.monotonic()
+    deadline = began + timeout
+    while time.monotonic() < deadline:
+        _check_alive(run)
+        latest = [c.last_assigned_at for c in run.controllers]
+        if (
+            all(t is not None for t in latest)
+            and time.time() - max(t for t in latest if t is not None) >= quiet
+        ):
+            return time.monotonic() - began
+        time.sleep(0.05)
+    raise BenchError(
+        f"the {len(run.controllers)} controllers did not all get partitions within "
+        f"{timeout:.0f}s; see {run.config.log_dir}"
     )
-    row = {k: drained[k] for k in keys}
-    if "roles" in drained:
-        row["peak_rss_mb"] = {n: r["peak_rss_mb"] for n, r in drained["roles"].items()}
-    return row
+
+
+def _saturation_row(drained: dict[str, Any]) -> dict[str, Any]:
+    """The saturation drain as the scaling table's reference row (one controller, the
+    backlog loaded before it started, timed from its first assignment)."""
+    keys = ("records", "seconds", "events_per_second", "commands_missing", "cpu")
+    return {"members": 1, "phase": "saturation", **{k: drained[k] for k in keys}}
 
 
 def _wait_done(
@@ -561,14 +594,12 @@ def _wait_done(
     label: str,
     expected: dict[str, str],
     started: float,
-    progress: list[tuple[float, int]] | None = None,
 ) -> float:
     """Wait until the ledger's stored offsets account for every produced record and
     every expected command is readable. A command that never comes ends the wait once
     the offsets are complete and the outbox is empty, or its backlog (rows held back by
     an unpublishable one) has not moved for `settle_seconds`; it is reported missing.
-    Returns when the offsets got there (`time.time()`); `progress` gets (time, stored
-    offsets) at each poll until then."""
+    Returns when the offsets got there (`time.time()`)."""
     ledger = PostgresLedger(run.url, max_size=1)
     watch = OutboxWatch(run.url)
     deadline = time.monotonic() + run.config.phase_timeout
@@ -579,8 +610,6 @@ def _wait_done(
         while time.monotonic() < deadline:
             if offsets_done is None:
                 stored = sum(ledger.offsets(run.group, run.topics.events).values())
-                if progress is not None:
-                    progress.append((time.time(), stored))
                 if stored >= run.produced:
                     offsets_done = time.time()
             seen = tail.commands()
@@ -778,7 +807,7 @@ def _config_dict(config: BenchConfig) -> dict[str, Any]:
         "latency_seconds": config.latency_seconds,
         "memory_backlogs": list(config.memory_backlogs),
         "batch_max_records": config.batch_max_records,
-        "members": sorted({1, *config.members}),
+        "members": sorted(set(config.members)),
         "profile": config.profile,
     }
 
