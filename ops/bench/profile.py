@@ -100,9 +100,11 @@ def top_functions(document: Mapping[str, Any], top: int = _TOP) -> dict[str, Any
     names = [f"{f['name']} ({_short(str(f.get('file') or ''))})" for f in frames]
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
+    threads: Counter[str] = Counter()
     total = 0
     for profile in document["profiles"]:
         stacks = [stack for stack in profile["samples"] if stack]
+        threads[_thread(str(profile.get("name", "")))] += len(stacks)
         # Never the innermost frame of the shortest stack: a thread seen in one place.
         entry = len(min(stacks, key=len)) - 1 if stacks else 0
         for stack in stacks:
@@ -122,7 +124,17 @@ def top_functions(document: Mapping[str, Any], top: int = _TOP) -> dict[str, Any
             for f, n in counts.most_common(top)
         ]
 
-    return {"samples": total, "self": rank(own), "inclusive": rank(inclusive)}
+    return {
+        "samples": total,
+        "threads": dict(threads.most_common()),
+        "self": rank(own),
+        "inclusive": rank(inclusive),
+    }
+
+
+def _thread(name: str) -> str:
+    """py-spy's `Thread 20704 "MainThread"` → `MainThread` (the quoted name, else all)."""
+    return name.split('"')[1] if name.count('"') >= 2 else name
 
 
 def _short(path: str) -> str:

@@ -316,6 +316,8 @@ def _profile_lines(profile: dict[str, Any]) -> list[str]:
             "",
             f"profile of the {name} (saturation, py-spy, {figures['samples']:,} samples of "
             f"running threads): {figures['file']}",
+            "  samples by thread: "
+            + ", ".join(f"{t} {n:,}" for t, n in figures.get("threads", {}).items()),
             f"  {'self %':>7}  function",
         ]
         lines += [f"  {f['percent']:>7.1f}  {f['function']}" for f in figures["self"][:8]]

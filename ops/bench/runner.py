@@ -522,7 +522,8 @@ def _scaling(run: _Run, tail: TopicTail, members: int) -> dict[str, Any]:
     produced, so no rebalance falls inside it. `load_seconds` says how long producing
     took: a phase not much longer than that was bounded by the producer."""
     label = f"scaling x{members}"
-    run.say(f"{label}: starting {members} controllers and relay")
+    who = "1 controller" if members == 1 else f"{members} controllers"
+    run.say(f"{label}: starting {who} and relay")
     _settle_tail(tail, run.topics.dlq)
     run.start_roles(label, members, static=True)
     assert run.cpu is not None

@@ -128,12 +128,17 @@ def test_top_functions_rank_self_and_inclusive_samples_below_the_entry_frames() 
     document = {
         "shared": {"frames": frames},
         "profiles": [
-            {"samples": [[0, 1, 2], [0, 1, 2], [0, 4, 3], [0, 1]], "weights": [0.01] * 4},
-            {"samples": [[3]], "weights": [0.01]},
+            {
+                "name": 'Thread 7 "MainThread"',
+                "samples": [[0, 1, 2], [0, 1, 2], [0, 4, 3], [0, 1]],
+                "weights": [0.01] * 4,
+            },
+            {"name": 'Thread 8 "ledger-worker-0"', "samples": [[3]], "weights": [0.01]},
         ],
     }
     top = top_functions(document)
     assert top["samples"] == 5
+    assert top["threads"] == {"MainThread": 4, "ledger-worker-0": 1}
     own = {f["function"]: f["samples"] for f in top["self"]}
     assert own == {
         "verify (machines/roster.py)": 2,
