@@ -23,7 +23,13 @@ from types import FrameType
 from typing import TextIO
 
 from ledger import LedgerError
-from ops.bench.report import Progress, machine_description, render_table, write_json
+from ops.bench.report import (
+    Progress,
+    code_version,
+    machine_description,
+    render_table,
+    write_json,
+)
 from ops.bench.roles import BenchError
 from ops.bench.runner import BenchConfig, run_bench
 from ops.commands.run import resolve_services
@@ -172,12 +178,14 @@ def _bench(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         print(f"recoveryctl bench: {exc}", file=err)
         return 2
     progress = Progress(err)
+    # The code measured is the code at the start: the tree may change during a long run.
+    commit, load_at_start = code_version(), os.getloadavg()
     # SIGTERM unwinds like Ctrl-C, so the role processes, the scratch database and the
     # topics are cleaned up rather than orphaned.
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         result = run_bench(config, progress)
-        machine = machine_description(database_url)
+        machine = machine_description(database_url, commit, load_at_start)
     except (BenchError, LedgerError, ProducersError, OpsError) as exc:
         progress.done()
         print(f"recoveryctl bench: {exc}", file=err)

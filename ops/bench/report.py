@@ -25,7 +25,14 @@ from ops.bench.baseline_pipeline import kafka_versions
 from ops.bench.baseline_sink import server_version
 from ops.bench.runner import LATENCY_STAGES, BenchResult
 
-__all__ = ["Progress", "machine_description", "render_table", "verdicts", "write_json"]
+__all__ = [
+    "Progress",
+    "code_version",
+    "machine_description",
+    "render_table",
+    "verdicts",
+    "write_json",
+]
 
 TARGET_RATIO: Final = 0.3
 TARGET_RATE: Final = 6_000.0
@@ -81,9 +88,12 @@ class Progress:
             self._out.flush()
 
 
-def machine_description(database_url: str) -> dict[str, Any]:
+def machine_description(
+    database_url: str, commit: str | None = None, load_at_start: tuple[float, ...] = ()
+) -> dict[str, Any]:
     """CPU model, cores, memory, OS, and the versions of Python, the Kafka client, the
-    PostgreSQL server and this repository's commit."""
+    PostgreSQL server and this repository's commit (`commit`, read when the run began,
+    else now); the load average now and `load_at_start`."""
     cpu = "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -107,15 +117,17 @@ def machine_description(database_url: str) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "kafka_client": kafka_versions(),
         "postgresql": server_version(database_url),
-        "commit": _commit(),
+        "commit": commit or code_version(),
         # The machine is shared: a load average above the core count means the figures
         # were taken while other work competed for the CPU.
         "load_average_1_5_15": [round(x, 2) for x in os.getloadavg()],
+        "load_average_at_start": [round(x, 2) for x in load_at_start],
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
 
-def _commit() -> str:
+def code_version() -> str:
+    """This repository's commit, `+uncommitted` when tracked files differ from it."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
