@@ -71,10 +71,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--members",
-        default="1",
-        help="numbers of controller processes to drain a backlog with, one group "
-        "(comma-separated; 1 is the saturation phase): throughput and CPU per record by "
-        "number of members",
+        default="",
+        metavar="N,N,...",
+        help="for each N, N controller processes of one group drain a fresh --events "
+        "backlog: throughput and CPU per record by number of members (default: none)",
     )
     parser.add_argument(
         "--profile",
@@ -113,10 +113,10 @@ def _ints(text: str, flag: str) -> tuple[int, ...]:
 def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> BenchConfig:
     rates = _ints(args.rates, "--rates")
     backlogs = _ints(args.memory_backlogs, "--memory-backlogs")
-    members = _ints(args.members, "--members")
+    members = _ints(args.members, "--members") if args.members.strip() else ()
     # A member beyond the partitions would sit idle; --quick uses at most 3.
     partitions = min(args.partitions, 3) if args.quick else args.partitions
-    if max(members) > partitions:
+    if members and max(members) > partitions:
         raise ValueError(f"--members {args.members}: at most the partitions ({partitions})")
     if args.full_memory and 200_000 not in backlogs:
         backlogs = (*backlogs, 200_000)
@@ -220,7 +220,9 @@ def _command_line(args: argparse.Namespace) -> str:
         parts += ["--memory-backlogs", args.memory_backlogs]
         if args.full_memory:
             parts.append("--full-memory")
-    parts += ["--rates", args.rates, "--members", args.members]
+    parts += ["--rates", args.rates]
+    if args.members.strip():
+        parts += ["--members", args.members]
     if args.profile:
         parts.append("--profile")
     parts += ["--json-out", str(args.json_out)]

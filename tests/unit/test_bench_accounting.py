@@ -3,6 +3,7 @@ ranking of py-spy samples, and the issue #20 verdicts the table prints."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import subprocess
@@ -10,10 +11,12 @@ import sys
 import time
 from typing import Any
 
+import pytest
+
 from ops.bench.cpu import CpuSnapshot, cpu_figures, listening_pid, process_cpu, tree_cpu
 from ops.bench.profile import top_functions
 from ops.bench.report import verdicts
-from ops.bench.runner import BenchResult
+from ops.bench.runner import BenchConfig, BenchResult
 
 
 def _burn(seconds: float) -> None:
@@ -185,3 +188,24 @@ def test_verdicts_hold_issue_20s_targets() -> None:
     assert v["relay_rss"] == {"value": 160.0, "target": 150.0, "met": False}
     assert not v["relay_peak_growth"]["met"]
     assert v["relay_rss_flat_in_drain"]["met"]
+
+
+def _bench_config(*argv: str) -> BenchConfig:
+    import ops.cli  # noqa: F401  (the commands' registry, which imports the bench command)
+    from ops.bench.command import _config, register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    return _config(parser.parse_args(["bench", *argv]), "127.0.0.1:9092", "postgresql://h/d")
+
+
+def test_members_are_none_by_default_and_at_most_the_partitions() -> None:
+    assert _bench_config().members == ()
+    assert _bench_config("--members", "1,2,4").members == (1, 2, 4)
+    assert _bench_config("--members", "1,2,4", "--profile").profile
+    with pytest.raises(ValueError, match="at most the partitions"):
+        _bench_config("--members", "1,8")
+    with pytest.raises(ValueError, match="at most the partitions"):
+        _bench_config("--quick", "--members", "4")  # --quick uses 3 partitions
+    with pytest.raises(ValueError, match="positive"):
+        _bench_config("--members", "0")
