@@ -43,6 +43,7 @@ __all__ = [
 
 _TICK: Final = float(os.sysconf("SC_CLK_TCK"))
 _LISTEN: Final = "0A"
+_FORWARDERS: Final = frozenset({"docker-proxy", "rootlessport", "slirp4netns", "pasta"})
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -115,7 +116,8 @@ def listening_pid(port: int) -> int | None:
         try:
             with os.scandir(f"/proc/{pid}/fd") as fds:
                 if any(_link(fd.path) in inodes for fd in fds):
-                    return pid
+                    # A container's port forwarder holds the port, not the broker.
+                    return None if _comm(pid) in _FORWARDERS else pid
         except OSError:
             continue
     return None
@@ -131,12 +133,26 @@ def _link(path: str) -> str:
 def postmaster_pid(url: str) -> int | None:
     """The postmaster of the server `url` reaches, if it runs on this host: the parent
     of this connection's backend. None when that backend is not a local process."""
+    # Read while the session is open: its backend exits with it.
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    if row is None:
-        return None
-    fields = _stat_fields(int(row[0]))
-    return None if fields is None else int(fields[1])
+        if row is None:
+            return None
+        # A server in a container reports its own namespace's pid: a local process of
+        # that number, if any, is someone else, and is not a PostgreSQL backend.
+        backend = int(row[0])
+        fields = _stat_fields(backend)
+        if fields is None or _comm(backend) != "postgres":
+            return None
+        parent = int(fields[1])
+    return parent if _comm(parent) == "postgres" else None
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _backends(url: str, database: str) -> dict[int, str]:
