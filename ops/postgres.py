@@ -304,6 +304,11 @@ def _write_settings(server: PostgresServer) -> None:
         "synchronous_commit": "on",
         "full_page_writes": "on",
         "log_line_prefix": "%m [%p] %q%u@%d ",
+        # Loaded for `recoveryctl bench --profile`, which turns tracking on for its own
+        # scratch database only (`ALTER DATABASE ... SET pg_stat_statements.track`); off
+        # everywhere else, so that no other session pays for it.
+        "shared_preload_libraries": "pg_stat_statements",
+        "pg_stat_statements.track": "none",
     }
     lines = [f"{key} = '{value}'\n" for key, value in settings.items()]
     path = server.data_dir / _SETTINGS_FILE

@@ -23,7 +23,13 @@ from types import FrameType
 from typing import TextIO
 
 from ledger import LedgerError
-from ops.bench.report import Progress, machine_description, render_table, write_json
+from ops.bench.report import (
+    Progress,
+    code_version,
+    machine_description,
+    render_table,
+    write_json,
+)
 from ops.bench.roles import BenchError
 from ops.bench.runner import BenchConfig, run_bench
 from ops.commands.run import resolve_services
@@ -64,6 +70,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="add the 200,000-event backlog to the memory phase (several minutes)",
     )
     parser.add_argument(
+        "--members",
+        default="",
+        metavar="N,N,...",
+        help="for each N, N controller processes of one group drain a fresh --events "
+        "backlog: throughput and CPU per record by number of members (default: none)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="record py-spy profiles of the controller and relay during saturation and "
+        "rank the statements with pg_stat_statements",
+    )
+    parser.add_argument(
         "--json-out",
         type=Path,
         default=Path(tempfile.gettempdir()) / "recovery-bench" / "bench.json",
@@ -94,6 +113,11 @@ def _ints(text: str, flag: str) -> tuple[int, ...]:
 def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> BenchConfig:
     rates = _ints(args.rates, "--rates")
     backlogs = _ints(args.memory_backlogs, "--memory-backlogs")
+    members = _ints(args.members, "--members") if args.members.strip() else ()
+    # A member beyond the partitions would sit idle; --quick uses at most 3.
+    partitions = min(args.partitions, 3) if args.quick else args.partitions
+    if members and max(members) > partitions:
+        raise ValueError(f"--members {args.members}: at most the partitions ({partitions})")
     if args.full_memory and 200_000 not in backlogs:
         backlogs = (*backlogs, 200_000)
     if args.quick:
@@ -101,7 +125,7 @@ def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> Benc
             bootstrap,
             database_url,
             events=_QUICK_EVENTS,
-            partitions=min(args.partitions, 3),
+            partitions=partitions,
             rates=rates,
             latency_seconds=1.0,
             memory_backlogs=(150, 300),
@@ -109,6 +133,8 @@ def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> Benc
             phase_timeout=20.0,
             settle_seconds=2.0,
             keep_on_failure=args.keep_on_failure,
+            members=members,
+            profile=args.profile,
         )
     if args.events < 1 or args.partitions < 1:
         raise ValueError("--events and --partitions must be at least 1")
@@ -121,6 +147,8 @@ def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> Benc
         latency_seconds=args.latency_seconds,
         memory_backlogs=backlogs,
         keep_on_failure=args.keep_on_failure,
+        members=members,
+        profile=args.profile,
     )
 
 
@@ -150,12 +178,14 @@ def _bench(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         print(f"recoveryctl bench: {exc}", file=err)
         return 2
     progress = Progress(err)
+    # The code measured is the code at the start: the tree may change during a long run.
+    commit, load_at_start = code_version(), os.getloadavg()
     # SIGTERM unwinds like Ctrl-C, so the role processes, the scratch database and the
     # topics are cleaned up rather than orphaned.
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         result = run_bench(config, progress)
-        machine = machine_description(database_url)
+        machine = machine_description(database_url, commit, load_at_start)
     except (BenchError, LedgerError, ProducersError, OpsError) as exc:
         progress.done()
         print(f"recoveryctl bench: {exc}", file=err)
@@ -190,5 +220,10 @@ def _command_line(args: argparse.Namespace) -> str:
         parts += ["--memory-backlogs", args.memory_backlogs]
         if args.full_memory:
             parts.append("--full-memory")
-    parts += ["--rates", args.rates, "--json-out", str(args.json_out)]
+    parts += ["--rates", args.rates]
+    if args.members.strip():
+        parts += ["--members", args.members]
+    if args.profile:
+        parts.append("--profile")
+    parts += ["--json-out", str(args.json_out)]
     return shlex.join(parts)

@@ -3,7 +3,8 @@
 `RoleProcess` starts `python -m consumer` (one controller) or `recoveryctl run --role
 relay` (one outbox relay) with the benchmark's services and topic names in the
 environment, copies its log lines to a file, notes when the controller first logs a
-partition assignment (the moment it starts reading records), and samples
+partition assignment (the moment it starts reading records) and the CPU it had used by
+then (its start-up, which a phase's CPU per event leaves out), and samples
 `/proc/<pid>/status` (VmRSS; VmHWM is the kernel's own peak) every `sample_every`
 seconds. `stop` sends SIGTERM, as an operator would, and waits for a clean exit.
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, TextIO
 
+from ops.bench.cpu import process_cpu
 from ops.errors import OpsError
 
 __all__ = ["BenchError", "MemorySample", "RoleProcess", "read_memory"]
@@ -66,12 +68,19 @@ class RoleProcess:
     env: Mapping[str, str]
     log_path: Path
     sample_every: float = 0.1
+    # Which one of several of the same role (`controller-2`); the role when alone.
+    name: str = ""
     samples: list[MemorySample] = field(default_factory=list)
     assigned_at: float | None = None
+    cpu_at_assigned: float | None = None
+    # The latest assignment it logged (a rebalance can assign more than once).
+    last_assigned_at: float | None = None
     _proc: subprocess.Popen[str] | None = None
     _threads: list[threading.Thread] = field(default_factory=list)
     _done: threading.Event = field(default_factory=threading.Event)
-    _assigned: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.role
 
     def start(self) -> None:
         """Start the process and its log and memory threads."""
@@ -107,9 +116,11 @@ class RoleProcess:
         assert self._proc.stderr is not None
         with log:
             for line in self._proc.stderr:
+                if _ASSIGNED in line:
+                    self.last_assigned_at = time.time()
                 if self.assigned_at is None and _ASSIGNED in line:
                     self.assigned_at = time.time()
-                    self._assigned.set()
+                    self.cpu_at_assigned = process_cpu(self._proc.pid)
                 log.write(line)
 
     def _sample(self) -> None:
@@ -119,19 +130,6 @@ class RoleProcess:
                 return
             self.samples.append(sample)
             self._done.wait(self.sample_every)
-
-    def wait_assigned(self, timeout: float) -> float:
-        """When the controller first logged an assignment; raises `BenchError` if it
-        did not within `timeout` seconds (or exited)."""
-        deadline = time.monotonic() + timeout
-        while not self._assigned.wait(0.1):
-            if self.exit_code() is not None or time.monotonic() > deadline:
-                raise BenchError(
-                    f"{self.role} (pid {self.pid}) was not assigned partitions within "
-                    f"{timeout:.0f}s (exit status {self.exit_code()}); see {self.log_path}"
-                )
-        assert self.assigned_at is not None
-        return self.assigned_at
 
     def exit_code(self) -> int | None:
         """The exit status once the process has ended, else None."""

@@ -14,6 +14,13 @@
    the moment its last command is readable.
 5. **Memory**: for each backlog size, the controller and relay are stopped, the backlog
    is loaded, fresh processes drain it; their peak RSS (VmHWM) is recorded per size.
+6. **Scaling** (`members`): for each number of controllers, that many controller
+   processes of the run's group (each a static member) and one relay join, then a
+   fresh backlog of `events` records is produced and drained (`_scaling`).
+
+Every drain (2, 5, 6) also reports the CPU each process kind used per record
+(`ops.bench.cpu`); with `profile`, the saturation drain is profiled
+(`ops.bench.profile`).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 from ledger import (
     OutboxWatch,
@@ -42,6 +50,8 @@ from ledger import (
 )
 from ops.bench.baseline_pipeline import TopicTail, create_topic, delete_topics, run_baseline
 from ops.bench.baseline_sink import BaselineSink
+from ops.bench.cpu import CpuWatch, cpu_figures
+from ops.bench.profile import PySpy, StatementStats, py_spy_path
 from ops.bench.roles import BenchError, RoleProcess
 from ops.bench.workload import (
     BENCH_POLICY,
@@ -89,6 +99,10 @@ class BenchConfig:
     interleave: int = 64
     keep_on_failure: bool = False
     settle_seconds: float = 30.0
+    # Controller processes of each scaling phase (`--members`); none: no scaling phase.
+    members: tuple[int, ...] = ()
+    # py-spy and pg_stat_statements over the saturation phase (`--profile`).
+    profile: bool = False
 
 
 @dataclass
@@ -102,6 +116,8 @@ class BenchResult:
     saturation: dict[str, Any] = field(default_factory=dict)
     latency: list[dict[str, Any]] = field(default_factory=list)
     memory: list[dict[str, Any]] = field(default_factory=list)
+    scaling: list[dict[str, Any]] = field(default_factory=list)
+    profile: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -114,8 +130,10 @@ class _Run:
     group: str
     say: Progress
     produced: int = 0
-    controller: RoleProcess | None = None
+    controllers: list[RoleProcess] = field(default_factory=list)
     relay: RoleProcess | None = None
+    cpu: CpuWatch | None = None
+    statements: StatementStats | None = None
     # One publisher for the whole run, as a tool keeps one: a new idempotent producer
     # holds its first records until it has a producer id from the broker (about 0.5 s
     # with librdkafka here), which a latency phase would otherwise count as the first
@@ -139,41 +157,69 @@ class _Run:
             env[f"RECOVERY_TOPIC_{name.upper()}"] = getattr(self.topics, name)
         return env
 
-    def start_roles(self, label: str) -> None:
+    def start_roles(self, label: str, members: int = 1, *, static: bool = False) -> None:
+        """Start one relay and `members` controllers in the run's group; `static` gives
+        each controller a group.instance.id (`bench-<run>-member-<i>`, the same i in
+        every phase, so that a member of an earlier phase is replaced at once rather
+        than waited for)."""
         self.config.log_dir.mkdir(parents=True, exist_ok=True)
         label = label.replace(" ", "-").replace(",", "")
         self.relay = RoleProcess(
-            "relay", self.env(), self.config.log_dir / f"{self.run_id}-{label}-relay.log"
+            "relay",
+            {**self.env(), "RECOVERY_DATABASE_URL": _named(self.url, "bench-relay")},
+            self.config.log_dir / f"{self.run_id}-{label}-relay.log",
         )
-        self.controller = RoleProcess(
-            "controller",
-            {
+        signing_key = os.environ.get(ENV_CONTROLLER_SIGNING_KEY_FILE) or str(
+            stack_key(f"bench-{self.run_id}", self.config.log_dir)
+        )
+        self.controllers = []
+        for index in range(1, members + 1):
+            name = "controller" if members == 1 else f"controller-{index}"
+            env = {
                 **self.env(),
-                "RECOVERY_CONTROLLER_INSTANCE_ID": f"bench-{self.run_id}-{label}",
+                # Each member's sessions are named, to count their server backends' CPU.
+                "RECOVERY_DATABASE_URL": _named(self.url, f"bench-{name}"),
+                "RECOVERY_CONTROLLER_INSTANCE_ID": f"bench-{self.run_id}-{label}-{index}",
                 # The benchmark's scratch database is reached with the URL it was given,
                 # usually a superuser's; the controller refuses that unless told to.
                 "RECOVERY_CONTROLLER_ALLOW_SUPERUSER": "1",
                 # It signs every record it emits, as in production: with the key the
                 # environment names, else a scratch key of the run's own.
-                ENV_CONTROLLER_SIGNING_KEY_FILE: os.environ.get(ENV_CONTROLLER_SIGNING_KEY_FILE)
-                or str(stack_key(f"bench-{self.run_id}", self.config.log_dir)),
-            },
-            self.config.log_dir / f"{self.run_id}-{label}-controller.log",
-        )
+                ENV_CONTROLLER_SIGNING_KEY_FILE: signing_key,
+            }
+            if static:
+                env["RECOVERY_CONTROLLER_GROUP_INSTANCE_ID"] = f"bench-{self.run_id}-member-{index}"
+            self.controllers.append(
+                RoleProcess(
+                    "controller",
+                    env,
+                    self.config.log_dir / f"{self.run_id}-{label}-{name}.log",
+                    name=name,
+                )
+            )
         self.relay.start()
-        self.controller.start()
+        for controller in self.controllers:
+            controller.start()
+
+    @property
+    def controller(self) -> RoleProcess | None:
+        """The first (or only) controller of the running roles."""
+        return self.controllers[0] if self.controllers else None
+
+    def roles(self) -> list[RoleProcess]:
+        """The running role processes, controllers first."""
+        return [*self.controllers, *([self.relay] if self.relay is not None else [])]
 
     def stop_roles(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for role in (self.controller, self.relay):
-            if role is not None:
-                status = role.stop()
-                out[role.role] = {
-                    "peak_rss_mb": _mb(role.peak_rss),
-                    "exit_status": status,
-                    "rss_samples_mb": _downsample([_mb(s.rss) for s in role.samples]),
-                }
-        self.controller = self.relay = None
+        for role in self.roles():
+            status = role.stop()
+            out[role.name] = {
+                "peak_rss_mb": _mb(role.peak_rss),
+                "exit_status": status,
+                "rss_samples_mb": _downsample([_mb(s.rss) for s in role.samples]),
+            }
+        self.controllers, self.relay = [], None
         return out
 
 
@@ -193,6 +239,9 @@ def run_bench(config: BenchConfig, say: Progress) -> BenchResult:
         }
     )
     run = _Run(config, run_id, url, topics, f"bench-{run_id}", say)
+    run.cpu = CpuWatch(url, database, _port(config.bootstrap))
+    if config.profile:
+        py_spy_path()  # fails now, not after the baseline, when py-spy is missing
     keep = False
     try:
         migrate_database(url)
@@ -207,6 +256,7 @@ def run_bench(config: BenchConfig, say: Progress) -> BenchResult:
         raise
     finally:
         run.stop_roles()
+        result.notes += run.cpu.notes
         if keep:
             say(f"kept database {database} and topics bench-{run_id}.* for inspection")
         else:
@@ -222,8 +272,21 @@ def _phases(run: _Run, result: BenchResult) -> None:
     expected = _load(run, generate(spec, stats), "saturation backlog")
     result.workload = _workload_dict(stats)
     result.baseline = _baseline(run, stats.records)
+    if config.profile:
+        # Before the roles start: tracking applies to the sessions opened afterwards.
+        run.statements = StatementStats(run.url, f"bench_{run.run_id}")
+        run.statements.enable()
+        if run.statements.note:
+            result.notes.append(run.statements.note)
     with _tail(run) as tail:
-        result.saturation = _drain(run, tail, "saturation", stats.records, expected)
+        result.saturation = _drain(
+            run,
+            tail,
+            "saturation",
+            stats.records,
+            expected,
+            profile=result.profile if config.profile else None,
+        )
         base = result.baseline["events_per_second"]
         result.saturation["ratio_to_baseline"] = round(
             result.saturation["events_per_second"] / base, 3
@@ -233,6 +296,12 @@ def _phases(run: _Run, result: BenchResult) -> None:
         result.saturation["roles"] = run.stop_roles()
         for size in config.memory_backlogs:
             result.memory.append(_memory(run, tail, size))
+        result.scaling.append(_saturation_row(result.saturation))
+        # Ascending, so that each phase's static members replace the last phase's at once
+        # (`_Run.start_roles`); a member left over from a larger phase would hold its
+        # partitions for a session timeout.
+        for members in sorted(set(config.members)):
+            result.scaling.append(_scaling(run, tail, members))
 
 
 class _tail:
@@ -350,18 +419,33 @@ def _baseline(run: _Run, records: int) -> dict[str, Any]:
 
 
 def _drain(
-    run: _Run, tail: TopicTail, label: str, records: int, expected: dict[str, str]
+    run: _Run,
+    tail: TopicTail,
+    label: str,
+    records: int,
+    expected: dict[str, str],
+    *,
+    profile: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Start the roles on a loaded backlog and time it until it is decided and every
-    expected command is readable."""
+    expected command is readable; the CPU every process kind used meanwhile
+    (`ops.bench.cpu`). With `profile` (a dict to fill), py-spy records the controller
+    and the relay and pg_stat_statements counts the statements over the same window."""
     run.say(f"{label}: starting controller and relay on a backlog of {records:,} records")
     # The tail reads the dead-letter topic for the whole run: count this phase's only.
     _settle_tail(tail, run.topics.dlq)
     letters_before = tail.count(run.topics.dlq)
+    if profile is not None and run.statements is not None:
+        run.statements.mark()  # before the roles can run a statement
     run.start_roles(label)
-    assert run.controller is not None
-    started = run.controller.wait_assigned(120.0)
+    assert run.cpu is not None
+    started = _first_assigned(run, 120.0)
+    spy = _start_profile(run, label) if profile is not None else None
+    cpu_start = run.cpu.snapshot(_pids(run), at=time.time())
     done = _wait_done(run, tail, label, expected, started)
+    cpu_end = run.cpu.snapshot(_pids(run), at=time.time())
+    if spy is not None and profile is not None:
+        _stop_profile(run, spy, profile, records)
     _settle_tail(tail, run.topics.dlq)
     seen = tail.commands()
     missing = _missing(tail, expected)
@@ -370,6 +454,11 @@ def _drain(
     last_command = max((seen[c] for c in expected if c in seen), default=started)
     end = max(last_command, done)
     seconds = max(end - started, 1e-9)
+    # The controller's CPU counts from its first assignment: start-up is not work per
+    # record.
+    role_starts = {
+        c.name: c.cpu_at_assigned for c in run.controllers if c.cpu_at_assigned is not None
+    }
     run.say(f"{label}: {records / seconds:,.0f} records/s ({seconds:.2f}s)", keep=True)
     return {
         "records": records,
@@ -380,11 +469,132 @@ def _drain(
         "seconds": round(seconds, 3),
         "events_per_second": round(records / seconds, 1),
         "dead_letters_seen": tail.count(run.topics.dlq) - letters_before,
+        "cpu": cpu_figures(cpu_start, cpu_end, records, role_starts=role_starts),
     }
 
 
+def _first_assigned(run: _Run, timeout: float) -> float:
+    """When the controller first got partitions; raises `BenchError` when it did not
+    within `timeout` seconds or a role exited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        times = [c.assigned_at for c in run.controllers if c.assigned_at is not None]
+        if times:
+            return min(times)
+        _check_alive(run)
+        if time.monotonic() > deadline:
+            controller = run.controllers[0]
+            raise BenchError(
+                f"no controller was assigned partitions within {timeout:.0f}s; see "
+                f"{controller.log_path}"
+            )
+        time.sleep(0.02)
+
+
+def _pids(run: _Run) -> dict[str, int]:
+    return {role.name: role.pid for role in run.roles()}
+
+
+def _start_profile(run: _Run, label: str) -> PySpy:
+    spy = PySpy(run.config.log_dir / f"{run.run_id}-{label}-profile")
+    assert run.controller is not None
+    assert run.relay is not None
+    spy.start("controller", run.controller.pid)
+    spy.start("relay", run.relay.pid)
+    run.say(f"{label}: py-spy recording the controller and the relay")
+    return spy
+
+
+def _stop_profile(run: _Run, spy: PySpy, profile: dict[str, Any], records: int) -> None:
+    run.say("profile: writing the py-spy recordings")
+    profile["py_spy"] = spy.stop()
+    if run.statements is not None:
+        profile["statements"] = run.statements.top(records)
+        profile["statements_note"] = run.statements.note
+    profile["records"] = records
+
+
+def _scaling(run: _Run, tail: TopicTail, members: int) -> dict[str, Any]:
+    """`members` controller processes of one group (each a static member) and one
+    relay drain `events` fresh records: throughput and CPU per record by number of
+    members. The members join first and the group settles (`_settled`), then the
+    backlog is produced at full speed; the phase is timed from the first record
+    produced, so no rebalance falls inside it. `load_seconds` says how long producing
+    took: a phase not much longer than that was bounded by the producer."""
+    label = f"scaling x{members}"
+    who = "1 controller" if members == 1 else f"{members} controllers"
+    run.say(f"{label}: starting {who} and relay")
+    _settle_tail(tail, run.topics.dlq)
+    run.start_roles(label, members, static=True)
+    assert run.cpu is not None
+    joined = _settled(run, 120.0)
+    stats = WorkloadStats()
+    spec = WorkloadSpec(
+        run.run_id, f"m{members}", run.config.events, interleave=run.config.interleave
+    )
+    records = list(generate(spec, stats))
+    cpu_start = run.cpu.snapshot(_pids(run), at=time.time())
+    started = time.time()
+    expected = _load(run, records, f"{label} backlog")
+    loaded = time.time()
+    done = _wait_done(run, tail, label, expected, started)
+    cpu_end = run.cpu.snapshot(_pids(run), at=time.time())
+    _settle_tail(tail, run.topics.dlq)
+    seen = tail.commands()
+    missing = _missing(tail, expected)
+    end = max(max((seen[c] for c in expected if c in seen), default=started), done)
+    seconds = max(end - started, 1e-9)
+    run.say(f"{label}: {stats.records / seconds:,.0f} records/s ({seconds:.2f}s)", keep=True)
+    roles = run.stop_roles()
+    return {
+        "members": members,
+        "phase": label,
+        "records": stats.records,
+        "seconds": round(seconds, 3),
+        "events_per_second": round(stats.records / seconds, 1),
+        "load_seconds": round(loaded - started, 3),
+        "join_seconds": round(joined, 3),
+        "commands_missing": len(missing),
+        "commands_missing_examples": missing[:5],
+        "cpu": cpu_figures(cpu_start, cpu_end, stats.records),
+        "peak_rss_mb": {name: role["peak_rss_mb"] for name, role in roles.items()},
+        "exit_status": {name: role["exit_status"] for name, role in roles.items()},
+    }
+
+
+def _settled(run: _Run, timeout: float, quiet: float = 1.5) -> float:
+    """Wait until every controller has been assigned partitions and none has logged a
+    new assignment for `quiet` seconds; returns how long that took."""
+    began = time.monotonic()
+    deadline = began + timeout
+    while time.monotonic() < deadline:
+        _check_alive(run)
+        latest = [c.last_assigned_at for c in run.controllers]
+        if (
+            all(t is not None for t in latest)
+            and time.time() - max(t for t in latest if t is not None) >= quiet
+        ):
+            return time.monotonic() - began
+        time.sleep(0.05)
+    raise BenchError(
+        f"the {len(run.controllers)} controllers did not all get partitions within "
+        f"{timeout:.0f}s; see {run.config.log_dir}"
+    )
+
+
+def _saturation_row(drained: dict[str, Any]) -> dict[str, Any]:
+    """The saturation drain as the scaling table's reference row (one controller, the
+    backlog loaded before it started, timed from its first assignment)."""
+    keys = ("records", "seconds", "events_per_second", "commands_missing", "cpu")
+    return {"members": 1, "phase": "saturation", **{k: drained[k] for k in keys}}
+
+
 def _wait_done(
-    run: _Run, tail: TopicTail, label: str, expected: dict[str, str], started: float
+    run: _Run,
+    tail: TopicTail,
+    label: str,
+    expected: dict[str, str],
+    started: float,
 ) -> float:
     """Wait until the ledger's stored offsets account for every produced record and
     every expected command is readable. A command that never comes ends the wait once
@@ -458,10 +668,10 @@ def _missing(tail: TopicTail, expected: dict[str, str]) -> list[str]:
 
 
 def _check_alive(run: _Run) -> None:
-    for role in (run.controller, run.relay):
-        if role is not None and role.exit_code() is not None:
+    for role in run.roles():
+        if role.exit_code() is not None:
             raise BenchError(
-                f"{role.role} exited with status {role.exit_code()} mid-phase; see {role.log_path}"
+                f"{role.name} exited with status {role.exit_code()} mid-phase; see {role.log_path}"
             )
 
 
@@ -598,6 +808,8 @@ def _config_dict(config: BenchConfig) -> dict[str, Any]:
         "latency_seconds": config.latency_seconds,
         "memory_backlogs": list(config.memory_backlogs),
         "batch_max_records": config.batch_max_records,
+        "members": sorted(set(config.members)),
+        "profile": config.profile,
     }
 
 
@@ -610,6 +822,21 @@ def _downsample(values: list[float], points: int = 60) -> list[float]:
         return values
     step = len(values) / points
     return [values[int(i * step)] for i in range(points)]
+
+
+def _named(url: str, application_name: str) -> str:
+    """`url` with its sessions named `application_name` (`pg_stat_activity`)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return f"{url}{'&' if '?' in url else '?'}application_name={application_name}"
+    return make_conninfo(url, application_name=application_name)
+
+
+def _port(bootstrap: str) -> int | None:
+    """The port of the first bootstrap server, for finding the broker's process."""
+    try:
+        return int(bootstrap.split(",", 1)[0].rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return None
 
 
 def _delete_topics(bootstrap: str, topics: TopicNames) -> None:

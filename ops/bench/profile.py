@@ -1,0 +1,221 @@
+"""`recoveryctl bench --profile`: where the saturation phase's time goes.
+
+- **py-spy** samples the controller and the relay for the whole saturation drain (from
+  the controller's first assignment to the end of the phase) and writes a speedscope
+  file per process (open it at https://www.speedscope.app); the table shows the
+  functions with the most samples, on their own (self) and with what they call
+  (inclusive). py-spy counts only samples of threads that are running, not waiting.
+- **pg_stat_statements**, when the server preloads it (`shared_preload_libraries`; the
+  local stack's server does, with tracking off): tracking is turned on for the bench's
+  database only, and the statements of the saturation window are ranked by total
+  execution time, with calls and time per event.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import psycopg
+from psycopg import sql
+
+from ops.bench.roles import BenchError
+
+__all__ = ["PySpy", "StatementStats", "py_spy_path", "top_functions"]
+
+_TOP: Final = 12
+_QUERY_CHARS: Final = 90
+
+
+def py_spy_path() -> Path:
+    """The py-spy executable beside this Python, else on PATH; `BenchError` if none."""
+    beside = Path(sys.executable).parent / "py-spy"
+    if beside.is_file():
+        return beside
+    found = shutil.which("py-spy")
+    if found is None:
+        raise BenchError(
+            "--profile needs py-spy (a development dependency: `pip install -e .[dev]`)"
+        )
+    return Path(found)
+
+
+@dataclass
+class PySpy:
+    """One `py-spy record` per process, speedscope output, stopped with SIGINT (py-spy
+    then writes its file)."""
+
+    out_dir: Path
+    _running: dict[str, tuple[subprocess.Popen[str], Path]] = field(default_factory=dict)
+
+    def start(self, name: str, pid: int) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        path = self.out_dir / f"{name}.speedscope.json"
+        proc = subprocess.Popen(
+            [
+                *(str(py_spy_path()), "record", "--pid", str(pid)),
+                *("--format", "speedscope", "--output", str(path), "--rate", "100"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self._running[name] = (proc, path)
+
+    def stop(self) -> dict[str, dict[str, Any]]:
+        """Stop every recording; per process the file and its top functions (or the
+        error py-spy gave)."""
+        out: dict[str, dict[str, Any]] = {}
+        for proc, _path in self._running.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for name, (proc, path) in self._running.items():
+            try:
+                _, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+            if not path.is_file():
+                out[name] = {"error": (err or "").strip()[-500:] or f"exit {proc.returncode}"}
+                continue
+            out[name] = {"file": str(path), **top_functions(json.loads(path.read_text()))}
+        self._running.clear()
+        return out
+
+
+def top_functions(document: Mapping[str, Any], top: int = _TOP) -> dict[str, Any]:
+    """From a py-spy speedscope document (every thread's profile): the `top` functions
+    by self samples (the sample's innermost frame) and by inclusive samples (anywhere in
+    the stack, leaving out each thread's entry frames, the ones every sample of that
+    thread has), a function being its name and file (its lines merged)."""
+    frames = document["shared"]["frames"]
+    names = [f"{f['name']} ({_short(str(f.get('file') or ''))})" for f in frames]
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    threads: Counter[str] = Counter()
+    total = 0
+    for profile in document["profiles"]:
+        stacks = [stack for stack in profile["samples"] if stack]
+        threads[_thread(str(profile.get("name", "")))] += len(stacks)
+        # Never the innermost frame of the shortest stack: a thread seen in one place.
+        entry = len(min(stacks, key=len)) - 1 if stacks else 0
+        for stack in stacks:
+            for depth, (a, b) in enumerate(zip(stack, stacks[0], strict=False)):
+                if a != b:
+                    entry = min(entry, depth)
+                    break
+        for stack in stacks:
+            total += 1
+            own[names[stack[-1]]] += 1
+            for function in {names[i] for i in stack[entry:]}:
+                inclusive[function] += 1
+
+    def rank(counts: Counter[str]) -> list[dict[str, Any]]:
+        return [
+            {"function": f, "samples": n, "percent": round(100 * n / max(total, 1), 1)}
+            for f, n in counts.most_common(top)
+        ]
+
+    return {
+        "samples": total,
+        "threads": dict(threads.most_common()),
+        "self": rank(own),
+        "inclusive": rank(inclusive),
+    }
+
+
+def _thread(name: str) -> str:
+    """py-spy's `Thread 20704 "MainThread"` → `MainThread` (the quoted name, else all)."""
+    return name.split('"')[1] if name.count('"') >= 2 else name
+
+
+def _short(path: str) -> str:
+    """A frame's file relative to the package it is in (`site-packages/x/y.py` → `x/y.py`,
+    this repository's `consumer/controller.py` stays so)."""
+    for marker in ("site-packages/", "/lib/python3", "/wt/", "/work/main/"):
+        if marker in path:
+            tail = path.split(marker, 1)[1]
+            return tail.split("/", 1)[1] if marker in ("/lib/python3", "/wt/") else tail
+    return path
+
+
+@dataclass
+class StatementStats:
+    """pg_stat_statements for one database (module docstring). `ready` is False, with
+    the reason in `note`, when the server does not preload the extension or the bench's
+    role may not enable it."""
+
+    url: str
+    database: str
+    ready: bool = False
+    note: str = ""
+    _before: dict[int, tuple[int, float, int]] = field(default_factory=dict)
+
+    def enable(self) -> None:
+        """Install the extension in the bench's database and track its top-level
+        statements (sessions opened from now on)."""
+        try:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                row = conn.execute("SHOW shared_preload_libraries").fetchone()
+                if row is None or "pg_stat_statements" not in str(row[0]):
+                    self.note = (
+                        "pg_stat_statements not in the server's shared_preload_libraries "
+                        "(the local stack's server preloads it): statements not profiled"
+                    )
+                    return
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                conn.execute(
+                    sql.SQL("ALTER DATABASE {} SET pg_stat_statements.track = 'top'").format(
+                        sql.Identifier(self.database)
+                    )
+                )
+        except psycopg.Error as exc:
+            self.note = f"pg_stat_statements could not be enabled: {exc}".strip()
+            return
+        self.ready = True
+
+    def _read(self) -> dict[int, tuple[int, float, int, str]]:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT s.queryid, s.calls, s.total_exec_time, s.rows, s.query"
+                " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+                " WHERE d.datname = %s AND s.queryid IS NOT NULL",
+                (self.database,),
+            ).fetchall()
+        return {int(q): (int(c), float(t), int(r), str(text)) for q, c, t, r, text in rows}
+
+    def mark(self) -> None:
+        """Remember the counters at the start of the window."""
+        if self.ready:
+            self._before = {q: v[:3] for q, v in self._read().items()}
+
+    def top(self, records: int, top: int = 10) -> list[dict[str, Any]]:
+        """The window's statements by total execution time: calls and µs per event."""
+        if not self.ready:
+            return []
+        rows: list[dict[str, Any]] = []
+        for queryid, (calls, total, nrows, text) in self._read().items():
+            calls0, total0, rows0 = self._before.get(queryid, (0, 0.0, 0))
+            if calls - calls0 <= 0:
+                continue
+            rows.append(
+                {
+                    "query": " ".join(text.split())[:_QUERY_CHARS],
+                    "calls": calls - calls0,
+                    "calls_per_event": round((calls - calls0) / max(records, 1), 3),
+                    "total_ms": round(total - total0, 1),
+                    "us_per_event": round((total - total0) * 1000 / max(records, 1), 1),
+                    "mean_ms": round((total - total0) / (calls - calls0), 3),
+                    "rows_per_call": round((nrows - rows0) / (calls - calls0), 1),
+                }
+            )
+        rows.sort(key=lambda r: -float(r["total_ms"]))
+        return rows[:top]
