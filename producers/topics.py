@@ -98,7 +98,11 @@ class BrokerProbe:
     every refused connection to stderr while a broker starts; the caller reports the
     outcome instead."""
 
-    def __init__(self, bootstrap: str, security: KafkaSecurity | None = None) -> None:
+    def __init__(
+        self, bootstrap: str, security: KafkaSecurity | None = None, *, brokers: int = 1
+    ) -> None:
+        # How many live brokers the metadata must list (a cluster: all its nodes).
+        self._brokers = brokers
         config: dict[str, Any] = {
             **kafka_config(bootstrap, security),
             "log_level": 0,
@@ -109,13 +113,19 @@ class BrokerProbe:
         self._admin = AdminClient(config)
 
     def problem(self, timeout: float) -> str | None:
-        """None when a metadata request answered within `timeout` seconds and lists a
-        live broker; otherwise what went wrong, for the caller's message."""
+        """None when a metadata request answered within `timeout` seconds and lists as
+        many live brokers as asked for (one by default); otherwise what went wrong, for
+        the caller's message."""
         try:
             metadata = self._admin.list_topics(timeout=timeout)
         except KafkaException as exc:
             return str(exc)
-        return None if metadata.brokers else "metadata lists no live broker"
+        live = len(metadata.brokers)
+        if live >= self._brokers:
+            return None
+        if not live:
+            return "metadata lists no live broker"
+        return f"metadata lists {live} of {self._brokers} brokers"
 
 
 def _ignore(_error: object) -> None:
