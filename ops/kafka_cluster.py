@@ -30,6 +30,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -218,6 +219,7 @@ def start_kafka_cluster(
     ready_timeout: float = 120.0,
     progress: TextIO | None = None,
     secured: bool = True,
+    keep: Mapping[int, KafkaBroker] | None = None,
 ) -> KafkaCluster:
     """Start a cluster of `nodes` nodes on `root` (see the module docstring) and return
     once every node is live; secured like the single broker unless `secured=False`.
@@ -225,7 +227,9 @@ def start_kafka_cluster(
     Each node folder is formatted only when it holds no formatted log yet, so a restart
     keeps every record. Ports are the ones `root` used last time when they are all
     still free, else fresh ones (then tried again, up to three times, if another
-    process takes one first). If any node fails, every node is stopped before
+    process takes one first). `keep` (node id -> handle) names nodes that still run:
+    only the others are started, on their recorded ports (`stack up` after one node
+    died). If any node fails, every node this call started is stopped before
     `KafkaServiceError` is raised with that node's log tail.
     """
     if nodes < 1:
@@ -234,11 +238,12 @@ def start_kafka_cluster(
     libs = ensure_jars(progress=progress)
     java = find_java()
     security = ensure_broker_security(root)
+    kept = dict(keep or {})
     with file_lock(root / ".lock"):
         return retry_bind_clash(
-            lambda: _start(java, libs, root, nodes, security, secured, ready_timeout),
+            lambda: _start(java, libs, root, nodes, security, secured, ready_timeout, kept),
             KafkaServiceError,
-            pinned=False,
+            pinned=bool(kept),
             remembered=root / _PORTS_FILE,
         )
 
@@ -251,25 +256,28 @@ def _start(
     security: BrokerSecurity,
     secured: bool,
     ready_timeout: float,
+    kept: dict[int, KafkaBroker],
 ) -> KafkaCluster:
-    layout = _layout(root, count)
+    layout = _layout(root, count, kept)
     shown = security if secured else None
+    wanted = [node_id for node_id in range(1, count + 1) if node_id not in kept]
     # Formatting is a JVM start per node: in parallel, only on first use.
     with ThreadPoolExecutor(max_workers=count) as pool:
         list(
             pool.map(
                 lambda node_id: _prepare(java, libs, root, layout, node_id, security, secured),
-                range(1, count + 1),
+                wanted,
             )
         )
-    started: list[KafkaBroker] = []
+    started: dict[int, KafkaBroker] = {}
     try:
-        for node_id in range(1, count + 1):
-            started.append(_spawn(java, libs, root, layout, node_id, shown))
-        cluster = KafkaCluster(root, tuple(started), shown)
-        cluster.wait_ready(ready_timeout)
+        for node_id in wanted:
+            started[node_id] = _spawn(java, libs, root, layout, node_id, shown)
+        handles = {**kept, **started}
+        cluster = KafkaCluster(root, tuple(handles[i] for i in range(1, count + 1)), shown)
+        cluster.wait_ready(ready_timeout, only=tuple(wanted) or None)
     except BaseException:
-        KafkaCluster(root, tuple(started)).stop()
+        KafkaCluster(root, tuple(started.values())).stop()
         raise
     return cluster
 
@@ -308,16 +316,27 @@ def _spawn(
     return KafkaBroker(layout.bootstrap(node_id), process.pid, data_dir, process, security)
 
 
-def _layout(root: Path, count: int) -> _Layout:
-    """The recorded layout when its ports are all free, else one with fresh ports (and
-    the recorded cluster id, or a new one); written back to `root`."""
+def _layout(root: Path, count: int, kept: Mapping[int, KafkaBroker]) -> _Layout:
+    """The recorded layout when its ports are all free (but the `kept` nodes'), else
+    one with fresh ports (and the recorded cluster id, or a new one), written back to
+    `root`; with `kept` nodes the recorded ports are the only choice."""
     recorded = _read_layout(root, count)
-    if (
-        recorded is not None
-        and len(recorded.ports) == count
-        and all(is_port_free(p) for pair in recorded.ports for p in pair)
-    ):
-        return recorded
+    complete = recorded is not None and len(recorded.ports) == count
+    if recorded is not None and complete:
+        free = [
+            is_port_free(port)
+            for node_id, pair in enumerate(recorded.ports, start=1)
+            if node_id not in kept
+            for port in pair
+        ]
+        if all(free):
+            return recorded
+    if kept:
+        raise KafkaServiceError(
+            f"cannot restart the stopped nodes of {root} beside the running ones "
+            f"{sorted(kept)}: their recorded ports are missing or taken; stop the cluster "
+            "(`recoveryctl stack down`) and start it again"
+        )
     fresh = free_ports(2 * count)
     cluster_id = recorded.cluster_id if recorded is not None else new_cluster_id()
     layout = _Layout(cluster_id, tuple(zip(fresh[::2], fresh[1::2], strict=True)))
