@@ -9,7 +9,7 @@ accepted while any one node is down. Every partition, the internal topics includ
 `min.insync.replicas` 2 (`ops/kafka/server.properties`); a node that stops
 heartbeating is fenced after 4 s (`ops/kafka/cluster.properties`), and no replica out
 of sync is ever elected, so a record acknowledged with `acks=all` survives the loss of
-any one node (SPEC §9.1's durable log, with one node's failure tolerated).
+any one node.
 
 The nodes share one `BrokerSecurity` at `<root>` (`tls/`, `sasl-users.json`,
 `clients/`): one CA, one broker certificate (CN=broker, 127.0.0.1) that each node

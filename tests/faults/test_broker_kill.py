@@ -74,7 +74,7 @@ def _fully_replicated(bootstrap: str, topics: list[str], nodes: int) -> bool:
     )
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(360)
 def test_a_killed_broker_loses_and_repeats_nothing(
     cluster: LeasedCluster, database_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
