@@ -9,7 +9,8 @@ that an ACL does not grant (`ops/kafka/secured.properties`; the material and the
 principals' passwords: `ops.kafka_security`); `secured=False` runs the plaintext
 listener of `ops/kafka/plaintext.properties` instead. Stopping sends SIGTERM;
 restarting on the same folder keeps every record, because an already formatted folder
-is never formatted again.
+is never formatted again. The same pieces (`write_config`, `format_storage`,
+`spawn_node`) start each node of the three-node cluster of `ops.kafka_cluster`.
 """
 
 from __future__ import annotations
@@ -38,14 +39,21 @@ from producers import BrokerProbe
 from schemas import KAFKA_PRINCIPALS, KafkaSecurity
 
 __all__ = [
+    "ClusterSeat",
     "KafkaBroker",
     "KafkaServiceError",
+    "check_formatted_users",
     "ensure_jars",
+    "find_java",
+    "format_storage",
     "jars_cached",
     "new_cluster_id",
+    "not_ready",
     "render_server_properties",
+    "spawn_node",
     "start_kafka",
     "wait_for_kafka",
+    "write_config",
 ]
 
 _RESOURCES = Path(__file__).resolve().parent / "kafka"
@@ -67,6 +75,22 @@ _SCRAM_MARKER = "scram-users.json"
 
 class KafkaServiceError(StackError):
     """The local Kafka broker could not be prepared, started or stopped."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSeat:
+    """A node's place in a multi-node cluster: its node id, the static voter set
+    (`id@host:port,...`, every node a voter) and how many copies each partition has
+    (`min.insync.replicas` is one fewer, at least 1)."""
+
+    node_id: int
+    voters: str
+    replication: int
+
+    @property
+    def min_insync(self) -> int:
+        """In-sync replicas a write needs: all but one, so one node may be down."""
+        return max(1, self.replication - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +269,7 @@ def start_kafka(
     """
     data_dir = ensure_dir(data_dir.resolve())
     libs = ensure_jars(progress=progress)
-    java = _java()
+    java = find_java()
     # Passwords exist in plaintext mode too, so that the storage is always formatted with
     # every SCRAM user and the same folder can later run secured.
     security = ensure_broker_security(data_dir)
@@ -274,31 +298,12 @@ def _launch(
     security: BrokerSecurity,
     secured: bool,
 ) -> KafkaBroker:
-    config = _write_config(data_dir, *ports, security if secured else None)
+    config = write_config(data_dir, *ports, security if secured else None)
     if not (data_dir / "logs" / "meta.properties").is_file():
-        _format(java, libs, data_dir, config, security)
+        format_storage(java, libs, data_dir, config, security, new_cluster_id())
     elif secured:
-        _check_formatted_users(data_dir, security)
-    command = [
-        java,
-        *_JVM_OPTIONS,
-        f"-Dkafka.logs.dir={data_dir}",
-        f"-Dlog4j2.configurationFile={_RESOURCES / 'log4j2.xml'}",
-        "-cp",
-        f"{libs}/*",
-        _MAIN_CLASS,
-        str(config),
-    ]
-    with (data_dir / "kafka.out").open("ab") as console:
-        # A new session: Ctrl-C in the terminal that ran `ops/dev up` must not reach it.
-        process = subprocess.Popen(
-            command,
-            cwd=data_dir,
-            stdin=subprocess.DEVNULL,
-            stdout=console,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        check_formatted_users(data_dir, security)
+    process = spawn_node(java, libs, data_dir, config)
     broker = KafkaBroker(
         f"{LOOPBACK}:{ports[0]}", process.pid, data_dir, process, security if secured else None
     )
@@ -310,25 +315,53 @@ def _launch(
     return broker
 
 
+def spawn_node(
+    java: str, libs: Path, data_dir: Path, config: Path, jvm_options: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
+    """Run `kafka.Kafka` on `config` in the background (console output appended to
+    `data_dir/kafka.out`); `jvm_options` replace the default heap and GC flags."""
+    command = [
+        java,
+        *(jvm_options or _JVM_OPTIONS),
+        f"-Dkafka.logs.dir={data_dir}",
+        f"-Dlog4j2.configurationFile={_RESOURCES / 'log4j2.xml'}",
+        "-cp",
+        f"{libs}/*",
+        _MAIN_CLASS,
+        str(config),
+    ]
+    with (data_dir / "kafka.out").open("ab") as console:
+        # A new session: Ctrl-C in the terminal that ran `ops/dev up` must not reach it.
+        return subprocess.Popen(
+            command,
+            cwd=data_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
 def wait_for_kafka(
     bootstrap: str,
     timeout: float = 30.0,
     *,
     broker: KafkaBroker | None = None,
     security: KafkaSecurity | None = None,
+    brokers: int = 1,
 ) -> None:
     """Return once a metadata request to `bootstrap` (as `security`, else the
-    environment's client settings) lists at least one live broker. When `broker` is
-    given, give up early if its process exits, and quote its log."""
-    probe = BrokerProbe(bootstrap, security)
+    environment's client settings) lists at least `brokers` live brokers. When `broker`
+    is given, give up early if its process exits, and quote its log."""
+    probe = BrokerProbe(bootstrap, security, brokers=brokers)
     deadline = time.monotonic() + timeout
     last_error = "no answer yet"
     while True:
         if broker is not None and not broker.is_running():
-            raise _not_ready(bootstrap, broker, "the broker process exited")
+            raise not_ready(bootstrap, broker, "the broker process exited")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise _not_ready(bootstrap, broker, f"not ready after {timeout:.0f} s: {last_error}")
+            raise not_ready(bootstrap, broker, f"not ready after {timeout:.0f} s: {last_error}")
         problem = probe.problem(min(2.0, remaining))
         if problem is None:
             return
@@ -336,7 +369,8 @@ def wait_for_kafka(
         time.sleep(0.1)
 
 
-def _not_ready(bootstrap: str, broker: KafkaBroker | None, why: str) -> KafkaServiceError:
+def not_ready(bootstrap: str, broker: KafkaBroker | None, why: str) -> KafkaServiceError:
+    """The error saying that `broker` on `bootstrap` did not start, with its log tails."""
     if broker is None:
         return KafkaServiceError(
             f"Kafka at {bootstrap} did not answer a metadata request ({why}); check that "
@@ -350,7 +384,8 @@ def _not_ready(bootstrap: str, broker: KafkaBroker | None, why: str) -> KafkaSer
     )
 
 
-def _java() -> str:
+def find_java() -> str:
+    """The `java` of JAVA_HOME, else of PATH; `KafkaServiceError` when there is none."""
     java_home = os.environ.get("JAVA_HOME")
     if java_home and (Path(java_home) / "bin" / "java").is_file():
         return str(Path(java_home) / "bin" / "java")
@@ -387,20 +422,26 @@ def render_server_properties(
     controller_port: int,
     log_dirs: Path,
     security: BrokerSecurity | None = None,
+    seat: ClusterSeat | None = None,
 ) -> str:
     """The broker's `server.properties`: `ops/kafka/server.properties` followed by the
     listeners of `secured.properties` (when `security` is given) or
-    `plaintext.properties`, with the loopback host, the ports, the log folder and the
-    TLS and SCRAM settings filled in."""
+    `plaintext.properties`, and for a cluster node (`seat`) `cluster.properties`, with
+    the loopback host, the ports, the log folder, the node id, voters and replication
+    (a single voter and 1 without a seat) and the TLS and SCRAM settings filled in."""
     listeners = "plaintext.properties" if security is None else "secured.properties"
-    template = Template(
-        (_RESOURCES / "server.properties").read_text() + (_RESOURCES / listeners).read_text()
-    )
+    parts = ["server.properties", listeners, *(["cluster.properties"] if seat else [])]
+    template = Template("".join((_RESOURCES / part).read_text() for part in parts))
+    seat = seat or ClusterSeat(1, f"1@{LOOPBACK}:{controller_port}", 1)
     values: dict[str, object] = {
         "host": LOOPBACK,
         "bootstrap_port": bootstrap_port,
         "controller_port": controller_port,
         "log_dirs": log_dirs,
+        "node_id": seat.node_id,
+        "voters": seat.voters,
+        "replication": seat.replication,
+        "min_insync": seat.min_insync,
     }
     if security is not None:
         broker = KAFKA_PRINCIPALS["broker"]
@@ -414,11 +455,19 @@ def render_server_properties(
     return template.substitute(values)
 
 
-def _write_config(
-    data_dir: Path, bootstrap_port: int, controller_port: int, security: BrokerSecurity | None
+def write_config(
+    data_dir: Path,
+    bootstrap_port: int,
+    controller_port: int,
+    security: BrokerSecurity | None,
+    seat: ClusterSeat | None = None,
 ) -> Path:
+    """Write `data_dir/server.properties` (0600: it holds the broker's own password) and
+    `ports.json` (the ports, reused at the next start when free); returns the config."""
     config = data_dir / "server.properties"
-    text = render_server_properties(bootstrap_port, controller_port, data_dir / "logs", security)
+    text = render_server_properties(
+        bootstrap_port, controller_port, data_dir / "logs", security, seat
+    )
     # It holds the broker's own SCRAM password: readable by its owner only.
     fd = os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -430,7 +479,16 @@ def _write_config(
     return config
 
 
-def _format(java: str, libs: Path, data_dir: Path, config: Path, security: BrokerSecurity) -> None:
+def format_storage(
+    java: str,
+    libs: Path,
+    data_dir: Path,
+    config: Path,
+    security: BrokerSecurity,
+    cluster_id: str,
+) -> None:
+    """Format `data_dir/logs` for `cluster_id` with every principal as a SCRAM user
+    (the nodes of one cluster share the id and the users)."""
     scram = [
         arg
         for user, password in sorted(security.passwords.items())
@@ -446,7 +504,7 @@ def _format(java: str, libs: Path, data_dir: Path, config: Path, security: Broke
         "kafka.tools.StorageTool",
         "format",
         "--cluster-id",
-        new_cluster_id(),
+        cluster_id,
         "--config",
         str(config),
         *scram,
@@ -463,7 +521,7 @@ def _format(java: str, libs: Path, data_dir: Path, config: Path, security: Broke
     (data_dir / _SCRAM_MARKER).write_text(json.dumps(sorted(security.passwords)))
 
 
-def _check_formatted_users(data_dir: Path, security: BrokerSecurity) -> None:
+def check_formatted_users(data_dir: Path, security: BrokerSecurity) -> None:
     """A folder formatted before it had SCRAM users, or without some, cannot run
     secured: SCRAM credentials are created when the storage is formatted."""
     try:

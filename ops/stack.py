@@ -1,4 +1,5 @@
-"""The local stack: one Kafka broker and one PostgreSQL server, started and stopped as one.
+"""The local stack: Kafka (one broker, or a three-node cluster) and one PostgreSQL server,
+started and stopped as one.
 
 The one way to bring up services for developers (`recoveryctl stack up`, `ops/dev up`)
 and for the demo. When `RECOVERY_KAFKA_BOOTSTRAP` or `RECOVERY_DATABASE_URL` name
@@ -7,11 +8,14 @@ the client settings of the environment, `schemas.KafkaSecurity`). What was start
 written to `<stack dir>/state.json` so that `stack down` and `stack status` in another
 process find it. The local broker is secured (TLS, SASL/SCRAM-SHA-512, ACLs) unless
 `plaintext` is asked for (`--plaintext`, `RECOVERY_STACK_KAFKA_PLAINTEXT=1`); the state
-names each component's client properties file (`ops.kafka_security`).
+names each component's client properties file (`ops.kafka_security`). `brokers=3`
+(`--brokers 3`) starts the three-node KRaft cluster of `ops.kafka_cluster` instead of
+the single broker, in its own folder (`<stack dir>/kafka-cluster`).
 
 `stack up` on a recorded stack restarts only what died: a service that still answers
 keeps its process (and pid), one whose process is gone or does not answer is stopped
-if anything of it is left and started again on its own data and port. No command
+if anything of it is left and started again on its own data and port; of a cluster,
+only the nodes whose processes are gone are started again, beside the others. No command
 trusts a state file whose processes are gone: `live_state` (what the commands that
 resolve the stack's URLs read) ignores it, and a stack stopped by the process that
 started it (`LocalStack.stop`, as `recoveryctl bench` and the demo do) forgets it.
@@ -34,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ledger import LOGIN_ROLES, LedgerError, ensure_roles
 from ops.errors import StackError
 from ops.kafka import KafkaBroker, ensure_jars, start_kafka, wait_for_kafka
+from ops.kafka_cluster import KafkaCluster, start_kafka_cluster
 from ops.keys import stack_roster
 from ops.paths import ensure_dir, stack_dir
 from ops.postgres import (
@@ -62,6 +67,7 @@ __all__ = [
 ]
 
 _STATE_FILE = "state.json"
+_CLUSTER_DIR = "kafka-cluster"
 T = TypeVar("T")
 
 
@@ -81,6 +87,11 @@ class KafkaState(BaseModel):
     # Component -> its librdkafka client properties file (RECOVERY_KAFKA_CONFIG_FILE),
     # for a secured local broker.
     client_files: dict[str, str] = {}
+    # How many local brokers: 1, or a cluster's nodes, whose pids (node id i at i - 1)
+    # and client addresses (`bootstrap`, comma-separated, in node order) are recorded;
+    # `pid` is then None and `data_dir` the cluster's folder.
+    brokers: int = 1
+    node_pids: list[int] = []
 
     def client(self, component: str) -> KafkaSecurity:
         """The client settings `component` (a key of `schemas.KAFKA_PRINCIPALS`)
@@ -141,7 +152,7 @@ class LocalStack:
     """Handles on the services of a stack; a None handle means an external service."""
 
     state: StackState
-    kafka: KafkaBroker | None
+    kafka: KafkaBroker | KafkaCluster | None
     postgres: PostgresServer | None
     reused: bool = False
 
@@ -185,9 +196,13 @@ class LocalStack:
     @classmethod
     def from_state(cls, state: StackState, *, reused: bool = False) -> LocalStack:
         """Handles rebuilt from a state file written by another process."""
-        kafka = None
-        if not state.kafka.external and state.kafka.pid and state.kafka.data_dir:
-            kafka = KafkaBroker(state.kafka.bootstrap, state.kafka.pid, Path(state.kafka.data_dir))
+        kafka: KafkaBroker | KafkaCluster | None = None
+        k = state.kafka
+        if not k.external and k.node_pids and k.data_dir:
+            nodes = list(zip(k.bootstrap.split(","), k.node_pids, strict=True))
+            kafka = KafkaCluster.rebuilt(Path(k.data_dir), nodes)
+        elif not k.external and k.pid and k.data_dir:
+            kafka = KafkaBroker(k.bootstrap, k.pid, Path(k.data_dir))
         postgres = None
         pg = state.postgres
         if not pg.external and pg.root and pg.port and pg.bin_dir:
@@ -241,40 +256,60 @@ def stack_up(
     *,
     external_timeout: float = 15.0,
     plaintext: bool | None = None,
+    brokers: int | None = None,
 ) -> LocalStack:
     """Start (or reuse, or attach to external) Kafka and PostgreSQL and record them.
 
     Idempotent: when the recorded stack still runs, it is returned as is (and when its
-    broker's mode is not the one asked for, `StackError` says to stop it first). Local
-    services start in parallel; if one fails, the other is stopped before the error is
-    raised. External services get `external_timeout` seconds to answer. The local
-    broker is secured unless `plaintext` (default: `plaintext_requested()`).
+    broker's mode or broker count is not the one asked for, `StackError` says to stop
+    it first). Local services start in parallel; if one fails, the other is stopped
+    before the error is raised. External services get `external_timeout` seconds to
+    answer. The local broker is secured unless `plaintext` (default:
+    `plaintext_requested()`); `brokers` (default: as recorded, else 1) local brokers
+    run, more than one as a cluster (`ops.kafka_cluster`).
     """
     home = ensure_dir(directory or stack_dir())
     wanted_plaintext = plaintext_requested() if plaintext is None else plaintext
+    if brokers is not None and brokers not in (1, 3):
+        raise StackError(f"--brokers takes 1 (one broker) or 3 (a cluster), not {brokers}")
     with file_lock(home / ".lock"):
-        return _stack_up(home, progress or sys.stderr, external_timeout, wanted_plaintext)
+        return _stack_up(home, progress or sys.stderr, external_timeout, wanted_plaintext, brokers)
 
 
-def _stack_up(home: Path, out: TextIO, external_timeout: float, plaintext: bool) -> LocalStack:
+def _stack_up(
+    home: Path, out: TextIO, external_timeout: float, plaintext: bool, brokers: int | None
+) -> LocalStack:
     started = time.monotonic()
     bootstrap = os.environ.get(ENV_KAFKA_BOOTSTRAP)
     database_url = os.environ.get(ENV_DATABASE_URL)
+    if bootstrap is not None and brokers not in (None, 1):
+        raise StackError(
+            f"{ENV_KAFKA_BOOTSTRAP} names an existing broker; --brokers {brokers} starts "
+            "local ones: unset it to run a local cluster"
+        )
     current = read_state(home)
+    survivors = _surviving_nodes(current, bootstrap)
+    if current is not None and bootstrap is None and not current.kafka.external:
+        recorded = LocalStack.from_state(current).kafka
+        if survivors or (recorded is not None and recorded.is_running()):
+            _check_mode(current.kafka, plaintext, brokers)
     kept_kafka, kept_postgres = _kept(current, bootstrap, database_url)
-    if current is not None and kept_kafka is not None:
-        _check_mode(current.kafka, plaintext)
     if current is not None and kept_kafka is not None and kept_postgres is not None:
         return LocalStack.from_state(current, reused=True)
+    count = brokers or (current.kafka.brokers if current is not None else 1)
     if bootstrap is None and kept_kafka is None:
         ensure_jars(progress=out)  # in this thread, so download progress stays readable
     if database_url is None and kept_postgres is None:
         find_bin_dir()  # fail before starting Kafka when PostgreSQL is not installed
+    if bootstrap is None and kept_kafka is None and count > 1:
+        dead = sorted(set(range(1, count + 1)) - set(survivors))
+        what = f"nodes {dead} of " if survivors else ""
+        print(f"stack up: starting {what}the {count}-node Kafka cluster", file=out)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="stack-up") as pool:
-        kafka_future: Future[tuple[KafkaBroker | None, KafkaState]] = (
+        kafka_future: Future[tuple[KafkaBroker | KafkaCluster | None, KafkaState]] = (
             _done(kept_kafka)
             if kept_kafka is not None
-            else pool.submit(_kafka, home, bootstrap, external_timeout, plaintext)
+            else pool.submit(_kafka, home, bootstrap, external_timeout, plaintext, count, survivors)
         )
         postgres_future: Future[tuple[PostgresServer | None, PostgresState]] = (
             _done(kept_postgres)
@@ -313,10 +348,23 @@ def _done(value: T) -> Future[T]:
     return future
 
 
+def _surviving_nodes(current: StackState | None, bootstrap: str | None) -> dict[int, KafkaBroker]:
+    """The nodes of a recorded local cluster that still run while others died (node id
+    -> handle): kept as they are while the dead ones start again. Empty when it is not
+    a cluster, or when all or none of its nodes run."""
+    if current is None or bootstrap is not None:
+        return {}
+    cluster = LocalStack.from_state(current).kafka
+    if not isinstance(cluster, KafkaCluster):
+        return {}
+    alive = {i: n for i, n in enumerate(cluster.nodes, start=1) if n.is_running()}
+    return alive if 0 < len(alive) < len(cluster.nodes) else {}
+
+
 def _kept(
     current: StackState | None, bootstrap: str | None, database_url: str | None
 ) -> tuple[
-    tuple[KafkaBroker | None, KafkaState] | None,
+    tuple[KafkaBroker | KafkaCluster | None, KafkaState] | None,
     tuple[PostgresServer | None, PostgresState] | None,
 ]:
     """The recorded services that may be kept as they are: the ones asked for now (local,
@@ -325,7 +373,7 @@ def _kept(
     if current is None:
         return None, None
     handles = LocalStack.from_state(current)
-    kafka: tuple[KafkaBroker | None, KafkaState] | None = None
+    kafka: tuple[KafkaBroker | KafkaCluster | None, KafkaState] | None = None
     postgres: tuple[PostgresServer | None, PostgresState] | None = None
     k, pg = current.kafka, current.postgres
     same_kafka = (bootstrap == k.bootstrap) if k.external else bootstrap is None
@@ -336,7 +384,7 @@ def _kept(
     if same_pg and (pg.external or (handles.postgres and handles.postgres.is_running())):
         if _postgres_status(pg).running:
             postgres = (handles.postgres, pg)
-    if kafka is None and handles.kafka is not None:
+    if kafka is None and handles.kafka is not None and not _surviving_nodes(current, bootstrap):
         handles.kafka.stop()  # nothing, when its process is gone
     if postgres is None and handles.postgres is not None:
         handles.postgres.stop()
@@ -358,7 +406,7 @@ def stack_down(directory: Path | None = None, *, purge: bool = False) -> StackSt
                     handle.stop()
             (home / _STATE_FILE).unlink(missing_ok=True)
         if purge:
-            for name in ("kafka", "postgres"):
+            for name in ("kafka", _CLUSTER_DIR, "postgres"):
                 shutil.rmtree(home / name, ignore_errors=True)
         return state
 
@@ -371,8 +419,15 @@ def stack_status(directory: Path | None = None) -> list[ServiceStatus]:
     return [_kafka_status(state.kafka), _postgres_status(state.postgres)]
 
 
-def _check_mode(kafka: KafkaState, plaintext: bool) -> None:
-    if kafka.external or (kafka.security_protocol == "PLAINTEXT") == plaintext:
+def _check_mode(kafka: KafkaState, plaintext: bool, brokers: int | None) -> None:
+    """Refuse to reuse or repair a recorded local Kafka of another mode or size."""
+    if brokers is not None and brokers != kafka.brokers:
+        raise StackError(
+            f"the recorded stack's Kafka ({kafka.bootstrap}) runs {kafka.brokers} "
+            f"broker(s), but --brokers {brokers} was asked for; stop it with `recoveryctl "
+            "stack down` and start again"
+        )
+    if (kafka.security_protocol == "PLAINTEXT") == plaintext:
         return
     running = "plaintext" if kafka.security_protocol == "PLAINTEXT" else "secured"
     asked = "plaintext" if plaintext else "secured"
@@ -383,14 +438,21 @@ def _check_mode(kafka: KafkaState, plaintext: bool) -> None:
 
 
 def _kafka(
-    home: Path, bootstrap: str | None, timeout: float, plaintext: bool
-) -> tuple[KafkaBroker | None, KafkaState]:
+    home: Path,
+    bootstrap: str | None,
+    timeout: float,
+    plaintext: bool,
+    brokers: int,
+    survivors: dict[int, KafkaBroker],
+) -> tuple[KafkaBroker | KafkaCluster | None, KafkaState]:
     if bootstrap is not None:
         security = KafkaSecurity.from_env()
         wait_for_kafka(bootstrap, timeout=timeout, security=security)
         return None, KafkaState(
             bootstrap=bootstrap, external=True, security_protocol=security.effective_protocol
         )
+    if brokers > 1:
+        return _cluster(home, plaintext, brokers, survivors)
     broker = start_kafka(home / "kafka", secured=not plaintext)
     state = KafkaState(
         bootstrap=broker.bootstrap,
@@ -402,6 +464,25 @@ def _kafka(
         client_files={} if broker.security is None else broker.security.client_files(),
     )
     return broker, state
+
+
+def _cluster(
+    home: Path, plaintext: bool, brokers: int, survivors: dict[int, KafkaBroker]
+) -> tuple[KafkaCluster, KafkaState]:
+    cluster = start_kafka_cluster(
+        home / _CLUSTER_DIR, nodes=brokers, secured=not plaintext, keep=survivors
+    )
+    state = KafkaState(
+        bootstrap=cluster.bootstrap,
+        external=False,
+        data_dir=str(cluster.data_dir),
+        log=" ".join(str(node.log_path) for node in cluster.nodes),
+        security_protocol=cluster.admin.effective_protocol,
+        client_files={} if cluster.security is None else cluster.security.client_files(),
+        brokers=brokers,
+        node_pids=[node.pid for node in cluster.nodes],
+    )
+    return cluster, state
 
 
 def _postgres(
@@ -436,7 +517,7 @@ def _postgres(
 
 
 def _raise_if_any_failed(
-    kafka: Future[tuple[KafkaBroker | None, KafkaState]],
+    kafka: Future[tuple[KafkaBroker | KafkaCluster | None, KafkaState]],
     postgres: Future[tuple[PostgresServer | None, PostgresState]],
     *,
     keep: tuple[bool, bool] = (False, False),
@@ -461,11 +542,16 @@ def _raise_if_any_failed(
 
 def _kafka_status(kafka: KafkaState) -> ServiceStatus:
     try:
-        wait_for_kafka(kafka.bootstrap, timeout=3.0, security=kafka.client("admin"))
+        wait_for_kafka(
+            kafka.bootstrap, timeout=3.0, security=kafka.client("admin"), brokers=kafka.brokers
+        )
         running, detail = True, "answers metadata requests"
     except StackError as exc:
         running, detail = False, str(exc).splitlines()[0]
-    if not kafka.external:
+    if kafka.node_pids:
+        pids = ", ".join(str(pid) for pid in kafka.node_pids)
+        detail = f"{kafka.brokers} nodes, pids {pids}, data {kafka.data_dir}; {detail}"
+    elif not kafka.external:
         detail = f"pid {kafka.pid}, data {kafka.data_dir}; {detail}"
     return ServiceStatus(
         name="kafka",

@@ -28,18 +28,20 @@ class TopicResult:
 def provision(
     bootstrap: str,
     partitions: int = 6,
-    replication: int = 1,
+    replication: int | None = None,
     names: TopicNames | None = None,
     *,
     timeout: float = 30.0,
     security: KafkaSecurity | None = None,
 ) -> list[TopicResult]:
     """Create every recovery topic that does not exist yet with `partitions` partitions
-    and `replication` replicas; leave existing ones untouched (a partition count is never
-    changed here, because that would move keys between partitions and break per-operation
-    order). Safe to run any number of times. Connects as `security` (else the
-    environment's client settings). Raises `ProvisionError` naming the topic."""
-    if partitions < 1 or replication < 1:
+    and `replication` replicas (default: the broker's `default.replication.factor`, 1 on
+    the local single broker and 3 on the local cluster); leave existing ones untouched
+    (a partition count is never changed here, because that would move keys between
+    partitions and break per-operation order). Safe to run any number of times.
+    Connects as `security` (else the environment's client settings). Raises
+    `ProvisionError` naming the topic."""
+    if partitions < 1 or (replication is not None and replication < 1):
         raise ProvisionError(
             f"partitions ({partitions}) and replication ({replication}) must be >= 1"
         )
@@ -50,7 +52,9 @@ def provision(
     }
     admin = AdminClient(config)
     wanted = [
-        NewTopic(t, num_partitions=partitions, replication_factor=replication) for t in names.all()
+        # -1: the broker's default (KIP-464).
+        NewTopic(t, num_partitions=partitions, replication_factor=replication or -1)
+        for t in names.all()
     ]
     created: set[str] = set()
     for name, future in admin.create_topics(wanted, operation_timeout=timeout).items():
@@ -98,7 +102,11 @@ class BrokerProbe:
     every refused connection to stderr while a broker starts; the caller reports the
     outcome instead."""
 
-    def __init__(self, bootstrap: str, security: KafkaSecurity | None = None) -> None:
+    def __init__(
+        self, bootstrap: str, security: KafkaSecurity | None = None, *, brokers: int = 1
+    ) -> None:
+        # How many live brokers the metadata must list (a cluster: all its nodes).
+        self._brokers = brokers
         config: dict[str, Any] = {
             **kafka_config(bootstrap, security),
             "log_level": 0,
@@ -109,13 +117,19 @@ class BrokerProbe:
         self._admin = AdminClient(config)
 
     def problem(self, timeout: float) -> str | None:
-        """None when a metadata request answered within `timeout` seconds and lists a
-        live broker; otherwise what went wrong, for the caller's message."""
+        """None when a metadata request answered within `timeout` seconds and lists as
+        many live brokers as asked for (one by default); otherwise what went wrong, for
+        the caller's message."""
         try:
             metadata = self._admin.list_topics(timeout=timeout)
         except KafkaException as exc:
             return str(exc)
-        return None if metadata.brokers else "metadata lists no live broker"
+        live = len(metadata.brokers)
+        if live >= self._brokers:
+            return None
+        if not live:
+            return "metadata lists no live broker"
+        return f"metadata lists {live} of {self._brokers} brokers"
 
 
 def _ignore(_error: object) -> None:

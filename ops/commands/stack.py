@@ -1,4 +1,5 @@
-"""`recoveryctl stack up|down|status`: the local Kafka broker and PostgreSQL server."""
+"""`recoveryctl stack up|down|status`: the local Kafka broker (or three-node cluster) and
+PostgreSQL server."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "stack",
         help="start, stop or inspect the local Kafka broker and PostgreSQL server",
         description=(
-            "The local stack for development and tests: one Kafka broker (KRaft) and one "
+            "The local stack for development and tests: one Kafka broker (KRaft; or a "
+            "three-node cluster with `up --brokers 3`) and one "
             f"PostgreSQL server on 127.0.0.1. When {ENV_KAFKA_BOOTSTRAP} or "
             f"{ENV_DATABASE_URL} is set, that existing service is used instead. The broker "
             "takes TLS + SASL/SCRAM-SHA-512 clients with ACLs (one principal per component, "
@@ -43,6 +45,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=None,
         help="run the broker's plaintext listener: no TLS, no authentication, no ACLs "
         f"(also {ENV_KAFKA_PLAINTEXT}=1)",
+    )
+    up.add_argument(
+        "--brokers",
+        type=int,
+        choices=(1, 3),
+        default=None,
+        help="1: one broker; 3: a KRaft cluster of three nodes, every topic with three "
+        "replicas and min.insync.replicas 2 (default: as the recorded stack, else 1)",
     )
     up.set_defaults(handler=_up)
 
@@ -67,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _up(args: argparse.Namespace) -> int:
     try:
-        stack = stack_up(plaintext=args.plaintext)
+        stack = stack_up(plaintext=args.plaintext, brokers=args.brokers)
     except StackError as exc:
         print(f"recoveryctl stack up: {exc}", file=sys.stderr)
         return 1
@@ -155,7 +165,15 @@ def _print_state(state: StackState) -> None:
     kafka, postgres = state.kafka, state.postgres
     kafka_origin = "external" if kafka.external else f"pid {kafka.pid}, data {kafka.data_dir}"
     pg_origin = "external" if postgres.external else f"pid {postgres.pid}, data {postgres.root}"
-    print(f"kafka     {kafka.bootstrap}  ({kafka_origin}; {kafka.security_protocol})")
+    if kafka.node_pids:
+        cluster = f"{kafka.brokers}-node cluster ({kafka.security_protocol})"
+        print(f"kafka     {cluster}, data {kafka.data_dir}")
+        for node_id, (address, pid) in enumerate(
+            zip(kafka.bootstrap.split(","), kafka.node_pids, strict=True), start=1
+        ):
+            print(f"  node {node_id}  {address}  (pid {pid})")
+    else:
+        print(f"kafka     {kafka.bootstrap}  ({kafka_origin}; {kafka.security_protocol})")
     print(f"postgres  {postgres.url}  ({pg_origin})")
     if kafka.external or postgres.external:
         print(f"using existing services named by {ENV_KAFKA_BOOTSTRAP} / {ENV_DATABASE_URL}")

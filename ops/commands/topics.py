@@ -38,7 +38,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     create = actions.add_parser("create", help="create the topics and ACLs that do not exist yet")
     create.add_argument("--partitions", type=int, default=6, metavar="N", help="default 6")
-    create.add_argument("--replication", type=int, default=1, metavar="R", help="default 1")
+    create.add_argument(
+        "--replication",
+        type=int,
+        default=None,
+        metavar="R",
+        help="default: the broker's default.replication.factor (local stack: 1, or 3 with "
+        "--brokers 3)",
+    )
     create.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
     create.add_argument("--json", action="store_true", help="print a JSON list of topics")
     create.set_defaults(handler=run_create)

@@ -199,6 +199,39 @@ def test_stack_up_restarts_only_the_service_that_died(stack_home: Path) -> None:
     assert json.loads(status.stdout)["running"] is True
 
 
+def test_stack_up_brokers_3_runs_a_cluster_and_restarts_only_its_dead_node(
+    stack_home: Path,
+) -> None:
+    up = _recoveryctl(stack_home, "stack", "up", "--brokers", "3", "--json")
+    assert up.returncode == 0, up.stderr
+    first = json.loads(up.stdout)
+    kafka = KafkaState.model_validate(first["kafka"])
+    assert kafka.brokers == 3
+    assert kafka.security_protocol == "SASL_SSL"
+    assert len(kafka.bootstrap.split(",")) == len(set(kafka.node_pids)) == 3
+    assert all(pid_alive(pid) for pid in kafka.node_pids)
+    wait_for_kafka(kafka.bootstrap, timeout=10, security=kafka.client("admin"), brokers=3)
+
+    os.kill(kafka.node_pids[1], signal.SIGKILL)  # node 2 dies; the others live on
+    _wait_gone(kafka.node_pids[1])
+    up = _recoveryctl(stack_home, "stack", "up", "--json")  # the recorded size is kept
+    assert up.returncode == 0, up.stderr
+    assert "starting nodes [2] of the 3-node Kafka cluster" in up.stderr
+    assert "postgres still running" in up.stderr
+    second = KafkaState.model_validate(json.loads(up.stdout)["kafka"])
+    assert second.node_pids[0] == kafka.node_pids[0]
+    assert second.node_pids[2] == kafka.node_pids[2]
+    assert second.node_pids[1] != kafka.node_pids[1]
+    assert second.bootstrap == kafka.bootstrap  # the same ports
+    assert json.loads(up.stdout)["postgres"]["pid"] == first["postgres"]["pid"]
+    status = _recoveryctl(stack_home, "stack", "status", "--json")
+    assert json.loads(status.stdout)["running"] is True, status.stdout
+
+    one = _recoveryctl(stack_home, "stack", "up", "--brokers", "1")
+    assert one.returncode == 1
+    assert "runs 3 broker(s), but --brokers 1 was asked for" in one.stderr
+
+
 def test_no_command_trusts_the_state_of_a_stack_that_is_gone(
     stack_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -24,17 +24,31 @@ def unique_name(hint: str) -> str:
 class TopicFactory:
     """Creates topics for one test and deletes them all at its end."""
 
-    def __init__(self, bootstrap: str, hint: str, security: KafkaSecurity | None = None) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        hint: str,
+        security: KafkaSecurity | None = None,
+        *,
+        replication: int = 1,
+    ) -> None:
         # As `security` (else the environment's principal: the session broker's admin).
         self._admin = AdminClient(kafka_config(bootstrap, security))
         self._hint = hint
+        self._replication = replication
         self.created: list[str] = []
 
     def __call__(self, partitions: int = 1, *, config: dict[str, str] | None = None) -> str:
-        """Create a new topic with `partitions` partitions (replication factor 1) and wait
-        until the broker confirms it; return its name."""
+        """Create a new topic with `partitions` partitions (replication factor 1, or the
+        factory's `replication` on a cluster) and wait until the broker confirms it;
+        return its name."""
         name = unique_name(self._hint)
-        topic = NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})
+        topic = NewTopic(
+            name,
+            num_partitions=partitions,
+            replication_factor=self._replication,
+            config=config or {},
+        )
         for future in self._admin.create_topics([topic], operation_timeout=30).values():
             future.result(timeout=30)
         self.created.append(name)

@@ -8,6 +8,9 @@ through `schemas.kafka_config`, and every process it starts, connects as admin. 
 external broker (RECOVERY_KAFKA_BOOTSTRAP) is used with the security variables the
 caller set for it. `lease_secured_kafka` gives the tests of the broker's own defences
 a secured broker whatever the session's is, with each principal's settings.
+`lease_kafka_cluster` starts a secured three-node cluster of the test's own
+(`ops.kafka_cluster`) for the fault tests that kill a broker, the environment naming
+its admin while it is leased.
 
 A service that cannot be reached or started fails the run with the reason and the log
 tail (`pytest.fail`); nothing is ever skipped because a service is missing.
@@ -28,6 +31,7 @@ import pytest
 
 from ops.errors import StackError
 from ops.kafka import KafkaBroker, start_kafka, wait_for_kafka
+from ops.kafka_cluster import CLUSTER_NODES, KafkaCluster, start_kafka_cluster
 from ops.kafka_security import BrokerSecurity
 from ops.paths import ensure_dir, stack_dir
 from ops.postgres import start_postgres, wait_for_postgres
@@ -45,9 +49,11 @@ from schemas import (
 
 __all__ = [
     "SECURITY_VARIABLES",
+    "LeasedCluster",
     "SecuredBroker",
     "ServiceLease",
     "lease_kafka",
+    "lease_kafka_cluster",
     "lease_postgres",
     "lease_secured_kafka",
     "own_kafka",
@@ -136,7 +142,7 @@ def own_kafka(prefix: str) -> Iterator[KafkaBroker]:
     except StackError as exc:
         pytest.fail(f"Kafka broker {prefix} did not start: {exc}", pytrace=False)
     assert broker.security is not None
-    saved = {name: os.environ.pop(name) for name in _SECURITY_VARIABLES if name in os.environ}
+    saved = {name: os.environ.pop(name) for name in SECURITY_VARIABLES if name in os.environ}
     os.environ[ENV_KAFKA_CONFIG_FILE] = str(broker.security.client_file("admin"))
     try:
         yield broker
@@ -145,6 +151,55 @@ def own_kafka(prefix: str) -> Iterator[KafkaBroker]:
         os.environ.update(saved)
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)
+class LeasedCluster:
+    """A cluster of the test's own: kill a node, restart it; `cluster` is the current
+    handle (a restart replaces it). While leased, the environment names the cluster's
+    admin (RECOVERY_KAFKA_CONFIG_FILE), so every client and child process the test
+    builds connects as admin; `release` restores it, stops every node, removes the
+    folder."""
+
+    def __init__(self, cluster: KafkaCluster, saved: dict[str, str], root: Path) -> None:
+        self.cluster = cluster
+        self._saved = saved
+        self._root = root
+
+    @property
+    def bootstrap(self) -> str:
+        """Every node's address, comma-separated."""
+        return self.cluster.bootstrap
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL node `node_id` (1-based)."""
+        self.cluster.kill(node_id)
+
+    def restart(self, node_id: int, timeout: float = 60.0) -> None:
+        """Start the killed node again on its folder, id and ports; return once the
+        metadata lists every node."""
+        self.cluster = self.cluster.restart(node_id, timeout)
+
+    def release(self) -> None:
+        """Give the environment back, stop the nodes and remove their folder."""
+        os.environ.pop(ENV_KAFKA_CONFIG_FILE, None)
+        os.environ.update(self._saved)
+        try:
+            self.cluster.stop()
+        finally:
+            shutil.rmtree(self._root, ignore_errors=True)
+
+
+def lease_kafka_cluster(nodes: int = CLUSTER_NODES) -> LeasedCluster:
+    """A secured cluster of `nodes` nodes started now for one test (module docstring);
+    `pytest.fail` with the failing node's log tail when it does not start."""
+    root = service_root("kafka-cluster")
+    try:
+        cluster = start_kafka_cluster(root / "cluster", nodes=nodes)
+    except StackError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(f"local {nodes}-node Kafka cluster did not start: {exc}", pytrace=False)
+    assert cluster.security is not None
+    saved = {name: os.environ.pop(name) for name in SECURITY_VARIABLES if name in os.environ}
+    os.environ[ENV_KAFKA_CONFIG_FILE] = str(cluster.security.client_file("admin"))
+    return LeasedCluster(cluster, saved, root)
 
 
 def lease_secured_kafka(session: ServiceLease) -> tuple[SecuredBroker, Callable[[], None]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from ops.kafka import jars_cached, new_cluster_id, render_server_properties
+from ops.kafka import ClusterSeat, jars_cached, new_cluster_id, render_server_properties
 from ops.kafka_security import ensure_broker_security
 from ops.paths import cache_dir, ensure_dir, others_can_traverse, stack_dir
 from ops.ports import LOOPBACK, free_ports, is_port_free
@@ -203,3 +203,41 @@ def test_per_test_database_urls_keep_the_form_they_were_given() -> None:
     keywords = with_database("host=127.0.0.1 port=5432 user=postgres dbname=postgres", "t_two")
     assert "dbname=t_two" in keywords
     assert "host=127.0.0.1" in keywords
+
+
+def test_a_cluster_node_replicates_everything_three_times_and_needs_two_in_sync(
+    tmp_path: Path,
+) -> None:
+    security = ensure_broker_security(tmp_path, environ={})
+    voters = f"1@{LOOPBACK}:40002,2@{LOOPBACK}:40012,3@{LOOPBACK}:40022"
+    text = render_server_properties(
+        40011, 40012, tmp_path / "logs", security, ClusterSeat(2, voters, 3)
+    )
+    props = _properties(text)
+    assert props["node.id"] == "2"
+    assert props["controller.quorum.voters"] == voters
+    assert props["listeners"] == f"CLIENT://{LOOPBACK}:40011,CONTROLLER://{LOOPBACK}:40012"
+    for key in (
+        "default.replication.factor",
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+        "share.coordinator.state.topic.replication.factor",
+    ):
+        assert props[key] == "3", key
+    for key in (
+        "min.insync.replicas",
+        "transaction.state.log.min.isr",
+        "share.coordinator.state.topic.min.isr",
+    ):
+        assert props[key] == "2", key
+    assert props["unclean.leader.election.enable"] == "false"
+    assert int(props["broker.session.timeout.ms"]) < 9000  # fenced sooner than the default
+    keys = [line.split("=", 1)[0] for line in text.splitlines() if line and line[0] != "#"]
+    assert len(keys) == len(set(keys))  # no file of the three sets a key another sets
+
+
+def test_a_single_broker_needs_only_itself_in_sync(tmp_path: Path) -> None:
+    props = _properties(render_server_properties(40001, 40002, tmp_path / "logs"))
+    assert props["node.id"] == "1"
+    assert props["default.replication.factor"] == props["min.insync.replicas"] == "1"
+    assert "broker.session.timeout.ms" not in props
