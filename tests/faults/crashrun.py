@@ -51,7 +51,6 @@ import psycopg
 from ledger import create_database, ensure_roles, migrate_database
 from ops.kafka import KafkaBroker, KafkaServiceError, start_kafka
 from ops.postgres import PostgresServer, start_postgres
-from schemas import ENV_KAFKA_CONFIG_FILE
 from tests.faults.checker import CheckReport, check_run
 from tests.faults.netproxy import NetProxy
 from tests.faults.processes import FaultError, RoleProcess, log_tail, wait_until
@@ -59,7 +58,7 @@ from tests.faults.stream import FaultRun, Feeder, drain, workload
 from tests.faults.verify import progress
 from tests.support.kafka import TopicFactory
 from tests.support.keys import ensure_controller_key
-from tests.support.services import SECURITY_VARIABLES, service_root
+from tests.support.services import name_admin, service_root
 
 __all__ = ["CrashPlan", "CrashResult", "crash_run", "main"]
 
@@ -180,13 +179,11 @@ class Services:
 def _as_admin_of(broker: KafkaBroker) -> Iterator[None]:
     """Every client of this process and its children connects as `broker`'s admin."""
     assert broker.security is not None
-    saved = {name: os.environ.pop(name) for name in SECURITY_VARIABLES if name in os.environ}
-    os.environ[ENV_KAFKA_CONFIG_FILE] = str(broker.security.client_file("admin"))
+    restore = name_admin(broker.security)
     try:
         yield
     finally:
-        os.environ.pop(ENV_KAFKA_CONFIG_FILE, None)
-        os.environ.update(saved)
+        restore()
 
 
 def _restart_broker(data_dir: Path, say: Say) -> KafkaBroker:

@@ -56,6 +56,7 @@ __all__ = [
     "lease_kafka_cluster",
     "lease_postgres",
     "lease_secured_kafka",
+    "name_admin",
     "own_kafka",
     "service_root",
 ]
@@ -70,6 +71,20 @@ SECURITY_VARIABLES: Final = (
     ENV_KAFKA_SASL_PASSWORD_FILE,
     ENV_KAFKA_SSL_CA_LOCATION,
 )
+
+
+def name_admin(security: BrokerSecurity) -> Callable[[], None]:
+    """Make the environment name `security`'s admin client file (every other Kafka
+    security variable cleared), so every client this process and its children build
+    connects as admin; returns what gives the environment back."""
+    saved = {name: os.environ.pop(name) for name in SECURITY_VARIABLES if name in os.environ}
+    os.environ[ENV_KAFKA_CONFIG_FILE] = str(security.client_file("admin"))
+
+    def restore() -> None:
+        os.environ.pop(ENV_KAFKA_CONFIG_FILE, None)
+        os.environ.update(saved)
+
+    return restore
 
 
 @dataclass(frozen=True)
@@ -117,12 +132,10 @@ def lease_kafka() -> ServiceLease:
     except StackError as exc:
         pytest.fail(f"local Kafka broker for this test run did not start: {exc}", pytrace=False)
     assert broker.security is not None
-    saved = {name: os.environ.pop(name) for name in SECURITY_VARIABLES if name in os.environ}
-    os.environ[ENV_KAFKA_CONFIG_FILE] = str(broker.security.client_file("admin"))
+    restore = name_admin(broker.security)
 
     def release() -> None:
-        os.environ.pop(ENV_KAFKA_CONFIG_FILE, None)
-        os.environ.update(saved)
+        restore()
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)
 
@@ -142,15 +155,15 @@ def own_kafka(prefix: str) -> Iterator[KafkaBroker]:
     except StackError as exc:
         pytest.fail(f"Kafka broker {prefix} did not start: {exc}", pytrace=False)
     assert broker.security is not None
-    saved = {name: os.environ.pop(name) for name in SECURITY_VARIABLES if name in os.environ}
-    os.environ[ENV_KAFKA_CONFIG_FILE] = str(broker.security.client_file("admin"))
+    restore = name_admin(broker.security)
     try:
         yield broker
     finally:
-        os.environ.pop(ENV_KAFKA_CONFIG_FILE, None)
-        os.environ.update(saved)
+        restore()
         broker.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
 class LeasedCluster:
     """A cluster of the test's own: kill a node, restart it; `cluster` is the current
     handle (a restart replaces it). While leased, the environment names the cluster's
@@ -158,9 +171,9 @@ class LeasedCluster:
     builds connects as admin; `release` restores it, stops every node, removes the
     folder."""
 
-    def __init__(self, cluster: KafkaCluster, saved: dict[str, str], root: Path) -> None:
+    def __init__(self, cluster: KafkaCluster, restore: Callable[[], None], root: Path) -> None:
         self.cluster = cluster
-        self._saved = saved
+        self._restore = restore
         self._root = root
 
     @property
@@ -179,8 +192,7 @@ class LeasedCluster:
 
     def release(self) -> None:
         """Give the environment back, stop the nodes and remove their folder."""
-        os.environ.pop(ENV_KAFKA_CONFIG_FILE, None)
-        os.environ.update(self._saved)
+        self._restore()
         try:
             self.cluster.stop()
         finally:
@@ -197,9 +209,7 @@ def lease_kafka_cluster(nodes: int = CLUSTER_NODES) -> LeasedCluster:
         shutil.rmtree(root, ignore_errors=True)
         pytest.fail(f"local {nodes}-node Kafka cluster did not start: {exc}", pytrace=False)
     assert cluster.security is not None
-    saved = {name: os.environ.pop(name) for name in SECURITY_VARIABLES if name in os.environ}
-    os.environ[ENV_KAFKA_CONFIG_FILE] = str(cluster.security.client_file("admin"))
-    return LeasedCluster(cluster, saved, root)
+    return LeasedCluster(cluster, name_admin(cluster.security), root)
 
 
 def lease_secured_kafka(session: ServiceLease) -> tuple[SecuredBroker, Callable[[], None]]:
