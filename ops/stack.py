@@ -289,11 +289,9 @@ def _stack_up(
         )
     current = read_state(home)
     survivors = _surviving_nodes(current, bootstrap)
-    if current is not None and bootstrap is None and not current.kafka.external:
-        recorded = LocalStack.from_state(current).kafka
-        if survivors or (recorded is not None and recorded.is_running()):
-            _check_mode(current.kafka, plaintext, brokers)
-    kept_kafka, kept_postgres = _kept(current, bootstrap, database_url)
+    kept_kafka, kept_postgres = _kept(current, bootstrap, database_url, survivors)
+    if current is not None and (kept_kafka is not None or survivors):
+        _check_mode(current.kafka, plaintext, brokers)
     if current is not None and kept_kafka is not None and kept_postgres is not None:
         return LocalStack.from_state(current, reused=True)
     count = brokers or (current.kafka.brokers if current is not None else 1)
@@ -362,14 +360,18 @@ def _surviving_nodes(current: StackState | None, bootstrap: str | None) -> dict[
 
 
 def _kept(
-    current: StackState | None, bootstrap: str | None, database_url: str | None
+    current: StackState | None,
+    bootstrap: str | None,
+    database_url: str | None,
+    survivors: dict[int, KafkaBroker],
 ) -> tuple[
     tuple[KafkaBroker | KafkaCluster | None, KafkaState] | None,
     tuple[PostgresServer | None, PostgresState] | None,
 ]:
     """The recorded services that may be kept as they are: the ones asked for now (local,
     or the same external address) that still answer. What is left of a local one that
-    does not (a process that no longer answers) is stopped, to be started again."""
+    does not (a process that no longer answers) is stopped, to be started again; the
+    `survivors` of a cluster whose other nodes died keep running."""
     if current is None:
         return None, None
     handles = LocalStack.from_state(current)
@@ -384,7 +386,7 @@ def _kept(
     if same_pg and (pg.external or (handles.postgres and handles.postgres.is_running())):
         if _postgres_status(pg).running:
             postgres = (handles.postgres, pg)
-    if kafka is None and handles.kafka is not None and not _surviving_nodes(current, bootstrap):
+    if kafka is None and handles.kafka is not None and not survivors:
         handles.kafka.stop()  # nothing, when its process is gone
     if postgres is None and handles.postgres is not None:
         handles.postgres.stop()
@@ -421,6 +423,8 @@ def stack_status(directory: Path | None = None) -> list[ServiceStatus]:
 
 def _check_mode(kafka: KafkaState, plaintext: bool, brokers: int | None) -> None:
     """Refuse to reuse or repair a recorded local Kafka of another mode or size."""
+    if kafka.external:
+        return
     if brokers is not None and brokers != kafka.brokers:
         raise StackError(
             f"the recorded stack's Kafka ({kafka.bootstrap}) runs {kafka.brokers} "
