@@ -484,6 +484,7 @@ class PostgresLedger(Ledger):
 
 
 def _outbox_record(row: TupleRow) -> OutboxRecord:
-    position, record_id, topic, key, headers, payload, audit_record = row
+    position, record_id, topic, key, headers, payload, audit_record, value = row
     body = audit_record if payload is None else json.loads(bytes(payload))
-    return OutboxRecord(position, record_id, topic, key, headers, body)
+    signed = None if value is None else bytes(value)
+    return OutboxRecord(position, record_id, topic, key, headers, body, signed)
