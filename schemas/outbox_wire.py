@@ -41,7 +41,7 @@ from typing import Any, Final
 
 import orjson
 
-from machines import Invocation, Lineage
+from machines import Invocation, Lineage, canonical_ascii_json
 from schemas.catalog import CAPABILITY_COMMAND, DEAD_LETTER, EVENT_ENVELOPE, EVIDENCE_EVENT
 from schemas.codec import AvroSingleObjectCodec
 from schemas.command import CapabilityCommand
@@ -258,7 +258,8 @@ class OutboxSigner:
 
 
 def _canonical(payload: Mapping[str, Any]) -> bytes:
-    return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    # `json.dumps(payload, sort_keys=True, separators=(",", ":"))`, by orjson.
+    return canonical_ascii_json(payload)
 
 
 def _avro(
@@ -310,7 +311,7 @@ def _ocsf(payload: Mapping[str, Any], published_time: str | None) -> bytes:
     event = audit_to_ocsf({**payload, "occurred_at": when})
     source = "controller-sign-time" if published_time else "relay-publish-time"
     event["unmapped"]["recovery"]["time_source"] = source
-    return json.dumps(event, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return canonical_ascii_json(event)
 
 
 def _lineage(raw: Mapping[str, Any]) -> Lineage:
