@@ -73,7 +73,9 @@ FOR SHARE OF o;
 
 -- name: load_views
 -- The views with the lineage columns `ledger.cascade.with_lineage` lays over them.
-SELECT operation_id, view, ancestors, lineage_agents, contained_ancestors, descendant_agents
+-- The view comes as its text, which the ledger parses and validates in one pass.
+SELECT operation_id, view::text, ancestors, lineage_agents, contained_ancestors,
+       descendant_agents
 FROM operations WHERE operation_id = ANY(%(ids)s);
 
 -- name: insert_operations
