@@ -25,6 +25,7 @@ from pydantic_core import SchemaSerializer, core_schema
 from ledger.jsonutil import column_json, dumps
 from machines import Event, OperationView, ToolFacts
 from machines import view_from_json as _core_view_from_json
+from machines import view_from_json_text as _core_view_from_text
 from machines import view_to_json as _core_view_to_json
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "facts_to_json",
     "opened_json",
     "view_from_json",
+    "view_from_text",
     "view_json",
     "view_to_json",
 ]
@@ -89,6 +91,12 @@ def view_json(view: OperationView) -> str:
 def view_from_json(data: dict[str, Any]) -> OperationView:
     """Rebuild the exact `OperationView` that `view_to_json` wrote."""
     return _core_view_from_json(data)
+
+
+def view_from_text(text: str | bytes) -> OperationView:
+    """`view_from_json` of the column's text (`view_json`), parsed and validated in one
+    pass: what `PostgresLedger.load_views` reads every batch."""
+    return _core_view_from_text(text)
 
 
 def facts_to_json(facts: ToolFacts) -> dict[str, Any]:

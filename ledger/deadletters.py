@@ -80,6 +80,8 @@ class DeadLetterRow:
     key: str
     headers: Mapping[str, str]
     payload: Mapping[str, Any]
+    # The Kafka value the controller signed; None for an unsigned row.
+    value: bytes | None = None
 
 
 def plan_dead_letters(
@@ -140,8 +142,10 @@ def _signed(row: DeadLetterRow, sign: RowSigner | None) -> DeadLetterRow:
     """`row` with the controller's signature over the payload text the ledger stores."""
     if sign is None:
         return row
-    headers = sign(row.topic, row.key, row.record_id, row.headers, dumps(row.payload))
-    return DeadLetterRow(row.record_id, row.topic, row.key, headers, row.payload)
+    signed = sign(row.topic, row.key, row.record_id, row.headers, dumps(row.payload))
+    return DeadLetterRow(
+        row.record_id, row.topic, row.key, signed.headers, row.payload, signed.value
+    )
 
 
 def intake_reads(

@@ -132,7 +132,9 @@ class OperationInfo:
 
 @dataclass(frozen=True, slots=True)
 class OutboxRecord:
-    """One unpublished outbox row; `position` is its place in the global insertion order."""
+    """One unpublished outbox row; `position` is its place in the global insertion order.
+    `value` is the Kafka value the controller signed (migration 0012), to publish as it
+    is; without one (older rows, unsigned writers) the relay encodes `payload`."""
 
     position: int
     record_id: str
@@ -140,6 +142,7 @@ class OutboxRecord:
     key: str
     headers: Mapping[str, str]
     payload: Mapping[str, Any]
+    value: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,18 +12,25 @@ columns (a view, an event envelope, outbox headers, the JSON array of rows a set
 statement unpacks): every reader decodes it into a mapping, so key order and spacing
 do not matter. It is pydantic-core's serializer; it is never used for bytes that are
 hashed or published.
+
+`loads` reads JSON the ledger gets back from the server (views, payloads, audit records
+joined into a lease): orjson, or `json.loads` for the few texts orjson refuses and the
+standard library reads (integers beyond 64 bits, lone surrogate escapes), so the result
+is `json.loads`' for every text, at a quarter of its cost.
 """
 
 from __future__ import annotations
 
+import json
 from json.encoder import encode_basestring
 from typing import Any, Final
 
+import orjson
 from pydantic_core import to_json
 
 from machines import canonical_text
 
-__all__ = ["column_json", "dumps", "dumps_str"]
+__all__ = ["column_json", "dumps", "dumps_str", "loads"]
 
 
 def dumps(value: Any) -> str:
@@ -47,3 +54,12 @@ def column_json(value: dict[str, Any] | list[Any]) -> str:
         return to_json(value).decode("utf-8")
     except ValueError as exc:  # pydantic-core's serialization error is a ValueError
         raise TypeError(f"cannot store this value as JSON in the ledger: {exc}") from exc
+
+
+def loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """The value of the JSON text `data`, as `json.loads` reads it (see the module
+    docstring); raises `ValueError` for a text that is not JSON."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(bytes(data) if isinstance(data, memoryview) else data)

@@ -381,7 +381,9 @@ class MemoryLedger(Ledger):
             s.audit.setdefault(chain, []).extend(records)
             s.chains[chain] = ChainHead(records[-1].sequence, records[-1].hash)
         for row in rows:
-            out = OutboxRow(row.record_id, row.topic, row.key, row.headers, dumps(row.payload))
+            out = OutboxRow(
+                row.record_id, row.topic, row.key, row.headers, dumps(row.payload), value=row.value
+            )
             s.outbox.append(_Outbox(len(s.outbox) + 1, out))
         return (sum(len(r) for r in chained.values()), len(rows)), chained
 
@@ -469,16 +471,7 @@ class MemoryLedger(Ledger):
                     keys.append(key)
             self._s.leased_keys.update(keys)
             records = tuple(
-                OutboxRecord(
-                    i.position,
-                    i.row.record_id,
-                    i.row.topic,
-                    i.row.key,
-                    dict(i.row.headers),
-                    json.loads(i.row.payload_json),
-                )
-                for i in self._s.outbox
-                if not i.published and i.row.key in keys
+                _leased(i) for i in self._s.outbox if not i.published and i.row.key in keys
             )
         lease = _MemoryLease(records)
         try:
@@ -608,3 +601,17 @@ def _level(row: LineageRow, root: str, root_depth: int) -> int:
     if root in row.ancestors:
         return row.ancestors.index(root) + 1
     return len(row.ancestors) - root_depth
+
+
+def _leased(item: _Outbox) -> OutboxRecord:
+    """An outbox row as a lease returns it."""
+    row = item.row
+    return OutboxRecord(
+        item.position,
+        row.record_id,
+        row.topic,
+        row.key,
+        dict(row.headers),
+        json.loads(row.payload_json),
+        row.value,
+    )

@@ -17,7 +17,6 @@ the stored offsets. Nothing is ever half-applied.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import weakref
@@ -32,7 +31,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from ledger.audit import AuditRecord, AuditSubject, ChainHead, DecisionRowFacts
-from ledger.codec import view_from_json
+from ledger.codec import view_from_text
 from ledger.driver import DRIVER_ERRORS, driver_errors, translate
 from ledger.errors import LedgerError, LedgerUnavailable, UnknownOperation
 from ledger.interface import (
@@ -45,6 +44,7 @@ from ledger.interface import (
     PartitionAttempt,
     PartitionClaim,
 )
+from ledger.jsonutil import loads
 from ledger.postgres_arrays import ADAPTERS
 from ledger.postgres_commit import write_batch
 from ledger.postgres_lineage import lineage_row
@@ -264,7 +264,7 @@ class PostgresLedger(Ledger):
         def work(conn: Conn) -> dict[str, OperationView]:
             rows = conn.execute(QUERIES["load_views"], {"ids": list(operation_ids)}).fetchall()
             return {
-                op: with_lineage(view_from_json(view), ancestors, agents, contained, below)
+                op: with_lineage(view_from_text(view), ancestors, agents, contained, below)
                 for op, view, ancestors, agents, contained, below in rows
             }
 
@@ -484,6 +484,7 @@ class PostgresLedger(Ledger):
 
 
 def _outbox_record(row: TupleRow) -> OutboxRecord:
-    position, record_id, topic, key, headers, payload, audit_record = row
-    body = audit_record if payload is None else json.loads(bytes(payload))
-    return OutboxRecord(position, record_id, topic, key, headers, body)
+    position, record_id, topic, key, headers, payload, audit_record, value = row
+    body = audit_record if payload is None else loads(payload)
+    signed = None if value is None else bytes(value)
+    return OutboxRecord(position, record_id, topic, key, headers, body, signed)

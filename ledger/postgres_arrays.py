@@ -22,6 +22,9 @@ from psycopg import postgres
 from psycopg.abc import AdaptContext, Buffer
 from psycopg.adapt import AdaptersMap, PyFormat
 from psycopg.types.array import ListBinaryDumper
+from psycopg.types.json import set_json_loads
+
+from ledger.jsonutil import loads
 
 __all__ = [
     "ADAPTERS",
@@ -119,6 +122,8 @@ def _ledger_adapters() -> AdaptersMap:
     adapters.register_dumper(BoolArray, _BoolArrayDumper)
     adapters.register_dumper(TimeArray, _TimeArrayDumper)
     adapters.register_dumper(BytesArray, _BytesArrayDumper)
+    # json and jsonb values (views, joined audit records) read by orjson, as json.loads.
+    set_json_loads(loads, adapters)
     return adapters
 
 

@@ -473,7 +473,7 @@ _TABLE_TYPES: Final[Mapping[str, Sequence[str]]] = {
         *("timestamptz", "text", "text"),
     ),
     "audit_records": ("text", "int8", "text", "text", "text", "text"),
-    "outbox": ("text", "text", "text", "text", "bytea", "int8"),
+    "outbox": ("text", "text", "text", "text", "bytea", "int8", "bytea"),
 }
 
 
@@ -568,14 +568,17 @@ def _event_tuple(e: EventRow) -> tuple[Any, ...]:
 
 def _outbox_tuple(row: OutboxRow) -> tuple[Any, ...]:
     """An outbox row's columns; an audit record's row stores only its reference
-    (payload NULL, `audit_sequence` set), any other the bytes to publish."""
+    (payload NULL, `audit_sequence` set), any other its payload; a signed row the value
+    the controller signed, which the relay publishes (migration 0012)."""
     headers = column_json(dict(row.headers))
     if row.audit_sequence is not None:
-        return (row.record_id, row.topic, row.key, headers, None, row.audit_sequence)
-    return (row.record_id, row.topic, row.key, headers, row.payload_json.encode("utf-8"), None)
+        return (row.record_id, row.topic, row.key, headers, None, row.audit_sequence, row.value)
+    payload = row.payload_json.encode("utf-8")
+    return (row.record_id, row.topic, row.key, headers, payload, None, row.value)
 
 
 def _letter_tuple(row: DeadLetterRow) -> tuple[Any, ...]:
     # The outbox payload column holds the bytes to publish (bytea).
     payload = dumps(row.payload).encode("utf-8")
-    return (row.record_id, row.topic, row.key, column_json(dict(row.headers)), payload, None)
+    headers = column_json(dict(row.headers))
+    return (row.record_id, row.topic, row.key, headers, payload, None, row.value)

@@ -13,6 +13,7 @@ operation nor changes containment skips the step entirely.
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import Sequence
 from typing import Final
@@ -160,6 +161,7 @@ def insert_cascade(conn: Conn, plan: BatchRows) -> int:
             "key": o.key,
             "headers": dict(o.headers),
             "payload": o.payload_json,
+            "value": None if o.value is None else base64.b64encode(o.value).decode("ascii"),
         }
         for o in plan.cascade
     ]

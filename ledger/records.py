@@ -245,6 +245,9 @@ class OutboxRow:
     # Set for an audit record's row: PostgreSQL stores a reference to the record (same
     # key = operation, this sequence) instead of a second copy of it.
     audit_sequence: int | None = None
+    # The Kafka value the controller signed (`schemas.SignedRow`), which the relay
+    # publishes as it is; None for an unsigned row, which the relay encodes.
+    value: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -734,12 +737,13 @@ def command_lineage(
 
 
 def signed_row(row: OutboxRow, sign: RowSigner | None, payload_json: str = "") -> OutboxRow:
-    """`row` with the controller's signature in its headers (`sign` over `payload_json`,
-    else the row's own payload); `row` itself without a signer."""
+    """`row` with the controller's signature in its headers and the value it signed
+    (`sign` over `payload_json`, else the row's own payload); `row` itself without a
+    signer."""
     if sign is None:
         return row
-    headers = sign(row.topic, row.key, row.record_id, row.headers, payload_json or row.payload_json)
-    return replace(row, headers=headers)
+    signed = sign(row.topic, row.key, row.record_id, row.headers, payload_json or row.payload_json)
+    return replace(row, headers=signed.headers, value=signed.value)
 
 
 def _with_lineage(row: OutboxRow, lineage: Mapping[str, Any] | None) -> OutboxRow:

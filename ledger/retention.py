@@ -121,8 +121,10 @@ def purge_operation(
             "kind": "tombstone",
         }
         payload_json = dumps(payload)
+        value = None
         if sign is not None:
-            headers = dict(sign(topics.audit, operation_id, rid, headers, payload_json))
+            signed = sign(topics.audit, operation_id, rid, headers, payload_json)
+            headers, value = signed.headers, signed.value
         conn.execute(
             QUERIES["insert_tombstone_outbox"],
             {
@@ -131,6 +133,7 @@ def purge_operation(
                 "key": operation_id,
                 "headers": column_json(headers),
                 "payload": payload_json,
+                "value": value,
             },
         )
     return PurgeResult(operation_id, removed, head.sequence, record.sequence, record.hash)

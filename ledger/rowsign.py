@@ -3,14 +3,18 @@
 The ledger never holds the controller's key: the controller passes a `RowSigner` (in
 practice `schemas.OutboxSigner`) with each batch, and every place that builds an outbox
 row (`ledger.records`, `ledger.lineage_step`, `ledger.deadletters`) calls it over the
-row's topic, key, record id, headers and payload text, and stores the headers it returns
-(the signature added). The relay publishes them as they are (`docs/relay.md`).
+row's topic, key, record id, headers and payload text. It returns a `schemas.SignedRow`:
+the headers to store (the signature and the stream's headers added) and the exact value
+bytes it signed, which the ledger stores with the row (outbox column `value`, migration
+0012) so that the relay publishes them as they are (`docs/relay.md`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-__all__ = ["RowSigner"]
+from schemas import SignedRow
 
-RowSigner = Callable[[str, str, str, Mapping[str, str], str], Mapping[str, str]]
+__all__ = ["RowSigner", "SignedRow"]
+
+RowSigner = Callable[[str, str, str, Mapping[str, str], str], SignedRow]

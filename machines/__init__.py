@@ -183,6 +183,7 @@ from machines.view import (
     checkpoint_digest,
     new_view,
     view_from_json,
+    view_from_json_text,
     view_to_json,
 )
 
@@ -346,6 +347,7 @@ __all__ = [
     "validate_path",
     "validate_text",
     "view_from_json",
+    "view_from_json_text",
     "view_to_json",
     "with_lineage",
     "write_private_key",

@@ -1,11 +1,15 @@
 """How the relay turns an outbox row into a Kafka record: value bytes and headers.
 
-The encoding of each stream's payload is `schemas.encode_outbox_value` (the module
-`schemas/outbox_wire.py` describes the wire format of every topic), the same function
-the controller signs with, so the relay publishes exactly the bytes the controller
-signed and never re-signs anything. A command row without a lineage in its payload
-(written before rows carried one) gets it from the ledger's operation row, looked up
-once per operation per lease.
+A row the controller signed carries the exact value it signed (`OutboxRecord.value`,
+outbox column `value`, migration 0012) and, among its headers, the stream's own
+(`schemas.WIRE_ROW_HEADERS`: `content_type`, `schema`, `command_id`): the relay
+publishes them as they are, without encoding anything. A row without a value (written
+before migration 0012, or by a writer without a signer) is encoded with
+`schemas.encode_outbox_value` (the module `schemas/outbox_wire.py` describes the wire
+format of every topic), the same function the controller signs with, so the relay
+publishes exactly the bytes the controller signed and never re-signs anything. A command
+row without a lineage in its payload (written before rows carried one) gets it from the
+ledger's operation row, looked up once per operation per lease.
 
 A row's `topic` names its stream: either a configured topic name or the default name
 (`recovery.commands`...), which the ledger writes as a logical stream name; the record
@@ -35,14 +39,21 @@ from schemas import (
     AvroSingleObjectCodec,
     TopicNames,
     WireError,
+    WireValue,
     encode_outbox_value,
     outbox_stream,
 )
 
 __all__ = ["EncodedRecord", "LineageLookup", "RecordEncoder", "UnpublishableRow"]
 
-# Row headers that the relay maps to standard Kafka headers instead of copying.
-_RESERVED: Final = frozenset({"record_id", PUBLISHED_TIME, TRACEPARENT, TRACESTATE})
+# Row headers that the relay maps to standard Kafka headers instead of copying (the
+# producer adds `content-type` and `recovery-schema` from the record's content type and
+# fingerprint); a signed row's `command_id` is copied, as `recovery-command-id`.
+_CONTENT_TYPE: Final = "content_type"
+_SCHEMA: Final = "schema"
+_RESERVED: Final = frozenset(
+    {"record_id", PUBLISHED_TIME, TRACEPARENT, TRACESTATE, _CONTENT_TYPE, _SCHEMA}
+)
 
 LineageLookup = Callable[[str], Lineage]
 
@@ -86,14 +97,7 @@ class RecordEncoder:
         payload does not fit its topic's schema or the topic is not a recovery topic."""
         try:
             stream = self._stream(row.topic)
-            wire = encode_outbox_value(
-                stream,
-                row.key,
-                row.payload,
-                self._codec,
-                lineage_of=self._lineage_of,
-                published_time=row.headers.get(PUBLISHED_TIME),
-            )
+            wire = self._wire(stream, row)
         except (WireError, KeyError, TypeError, ValueError) as exc:
             raise UnpublishableRow(
                 f"outbox row {row.record_id} (position {row.position}, key {row.key}, topic "
@@ -115,6 +119,22 @@ class RecordEncoder:
             wire.fingerprint,
             headers,
             carrier,
+        )
+
+    def _wire(self, stream: str, row: OutboxRecord) -> WireValue:
+        if row.value is not None:
+            # Signed by the controller as stored: published as it is.
+            content_type = row.headers.get(_CONTENT_TYPE)
+            if not content_type:
+                raise ValueError("the row has a value but no content_type header")
+            return WireValue(row.value, str(content_type), row.headers.get(_SCHEMA), {})
+        return encode_outbox_value(
+            stream,
+            row.key,
+            row.payload,
+            self._codec,
+            lineage_of=self._lineage_of,
+            published_time=row.headers.get(PUBLISHED_TIME),
         )
 
     def _stream(self, topic: str) -> str:

@@ -19,10 +19,15 @@ The ledger stores outbox payloads as JSON; each stream has its own wire format:
   published as their canonical JSON (sorted keys, no spaces), header
   `recovery-kind` naming which.
 
-Both sides run this module: the controller (`OutboxSigner`, when it builds the rows, so
-the relay never holds the controller's key) and the relay (`encode_outbox_value`, when
-it publishes them). The encoding is deterministic, so the bytes the relay publishes are
-the bytes the controller signed; a relay that changes one breaks the signature.
+The controller encodes each row once, when it signs it (`OutboxSigner`, so the relay
+never holds the controller's key), and the ledger stores what it signed: the value bytes
+(`SignedRow.value`, outbox column `value`, migration 0012) and, among the row's headers,
+the stream's own (`WIRE_ROW_HEADERS`: `content_type`, `schema`, `command_id`). The relay
+publishes those as they are, without encoding anything again. A row stored without a
+value (written before migration 0012, or by a writer without a signer) is encoded by the
+relay with `encode_outbox_value`, the same function; the encoding is deterministic, so
+the bytes it publishes are the bytes the controller signed, and a relay that changes one
+breaks the signature.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from typing import Any, Final
 
 import orjson
 
-from machines import Invocation, Lineage
+from machines import Invocation, Lineage, canonical_ascii_json
 from schemas.catalog import CAPABILITY_COMMAND, DEAD_LETTER, EVENT_ENVELOPE, EVIDENCE_EVENT
 from schemas.codec import AvroSingleObjectCodec
 from schemas.command import CapabilityCommand
@@ -57,7 +62,9 @@ __all__ = [
     "OUTBOX_STREAMS",
     "PUBLISHED_TIME",
     "SIGNATURE_ROW_HEADERS",
+    "WIRE_ROW_HEADERS",
     "OutboxSigner",
+    "SignedRow",
     "WireValue",
     "encode_outbox_value",
     "needs_published_time",
@@ -74,6 +81,20 @@ SIGNATURE_ROW_HEADERS: Final = {
     "key_id": HEADER_KEY_ID,
     "signature": HEADER_SIGNATURE,
 }
+# The row headers a signed row stores its stream's Kafka headers in (row name -> Kafka
+# header), so that the relay publishes the stored value without encoding it again. The
+# relay copies a row header `name` as `recovery-<name>`, which gives `recovery-schema`
+# and `recovery-command-id` already; `content_type` and `schema` it passes to the
+# producer as the content type and schema fingerprint instead.
+ROW_CONTENT_TYPE: Final = "content_type"
+ROW_SCHEMA: Final = "schema"
+ROW_COMMAND_ID: Final = "command_id"
+WIRE_ROW_HEADERS: Final = {
+    ROW_CONTENT_TYPE: CONTENT_TYPE,
+    ROW_SCHEMA: HEADER_SCHEMA,
+    ROW_COMMAND_ID: HEADER_COMMAND_ID,
+}
+_ROW_NAME_OF: Final = {header: name for name, header in WIRE_ROW_HEADERS.items()}
 _CONTROLLER: Final = "recovery-controller"
 _DEFAULT_NAMES: Final = TopicNames()
 _EPOCH: Final = "1970-01-01T00:00:00+00:00"
@@ -93,6 +114,16 @@ class WireValue:
     content_type: str
     fingerprint: str | None
     extra: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class SignedRow:
+    """What `OutboxSigner` makes of a row: its headers with the signature and the
+    stream's headers added (`SIGNATURE_ROW_HEADERS`, `WIRE_ROW_HEADERS`, and
+    `published_time` when it needed one), and the exact value bytes it signed."""
+
+    headers: dict[str, str]
+    value: bytes
 
 
 def outbox_stream(topics: TopicNames, topic: str) -> str:
@@ -159,10 +190,12 @@ def needs_published_time(payload: Mapping[str, Any]) -> bool:
 
 class OutboxSigner:
     """The controller's signature on the outbox rows it writes: called with a row's
-    topic, key, record id, headers and payload text when the row is built, it returns the
-    row's headers with `producer`, `key_id` and `signature` added (and `published_time`
-    for an audit record without its own time), computed over the exact record the relay
-    will publish (`schemas.RecordSigner`: topic, key, value, signed headers)."""
+    topic, key, record id, headers and payload text when the row is built, it encodes the
+    row once and returns a `SignedRow`: the value bytes, and the row's headers with
+    `producer`, `key_id` and `signature` added, the stream's headers (`content_type`,
+    `schema`, `command_id`) and `published_time` for an audit record without its own
+    time. The signature is over the exact record the relay publishes
+    (`schemas.RecordSigner`: topic, key, value, signed headers)."""
 
     def __init__(
         self,
@@ -189,10 +222,14 @@ class OutboxSigner:
         record_id: str,
         headers: Mapping[str, str],
         payload_json: str,
-    ) -> dict[str, str]:
+    ) -> SignedRow:
         stream = outbox_stream(self.topics, topic)
         payload = orjson.loads(payload_json)
-        out = {k: v for k, v in headers.items() if k not in SIGNATURE_ROW_HEADERS}
+        out = {
+            k: v
+            for k, v in headers.items()
+            if k not in SIGNATURE_ROW_HEADERS and k not in WIRE_ROW_HEADERS
+        }
         published = None
         if stream == "audit" and needs_published_time(payload):
             published = out.get(PUBLISHED_TIME) or self._clock().isoformat()
@@ -202,9 +239,13 @@ class OutboxSigner:
             (CONTENT_TYPE, wire.content_type.encode("utf-8")),
             (HEADER_RECORD_ID, record_id.encode("utf-8")),
         ]
+        out[ROW_CONTENT_TYPE] = wire.content_type
         if wire.fingerprint is not None:
             kafka_headers.append((HEADER_SCHEMA, wire.fingerprint.encode("utf-8")))
-        kafka_headers.extend((k, v.encode("utf-8")) for k, v in wire.extra.items())
+            out[ROW_SCHEMA] = wire.fingerprint
+        for name, text in wire.extra.items():
+            kafka_headers.append((name, text.encode("utf-8")))
+            out[_ROW_NAME_OF[name]] = text
         signed = dict(
             self.signer.sign(
                 getattr(self.topics, stream), key.encode("utf-8"), wire.value, kafka_headers
@@ -213,11 +254,12 @@ class OutboxSigner:
         for row_name, header in SIGNATURE_ROW_HEADERS.items():
             value = signed[header]
             out[row_name] = "" if value is None else value.decode("utf-8")
-        return out
+        return SignedRow(out, wire.value)
 
 
 def _canonical(payload: Mapping[str, Any]) -> bytes:
-    return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    # `json.dumps(payload, sort_keys=True, separators=(",", ":"))`, by orjson.
+    return canonical_ascii_json(payload)
 
 
 def _avro(
@@ -269,7 +311,7 @@ def _ocsf(payload: Mapping[str, Any], published_time: str | None) -> bytes:
     event = audit_to_ocsf({**payload, "occurred_at": when})
     source = "controller-sign-time" if published_time else "relay-publish-time"
     event["unmapped"]["recovery"]["time_source"] = source
-    return json.dumps(event, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return canonical_ascii_json(event)
 
 
 def _lineage(raw: Mapping[str, Any]) -> Lineage:

@@ -73,7 +73,9 @@ FOR SHARE OF o;
 
 -- name: load_views
 -- The views with the lineage columns `ledger.cascade.with_lineage` lays over them.
-SELECT operation_id, view, ancestors, lineage_agents, contained_ancestors, descendant_agents
+-- The view comes as its text, which the ledger parses and validates in one pass.
+SELECT operation_id, view::text, ancestors, lineage_agents, contained_ancestors,
+       descendant_agents
 FROM operations WHERE operation_id = ANY(%(ids)s);
 
 -- name: insert_operations
@@ -199,10 +201,10 @@ SELECT * FROM unnest(
 );
 
 -- name: insert_outbox
-INSERT INTO outbox (record_id, topic, key, headers, payload, audit_sequence)
+INSERT INTO outbox (record_id, topic, key, headers, payload, audit_sequence, value)
 SELECT * FROM unnest(
     %(c0)b::text[], %(c1)b::text[], %(c2)b::text[], %(c3)b::text[]::json[],
-    %(c4)b::bytea[], %(c5)b::bigint[]
+    %(c4)b::bytea[], %(c5)b::bigint[], %(c6)b::bytea[]
 );
 
 -- name: update_operations
@@ -303,10 +305,11 @@ WHERE o.operation_id = u.operation_id;
 -- name: insert_cascade
 -- Cascade events: a replayed lineage step may plan one already stored; it is kept (the
 -- row count says how many were inserted).
-INSERT INTO outbox (record_id, topic, key, headers, payload)
-SELECT u.record_id, u.topic, u.key, u.headers, convert_to(u.payload, 'UTF8')
+INSERT INTO outbox (record_id, topic, key, headers, payload, value)
+SELECT u.record_id, u.topic, u.key, u.headers, convert_to(u.payload, 'UTF8'),
+       decode(u.value, 'base64')
 FROM json_to_recordset(%(rows)s::json) AS u (
-    record_id text, topic text, key text, headers json, payload text
+    record_id text, topic text, key text, headers json, payload text, value text
 )
 ORDER BY u.key, u.record_id
 ON CONFLICT (record_id) DO NOTHING;
@@ -407,12 +410,15 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: lease_outbox_rows
 -- The leased keys' unpublished rows in order; an audit row's payload is its audit record,
--- joined back in (migration 0004); the stored record text is embedded as it is.
+-- joined back in (migration 0004); the stored record text is embedded as it is. A row
+-- with the value the controller signed (migration 0012) is published as it is; without
+-- one, the relay encodes the payload.
 SELECT o.id, o.record_id, o.topic, o.key, o.headers, o.payload,
        CASE WHEN a.operation_id IS NULL THEN NULL ELSE json_build_object(
            'hash', a.hash, 'kind', a.kind, 'operation_id', a.operation_id,
            'prev_hash', a.prev_hash, 'record', a.record, 'sequence', a.sequence
-       ) END
+       ) END,
+       o.value
 FROM outbox AS o
 LEFT JOIN audit_records AS a
     ON o.audit_sequence IS NOT NULL AND a.operation_id = o.key AND a.sequence = o.audit_sequence
@@ -512,5 +518,8 @@ UPDATE operations SET audit_sequence = %(sequence)s, audit_head = %(hash)s
 WHERE operation_id = %(id)s;
 
 -- name: insert_tombstone_outbox
-INSERT INTO outbox (record_id, topic, key, headers, payload)
-VALUES (%(record_id)s, %(topic)s, %(key)s, %(headers)s::json, convert_to(%(payload)s, 'UTF8'));
+INSERT INTO outbox (record_id, topic, key, headers, payload, value)
+VALUES (
+    %(record_id)s, %(topic)s, %(key)s, %(headers)s::json, convert_to(%(payload)s, 'UTF8'),
+    %(value)s
+);

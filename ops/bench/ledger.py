@@ -12,6 +12,9 @@ host): on a machine shared with other work, the CPU figures are the ones to comp
 figure, not a test: the target is at least 20,000 events' worth of rows per second on
 this machine.
 
+With `--signed` every outbox row is signed as the controller signs it
+(`schemas.OutboxSigner`, a key made for the run; its CPU is the writer's).
+
 The server is the one RECOVERY_DATABASE_URL (or --database-url) names, as an
 administrative connection, or else a local one started for the run and stopped after.
 """
@@ -33,6 +36,7 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
 import psycopg
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from psycopg.conninfo import make_conninfo
 
 from ledger import (
@@ -63,7 +67,7 @@ from machines import (
 )
 from ops.bench.core import T0, bench_event
 from ops.postgres import start_postgres
-from schemas import ENV_DATABASE_URL
+from schemas import DEFAULT_TOPICS, ENV_DATABASE_URL, OutboxSigner, RecordSigner
 
 GROUP, TOPIC = "bench", "recovery.events"
 TARGET_EVENTS_PER_SECOND = 20_000
@@ -91,7 +95,12 @@ def _view(machine: Machine, op: str) -> OperationView:
 
 
 def build_batches(
-    machine: Machine, registry: Registry, operations: int, batch_size: int, partition: int = 0
+    machine: Machine,
+    registry: Registry,
+    operations: int,
+    batch_size: int,
+    partition: int = 0,
+    sign: OutboxSigner | None = None,
 ) -> list[Batch]:
     """Batches of about `batch_size` events: each group of operations is opened by one
     batch (timeouts and verifications) and finished by the next (rejected events and
@@ -122,6 +131,7 @@ def build_batches(
                     tuple(entries),
                     "bench-runtime",
                     folded=dict(views),
+                    sign=sign,
                 )
             )
     return batches
@@ -174,6 +184,7 @@ def _writer(
     partition: int,
     operations: int,
     batch_size: int,
+    signed: bool,
     barrier: Barrier,
     results: Queue[tuple[float, float, int, _Totals]],
 ) -> None:
@@ -181,7 +192,11 @@ def _writer(
     warm up, wait for the others, commit every batch, report (start, end, batches)."""
     registry = load_registry()
     machine = load_catalogue(registry, CATALOGUE)["delegated-research"]
-    batches = build_batches(machine, registry, operations, batch_size, partition=partition)
+    sign = None
+    if signed:
+        key = Ed25519PrivateKey.generate()
+        sign = OutboxSigner(RecordSigner("recovery-controller", key), DEFAULT_TOPICS)
+    batches = build_batches(machine, registry, operations, batch_size, partition, sign)
     # The prebuilt batches stand for the Kafka backlog, which a controller does not hold
     # as Python objects (it holds one batch, and freezes its startup objects out of the
     # collector, consumer/heap.py): without this, every full collection walks the
@@ -210,7 +225,9 @@ def _writer(
     results.put((start, end, len(batches) - 1, totals))
 
 
-def run(admin_url: str, operations: int, batch_size: int, writers: int) -> None:
+def run(
+    admin_url: str, operations: int, batch_size: int, writers: int, signed: bool = False
+) -> None:
     """Create a database, migrate it, commit every batch, print the figures, drop it.
     Each writer is a process owning one partition with its own connection, as one
     controller per partition would be; they share the server, as in production."""
@@ -230,7 +247,7 @@ def run(admin_url: str, operations: int, batch_size: int, writers: int) -> None:
         procs = [
             context.Process(
                 target=_writer,
-                args=(url, p, operations // writers, batch_size, barrier, results),
+                args=(url, p, operations // writers, batch_size, signed, barrier, results),
             )
             for p in range(writers)
         ]
@@ -288,15 +305,18 @@ def main() -> None:
     parser.add_argument(
         "--writers", type=int, default=2, help="writer processes, one partition each"
     )
+    parser.add_argument(
+        "--signed", action="store_true", help="sign every outbox row as the controller does"
+    )
     args = parser.parse_args()
     if args.database_url:
-        run(args.database_url, args.operations, args.batch_size, args.writers)
+        run(args.database_url, args.operations, args.batch_size, args.writers, args.signed)
         return
     root = Path(tempfile.mkdtemp(prefix="bench-ledger-"))
     root.chmod(0o755)
     server = start_postgres(root / "postgres")
     try:
-        run(server.url, args.operations, args.batch_size, args.writers)
+        run(server.url, args.operations, args.batch_size, args.writers, args.signed)
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)

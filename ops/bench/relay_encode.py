@@ -26,12 +26,19 @@ The workload's times come from the clock, so two builds differ: to compare two c
 versions, build once with `--save FILE` and encode that outbox with each version
 (`--load FILE`).
 
+With `--signed` the controller's planning signs every row as the live controller does
+(`schemas.OutboxSigner`, a key made for the run), so each row carries the value it
+signed (migration 0012) and the relay publishes it as it is; without it, rows are
+unsigned and the relay encodes each one from its payload, as it does for rows written
+before migration 0012.
+
 Without `--kafka`, no Kafka and no PostgreSQL: a figure, not a test.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import json
 import os
@@ -45,6 +52,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from opentelemetry import metrics, trace
 
 from consumer import (
@@ -69,7 +77,7 @@ from producers import (
     lineage_from_ledger,
     provision,
 )
-from schemas import TopicNames
+from schemas import DEFAULT_TOPICS, OutboxSigner, RecordSigner, TopicNames
 
 _TOPIC = "recovery.events"
 _GROUP = "bench-relay-encode"
@@ -77,9 +85,12 @@ _BATCH = 500
 _T0_MS = 1_764_460_800_000  # 2025-11-30T00:00:00Z, the Kafka timestamp of record 0
 
 
-def build_outbox(events: int, seed: int) -> tuple[MemoryLedger, tuple[OutboxRecord, ...]]:
+def build_outbox(
+    events: int, seed: int, *, signed: bool = False
+) -> tuple[MemoryLedger, tuple[OutboxRecord, ...]]:
     """A ledger holding the outbox of about `events` workload records decided by the
-    controller's planning, and every unpublished row of it in insertion order."""
+    controller's planning, and every unpublished row of it in insertion order; with
+    `signed`, every row signed as the controller signs it (with a key made here)."""
     settings = ControllerSettings(bootstrap="unused", database_url="unused")
     # The bench policy is the demo's, with a public-name approver key: demo mode.
     settings = settings.model_copy(update={"policy_path": BENCH_POLICY, "demo_mode": True})
@@ -88,6 +99,10 @@ def build_outbox(events: int, seed: int) -> tuple[MemoryLedger, tuple[OutboxReco
     ledger = MemoryLedger()
     claims = ledger.claim(_GROUP, _TOPIC, [0], "bench")
     epochs = {(c.topic, c.partition): c.epoch for c in claims}
+    sign = None
+    if signed:
+        key = Ed25519PrivateKey.generate()
+        sign = OutboxSigner(RecordSigner("recovery-controller", key), DEFAULT_TOPICS)
     spec = WorkloadSpec(run_id="encode", phase="bench", events=events, seed=seed)
     batch: list[RawRecord] = []
     for offset, item in enumerate(generate(spec)):
@@ -103,10 +118,10 @@ def build_outbox(events: int, seed: int) -> tuple[MemoryLedger, tuple[OutboxReco
             )
         )
         if len(batch) == _BATCH:
-            _commit(ledger, intake, rules, batch, epochs)
+            _commit(ledger, intake, rules, batch, epochs, sign)
             batch = []
     if batch:
-        _commit(ledger, intake, rules, batch, epochs)
+        _commit(ledger, intake, rules, batch, epochs, sign)
     with ledger.lease_outbox(10**9) as lease:
         return ledger, lease.records
 
@@ -117,6 +132,7 @@ def _commit(
     rules: object,
     records: Sequence[RawRecord],
     epochs: dict[tuple[str, int], int],
+    sign: OutboxSigner | None,
 ) -> None:
     outcomes = [intake.examine(r) for r in records]
     views = ledger.load_views(operation_ids(outcomes))
@@ -129,6 +145,7 @@ def _commit(
         positions=positions_for(records, epochs),
         now=datetime.now(UTC),
         arrivals=ledger.arrival_lineage(openings(outcomes, views)),
+        sign=sign,
     )
     ledger.commit(planned.batch)
 
@@ -138,7 +155,7 @@ def save(path: Path, ledger: MemoryLedger, rows: Sequence[OutboxRecord]) -> None
     lineage = lineage_from_ledger(ledger)
     operations = sorted({str(r.payload["operation_id"]) for r in rows if "command_id" in r.payload})
     data = {
-        "rows": [asdict(r) for r in rows],
+        "rows": [_saved(r) for r in rows],
         "lineage": {op: asdict(lineage(op)) for op in operations},
     }
     path.write_text(json.dumps(data), encoding="utf-8")
@@ -153,7 +170,18 @@ def load(path: Path) -> tuple[Callable[[str], Lineage], tuple[OutboxRecord, ...]
         raw = lineages[operation_id]
         return Lineage(**{**raw, "delegated_credentials": tuple(raw["delegated_credentials"])})
 
-    return lookup, tuple(OutboxRecord(**r) for r in data["rows"])
+    return lookup, tuple(_loaded(r) for r in data["rows"])
+
+
+def _saved(row: OutboxRecord) -> dict[str, Any]:
+    out = asdict(row)
+    out["value"] = None if row.value is None else base64.b64encode(row.value).decode("ascii")
+    return out
+
+
+def _loaded(raw: dict[str, Any]) -> OutboxRecord:
+    value = raw.get("value")
+    return OutboxRecord(**{**raw, "value": None if value is None else base64.b64decode(value)})
 
 
 def _counting(lookup: Callable[[str], Lineage], counter: list[int]) -> Callable[[str], Lineage]:
@@ -219,13 +247,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--save", type=Path, help="write the built outbox to this file")
     parser.add_argument("--load", type=Path, help="encode the outbox saved in this file")
     parser.add_argument("--kafka", metavar="HOST:PORT", help="also run relay passes there")
+    parser.add_argument(
+        "--signed", action="store_true", help="sign the rows as the controller does"
+    )
     args = parser.parse_args(argv)
 
     built = time.monotonic()
     if args.load is not None:
         lineage, rows = load(args.load)
     else:
-        ledger, rows = build_outbox(args.events, args.seed)
+        ledger, rows = build_outbox(args.events, args.seed, signed=args.signed)
         lineage = lineage_from_ledger(ledger)
         if args.save is not None:
             save(args.save, ledger, rows)
@@ -240,7 +271,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     source = (
         f"outbox {args.load}"
         if args.load is not None
-        else f"outbox of {args.events:,} workload records (seed {args.seed})"
+        else f"outbox of {args.events:,} workload records (seed {args.seed}"
+        + (", signed)" if args.signed else ")")
     )
     print(
         f"{source} ready in {time.monotonic() - built:.1f}s: {len(rows):,} rows, "
@@ -260,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     print(f"published bytes sha256 {_digest(encoded)}")
     if args.kafka is not None:
-        ledger, rows = build_outbox(args.events, args.seed)
+        ledger, rows = build_outbox(args.events, args.seed, signed=args.signed)
         published, cpu, own, wall = relay_passes(ledger, args.kafka)
         per = 1e6 / max(published, 1)
         print(

@@ -41,7 +41,7 @@ _SENT_COLUMNS = {
     "approvals": "event_id, operation_id, approver, verdict, state, transition, "
     "machine_digest, expires_at, nonce, record::text",
     "audit_records": "operation_id, sequence, kind, prev_hash, hash, record::text",
-    "outbox": "record_id, topic, key, headers::text, payload, audit_sequence",
+    "outbox": "record_id, topic, key, headers::text, payload, audit_sequence, value",
 }
 
 

@@ -5,6 +5,7 @@ headers and signatures as the in-memory ledger writes."""
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -43,3 +44,23 @@ def test_postgres_rows_verify_and_match_the_memory_ledgers(database_url: str) ->
         assert entry.id == CONTROLLER_ID
         topics.add(encoded.topic)
     assert {DEFAULT_TOPICS.commands, DEFAULT_TOPICS.audit, DEFAULT_TOPICS.dlq} <= topics
+
+
+def test_rows_without_their_signed_value_publish_the_same_records(database_url: str) -> None:
+    # A row written before migration 0012 has no `value`: the relay encodes its payload
+    # (an audit row's joined record), which must give the bytes the controller signed.
+    key = Ed25519PrivateKey.generate()
+    postgres = PostgresLedger(database_url)
+    try:
+        drive_signed(postgres, signer_for(key))
+        stored = published(postgres)
+        with psycopg.connect(database_url) as conn:
+            conn.execute("UPDATE outbox SET value = NULL WHERE published_at IS NULL")
+        encoded = published(postgres)
+    finally:
+        postgres.close()
+    assert all(row.value is not None for row, _, _ in stored)
+    assert all(row.value is None for row, _, _ in encoded)
+    assert [(e.record_id, e.topic, e.value, h) for _, e, h in encoded] == [
+        (e.record_id, e.topic, e.value, h) for _, e, h in stored
+    ]

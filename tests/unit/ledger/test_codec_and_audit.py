@@ -12,7 +12,7 @@ from types import MappingProxyType
 import pytest
 
 from ledger.audit import AuditRecord, chain_records, genesis_head, verify_chain
-from ledger.codec import envelope_json, view_from_json, view_json, view_to_json
+from ledger.codec import envelope_json, view_from_json, view_from_text, view_json, view_to_json
 from ledger.jsonutil import column_json, dumps
 from ledger.queries import QUERIES, parse_queries
 from machines.event import CheckpointReport, ClassifierOutput, EvidencePayload, HumanDecision
@@ -61,6 +61,9 @@ def test_the_view_column_text_is_the_cores_json_form_of_the_view() -> None:
     )
     assert json.loads(view_json(view)) == view_to_json(view)
     assert view_from_json(json.loads(view_json(view))) == view
+    # What `load_views` reads: the column's text, parsed and validated in one pass.
+    assert view_from_text(view_json(view)) == view
+    assert view_from_text(view_json(view).encode()) == view
 
 
 def test_column_json_refuses_what_it_cannot_store() -> None:
