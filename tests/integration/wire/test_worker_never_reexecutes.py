@@ -31,7 +31,13 @@ from producers import (
     StartPosition,
     WorkerStats,
 )
-from schemas import CapabilityCommand, TopicNames, WireDecoder, record_to_event
+from schemas import (
+    ENV_KAFKA_BOOTSTRAP,
+    CapabilityCommand,
+    TopicNames,
+    WireDecoder,
+    record_to_event,
+)
 from tests.integration.wire.kafka_read import read_messages
 from tests.support.commands import controller_signer, send_command, worker_roster
 from tests.support.kafka import TopicFactory
@@ -86,7 +92,9 @@ def _event(message: Any) -> Event:
     return record_to_event(WireDecoder().decode(message.value(), None)[1])
 
 
-def _worker_process(topics: TopicNames, group: str, store: Path, effects: Path) -> Any:
+def _worker_process(
+    bootstrap: str, topics: TopicNames, group: str, store: Path, effects: Path
+) -> Any:
     process = subprocess.Popen(
         [
             sys.executable,
@@ -96,7 +104,7 @@ def _worker_process(topics: TopicNames, group: str, store: Path, effects: Path) 
             *("--store", str(store), "--effects", str(effects), "--pause", "0.1"),
         ],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), ENV_KAFKA_BOOTSTRAP: bootstrap},
         stdout=subprocess.DEVNULL,
     )
     return process
@@ -115,7 +123,7 @@ def test_a_worker_killed_mid_stream_and_restarted_executes_nothing_twice(
     store, effects = tmp_path / "executions.sqlite", tmp_path / "effects.txt"
     group = f"workers-{uuid.uuid4().hex[:8]}"
 
-    first = _worker_process(topics, group, store, effects)
+    first = _worker_process(kafka_bootstrap, topics, group, store, effects)
     deadline = time.monotonic() + 60
     while len(_effects(effects)) < 8 and time.monotonic() < deadline and first.poll() is None:
         time.sleep(0.05)
@@ -124,7 +132,7 @@ def test_a_worker_killed_mid_stream_and_restarted_executes_nothing_twice(
     at_kill = len(_effects(effects))
     assert 8 <= at_kill < len(commands), f"the kill did not land mid-stream ({at_kill})"
 
-    second = _worker_process(topics, group, store, effects)
+    second = _worker_process(kafka_bootstrap, topics, group, store, effects)
     try:
         wanted = {c.command_id for c in commands}
         messages = _results(kafka_bootstrap, topics.events, wanted, timeout=90)
