@@ -58,8 +58,10 @@ from machines import (
     CORRELATION_MISMATCH,
     Arrival,
     AuthenticationError,
+    AuthRefusal,
     BatchFold,
     Decision,
+    Event,
     OperationView,
     Outcome,
     Rules,
@@ -67,7 +69,7 @@ from machines import (
     check_opening,
     scope_refusal,
 )
-from schemas import DEFAULT_TOPICS, TopicNames
+from schemas import DEFAULT_TOPICS, TopicNames, is_drill_operation
 
 log = logging.getLogger("consumer")
 
@@ -327,6 +329,23 @@ def _guarded(decided: _Decided, item: Accepted, now: datetime, observe: Observer
 def _check_opening(fold: BatchFold, item: Accepted) -> None:
     arrival = fold.arrival_in_batch(item.event)
     check_opening(item.event, item.producer, arrival.lineage_agents)
+    _check_drill_lineage(item.event, arrival)
+
+
+def _check_drill_lineage(event: Event, arrival: Arrival) -> None:
+    """A drill (CONFORMANCE L4.6) is linked only with drills: a real operation below a
+    drill would take a drill's containment as its own and act on the world, and a drill
+    below a real operation would be answered by workers as if nothing happened."""
+    op = event.operation_id
+    linked = (event.lineage.parent_operation, *arrival.ancestors)
+    mixed = [o for o in linked if o is not None and is_drill_operation(o) != is_drill_operation(op)]
+    if mixed:
+        kind = "drill" if is_drill_operation(op) else "real operation"
+        raise AuthenticationError(
+            AuthRefusal.ROLE_NOT_PERMITTED,
+            f"{event.event_type} {event.event_id} opens {kind} {op} linked with "
+            f"{', '.join(sorted(set(mixed)))}; a drill is linked only with drills",
+        )
 
 
 def _authorized(item: Accepted, check: Callable[[], None]) -> Refusal | None:

@@ -15,6 +15,7 @@ from consumer.batch import operation_ids, positions_for
 from ledger import MemoryLedger
 from machines import (
     ANY,
+    Event,
     EvidencePayload,
     Grant,
     Lineage,
@@ -410,3 +411,40 @@ def test_signed_records_for_the_test_roster_still_decide() -> None:
     machines, rules = pinned()
     intake = Intake(machines, roster=rules.policy.roster, max_record_bytes=65536)
     assert not isinstance(intake.examine(raw), Rejected)
+
+
+# -- a drill is linked only with drills (CONFORMANCE L4.6) --------------------------
+
+
+def _opening(operation: str, parent: str | None) -> Event:
+    opening = event(
+        "TOOL_TIMEOUT",
+        operation,
+        event_id=f"open-{operation}",
+        machine="payment-refund",
+        agent="billing-agent",
+        producer="stripe-tool",
+        scope=REFUND,
+    )
+    if parent is None:
+        return opening
+    lineage = replace(opening.lineage, origin_operation=parent, parent_operation=parent)
+    return replace(opening, lineage=lineage)
+
+
+@pytest.mark.parametrize(
+    ("parent", "child", "refused"),
+    [
+        ("drill-parent", "op-real-child", True),  # a real child would act on a drill's word
+        ("op-real-parent", "drill-child", True),  # a drill below real work
+        ("drill-parent", "drill-child", False),
+        ("op-real-parent", "op-real-child", False),
+    ],
+)
+def test_a_drill_and_a_real_operation_are_never_linked(
+    parent: str, child: str, refused: bool
+) -> None:
+    planned = _plan([encoded(_opening(parent, None), 0), encoded(_opening(child, parent), 1)])
+    assert (_refused(planned) == {f"open-{child}": "role-not-permitted"}) is refused
+    assert (child in planned.batch.folded) is not refused
+    assert parent in planned.batch.folded
