@@ -22,7 +22,7 @@ from typing import Any, Final, TypeVar
 import psycopg
 from psycopg.rows import TupleRow
 
-from ledger.codec import view_from_json
+from ledger.codec import view_from_text
 from ledger.errors import UnknownOperation
 from ledger.postgres import PostgresLedger
 from ledger.queries import QUERIES, parse_queries
@@ -221,7 +221,7 @@ class LedgerInspector(PostgresLedger):
             descendants = tuple(str(r[0]) for r in conn.execute(QUERIES["descendants"], ident))
             return OperationRecord(
                 row=MappingProxyType(row),
-                view=with_lineage(view_from_json(view), ancestors, agents, contained, below),
+                view=with_lineage(view_from_text(view), ancestors, agents, contained, below),
                 events=events,
                 decisions=decisions,
                 approvals=approvals,
