@@ -6,6 +6,7 @@ the profiles."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -83,8 +84,9 @@ def test_quick_bench_reports_every_figure(quick_run: dict[str, Any]) -> None:
         assert drain["rows_stored"] == drain["records"] == workload["records"]
     assert sat["records"] == workload["records"]
     assert 0 < sat["events_per_second"]
+    # The report rounds the ratio to three decimals.
     assert sat["ratio_to_baseline"] == pytest.approx(
-        sat["events_per_second"] / base["events_per_second"], rel=0.01
+        sat["events_per_second"] / base["events_per_second"], abs=5e-4
     )
     # Every command the workload causes was published, and so was every dead letter.
     assert sat["commands_missing"] == 0, sat["commands_missing_examples"]
@@ -199,13 +201,17 @@ def test_quick_bench_scales_over_members_with_cpu_per_record_of_each_kind(
 @pytest.mark.timeout(180)
 def test_quick_bench_profiles_the_saturation_phase(quick_run: dict[str, Any]) -> None:
     profile = quick_run["profile"]
-    for role, home in (("controller", "(consumer/"), ("relay", "(producers/")):
+    # Our packages, as py-spy names their files (relative or absolute, by how the
+    # process found them); a quick drain's few samples may all lie below the role's
+    # own package, in the ledger or the codecs it calls.
+    ours = re.compile(r"[(/](consumer|producers|ledger|machines|schemas)/")
+    for role in ("controller", "relay"):
         figures = profile["py_spy"][role]
         assert "error" not in figures, figures
         assert figures["samples"] > 0
         assert figures["file"].endswith(f"{role}.speedscope.json")
-        # The role's own code is where its running samples are.
-        assert any(home in f["function"] for f in figures["inclusive"]), figures
+        # Our code is where its running samples are.
+        assert any(ours.search(f["function"]) for f in figures["inclusive"]), figures
         assert 0 < figures["self"][0]["percent"] <= 100
     if quick_run["_preloaded"]:
         statements = profile["statements"]
