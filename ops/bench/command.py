@@ -35,7 +35,7 @@ from ops.bench.runner import BenchConfig, run_bench
 from ops.commands.run import resolve_services
 from ops.errors import OpsError
 from ops.stack import read_state, stack_up
-from producers import ProducersError
+from producers import ProducersError, provision_acls
 from schemas import ENV_KAFKA_CONFIG_FILE
 
 __all__ = ["register"]
@@ -152,14 +152,18 @@ def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> Benc
     )
 
 
-def _use_bench_principal() -> None:
+def _use_bench_principal(bootstrap: str) -> None:
     """On the local stack's secured broker, every client of the benchmark and of the
     role processes it starts (they inherit the environment) connects as `bench`, whose
-    ACLs cover the `bench-*` topics and groups it creates."""
+    ACLs cover the `bench-*` topics and groups it creates. `stack up` makes the
+    principals but not their ACLs (`topics create` does), so they are provisioned here
+    first, as the stack's admin (idempotent): a fresh stack is benchmarked as it is."""
     state = read_state()
     path = None if state is None else state.kafka.client_files.get("bench")
-    if path is not None:
-        os.environ[ENV_KAFKA_CONFIG_FILE] = path
+    if state is None or path is None:
+        return
+    provision_acls(bootstrap, security=state.kafka.client("admin"))
+    os.environ[ENV_KAFKA_CONFIG_FILE] = path
 
 
 def _bench(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
@@ -170,13 +174,15 @@ def _bench(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         bootstrap, database_url = stack.bootstrap, stack.database_url
     else:
         bootstrap, database_url = services.bootstrap, services.database_url
-    if stack is not None or (services is not None and services.kafka):
-        _use_bench_principal()
     try:
         config = _config(args, bootstrap, database_url)
-    except ValueError as exc:
+        if stack is not None or (services is not None and services.kafka):
+            _use_bench_principal(bootstrap)
+    except (ValueError, ProducersError) as exc:
         print(f"recoveryctl bench: {exc}", file=err)
-        return 2
+        if stack is not None and not stack.reused:
+            stack.stop()
+        return 2 if isinstance(exc, ValueError) else 1
     progress = Progress(err)
     # The code measured is the code at the start: the tree may change during a long run.
     commit, load_at_start = code_version(), os.getloadavg()

@@ -36,7 +36,7 @@ def stack_home() -> Iterator[Path]:
     shutil.rmtree(home, ignore_errors=True)
 
 
-def _recoveryctl(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _recoveryctl(home: Path, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("RECOVERY_")}
     env[ENV_STACK_DIR] = str(home)
     return subprocess.run(
@@ -44,7 +44,7 @@ def _recoveryctl(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=90,
+        timeout=timeout,
         check=False,
     )
 
@@ -91,6 +91,17 @@ def test_stack_up_starts_both_services_reports_them_and_down_stops_them(
     acls = _recoveryctl(stack_home, "acls", "show", "--json")
     assert acls.returncode == 0, acls.stderr
     assert json.loads(acls.stdout)["authorizer"] is True
+
+    # A fresh stack has its principals but no ACLs (`topics create` makes them): the
+    # benchmark provisions its own rather than being refused its scratch topics.
+    bench = _recoveryctl(
+        stack_home, "bench", "--quick", "--json-out", str(stack_home / "bench.json"), timeout=240
+    )
+    assert bench.returncode == 0, bench.stderr
+    saturation = json.loads((stack_home / "bench.json").read_text())["saturation"]
+    assert saturation["commands_missing"] == 0
+    assert saturation["events_per_second"] > 0
+    assert "bench" in _recoveryctl(stack_home, "acls", "show").stdout
 
     down = _recoveryctl(stack_home, "stack", "down")
     assert down.returncode == 0, down.stderr
