@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import TypeAdapter
+from pydantic import PlainSerializer, TypeAdapter
 
 from machines.event import EffectOutcome, Verdict, sha256_digest
 
@@ -125,12 +125,20 @@ def checkpoint_digest(checkpoint: Checkpoint) -> str:
     )
 
 
+# A set of strings, written sorted: a set iterates in an order that follows the
+# process's hash seed, and the stored view (and the audit commitment's digest of it) must
+# be the same bytes whichever process wrote it.
+StringSet = Annotated[
+    frozenset[str], PlainSerializer(sorted, return_type=list[str], when_used="json")
+]
+
+
 @dataclass(frozen=True, slots=True)
 class LineageStatus:
     """The affected agent, every agent in its delegation lineage, and contained ancestors."""
 
     agent: str
-    lineage_agents: frozenset[str] = frozenset()
+    lineage_agents: StringSet = frozenset()
     contained_ancestors: tuple[str, ...] = ()
 
     def includes(self, identity: str) -> bool:
@@ -168,10 +176,10 @@ class OperationView:
     budget_spent: int = 0
     deadline: datetime | None = None
     approvals: tuple[Approval, ...] = ()
-    used_nonces: frozenset[str] = frozenset()
+    used_nonces: StringSet = frozenset()
     checkpoints: tuple[Checkpoint, ...] = ()
     entry_approval: str | None = None
-    open_commands: frozenset[str] = frozenset()
+    open_commands: StringSet = frozenset()
     seen_events: Mapping[str, str] = field(default_factory=lambda: _NO_EVENTS)
     # The correlation id of the event that opened the operation (SPEC §6.2, §8 step 3):
     # every later event must carry the same one. Empty for a view stored before it was

@@ -4,9 +4,13 @@ parsing and the audit hash chain."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
+from pathlib import Path
 from types import MappingProxyType
 
 import pytest
@@ -136,3 +140,41 @@ def test_a_rehashed_forgery_is_caught_by_the_next_link() -> None:
     found = verify_chain("op-1", tampered, head)
     assert found is not None
     assert (found.sequence, found.reason) == (2, "has a broken link")
+
+
+_ROOT = Path(__file__).resolve().parents[3]
+_WRITE_VIEW = """
+from dataclasses import replace
+from ledger.codec import view_json
+from machines.view import LineageStatus
+from tests.unit.ledger.ledger_support import opened_view
+names = frozenset(f"item-{i}" for i in range(40))
+view = replace(
+    opened_view("op-1", "agent-1"),
+    lineage=LineageStatus("agent-1", names, ()),
+    used_nonces=names,
+    open_commands=names,
+)
+print(view_json(view))
+"""
+
+
+def test_the_view_column_is_the_same_bytes_under_every_hash_seed() -> None:
+    # Sets iterate in an order that follows PYTHONHASHSEED: unsorted, two controllers
+    # storing the same view would write (and commit to, in the audit record's
+    # view_digest) different bytes.
+    texts = set()
+    for seed in ("1", "2", "3"):
+        done = subprocess.run(
+            [sys.executable, "-c", _WRITE_VIEW],
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(_ROOT)},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        texts.add(done.stdout)
+    assert len(texts) == 1
+    stored = json.loads(texts.pop())
+    for name in ("used_nonces", "open_commands"):
+        assert stored[name] == sorted(stored[name])
+    assert stored["lineage"]["lineage_agents"] == sorted(stored["lineage"]["lineage_agents"])
