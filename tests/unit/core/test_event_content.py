@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
 from datetime import UTC, datetime, timedelta, timezone
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -41,6 +42,7 @@ def _reference(event: Event) -> dict[str, Any]:
 
 FACTS = DeclaredFacts(idempotency_key="k-1", side_effect_confirmed=True, status_api=True)
 SCOPE = Scope(capability="email.send", tool="smtp", environment="prod")
+T = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)
 
 SAMPLES = {
     "minimal": minimal_event(),
@@ -52,6 +54,17 @@ SAMPLES = {
     "every block with a payload": Event(
         **{f.name: getattr(full_event(), f.name) for f in fields(Event) if f.init}
         | {"facts": FACTS, "payload": {"body": "hi", "to": ["a", {"b": 1}]}, "payload_digest": ""}
+    ),
+    # Not what the wire gives (JSON has none of these), but a value a caller may build:
+    # the exact JSON types take a shorter way through `_plain`, these the generic one.
+    "a payload of other containers": Event(
+        **{f.name: getattr(full_event(), f.name) for f in fields(Event) if f.init}
+        | {
+            "payload": MappingProxyType(
+                {"t": ("a", 1, 2.5, None), "m": MappingProxyType({"k": [True]}), "at": T}
+            ),
+            "payload_digest": "",
+        }
     ),
     "non-utc time": minimal_event(
         event_time=datetime(2026, 11, 30, 3, 0, tzinfo=timezone(timedelta(hours=2)))
@@ -65,6 +78,9 @@ def test_content_equals_the_generic_walk_key_for_key_and_in_field_order(name: st
     reference = _reference(event)
     assert event.content() == reference
     assert list(event.content()) == list(reference)
+    for block in ("facts", "scope", "payload"):  # the blocks written out field by field
+        if block in reference:
+            assert list(event.content()[block]) == list(reference[block])
     assert event.to_dict() == {**reference, "payload_digest": event.payload_digest}
 
 
