@@ -134,7 +134,8 @@ class OperationInfo:
 class OutboxRecord:
     """One unpublished outbox row; `position` is its place in the global insertion order.
     `value` is the Kafka value the controller signed (migration 0012), to publish as it
-    is; without one (older rows, unsigned writers) the relay encodes `payload`."""
+    is; without one (older rows, unsigned writers) the relay encodes `payload`. A row with
+    a value may come with an empty `payload`: PostgreSQL's lease does not read it."""
 
     position: int
     record_id: str

@@ -77,6 +77,12 @@ class _PgLease(OutboxLease):
     def hold(self, record_id: str, reason: str) -> None:
         self.held.setdefault(record_id, reason)
 
+    def published_ids(self) -> list[int]:
+        """The primary keys of the rows marked published (`mark_published` by id); an id
+        the lease did not read is ignored, as the update by record id ignored it."""
+        positions = {r.record_id: r.position for r in self.records}
+        return [positions[i] for i in self.published if i in positions]
+
 
 # Every ledger session runs with JIT compilation off. The ledger's statements are short
 # OLTP statements over index lookups, but the planner's row estimates for the recursive
@@ -380,7 +386,7 @@ class PostgresLedger(Ledger):
                 lease = _PgLease(tuple(_outbox_record(row) for row in rows))
                 yield lease
                 if lease.published:
-                    conn.execute(QUERIES["mark_published"], {"ids": lease.published, "keys": keys})
+                    conn.execute(QUERIES["mark_published"], {"ids": lease.published_ids()})
                 for record_id, reason in lease.held.items():
                     params = {"id": record_id, "reason": reason, "keys": keys}
                     conn.execute(QUERIES["hold_outbox_row"], params)
@@ -485,6 +491,8 @@ class PostgresLedger(Ledger):
 
 def _outbox_record(row: TupleRow) -> OutboxRecord:
     position, record_id, topic, key, headers, payload, audit_record, value = row
+    if value is not None:
+        # Published as signed; the lease does not read the payload (lease_outbox_rows).
+        return OutboxRecord(position, record_id, topic, key, headers, {}, bytes(value))
     body = audit_record if payload is None else loads(payload)
-    signed = None if value is None else bytes(value)
-    return OutboxRecord(position, record_id, topic, key, headers, body, signed)
+    return OutboxRecord(position, record_id, topic, key, headers, body)

@@ -409,25 +409,33 @@ ORDER BY o.id
 FOR UPDATE SKIP LOCKED;
 
 -- name: lease_outbox_rows
--- The leased keys' unpublished rows in order; an audit row's payload is its audit record,
--- joined back in (migration 0004); the stored record text is embedded as it is. A row
--- with the value the controller signed (migration 0012) is published as it is; without
--- one, the relay encodes the payload.
-SELECT o.id, o.record_id, o.topic, o.key, o.headers, o.payload,
-       CASE WHEN a.operation_id IS NULL THEN NULL ELSE json_build_object(
-           'hash', a.hash, 'kind', a.kind, 'operation_id', a.operation_id,
-           'prev_hash', a.prev_hash, 'record', a.record, 'sequence', a.sequence
+-- The leased keys' unpublished rows in order. A row with the value the controller signed
+-- (migration 0012) is published as it is, so neither its payload nor, for an audit row,
+-- its audit record is read: both come back NULL, and the record is looked up only for a
+-- row without a value (the CASE runs the subquery for those alone; a LEFT JOIN probed
+-- audit_records and built the record's JSON for every audit row). Without a value, the
+-- relay encodes the payload, or an audit row's record joined back in (migration 0004),
+-- its stored text embedded as it is.
+SELECT o.id, o.record_id, o.topic, o.key, o.headers,
+       CASE WHEN o.value IS NULL THEN o.payload END,
+       CASE WHEN o.value IS NULL AND o.audit_sequence IS NOT NULL THEN (
+           SELECT json_build_object(
+               'hash', a.hash, 'kind', a.kind, 'operation_id', a.operation_id,
+               'prev_hash', a.prev_hash, 'record', a.record, 'sequence', a.sequence
+           )
+           FROM audit_records AS a
+           WHERE a.operation_id = o.key AND a.sequence = o.audit_sequence
        ) END,
        o.value
 FROM outbox AS o
-LEFT JOIN audit_records AS a
-    ON o.audit_sequence IS NOT NULL AND a.operation_id = o.key AND a.sequence = o.audit_sequence
 WHERE o.published_at IS NULL AND o.key = ANY(%(keys)s)
 ORDER BY o.id;
 
 -- name: mark_published
+-- By primary key: the lease read each row's id, and its locks on the keys' heads keep
+-- every other relay off these rows until it commits.
 UPDATE outbox SET published_at = now()
-WHERE record_id = ANY(%(ids)s) AND key = ANY(%(keys)s) AND published_at IS NULL;
+WHERE id = ANY(%(ids)s) AND published_at IS NULL;
 
 -- name: hold_outbox_row
 -- The relay's verdict on an unpublishable row, committed with the lease's marks.

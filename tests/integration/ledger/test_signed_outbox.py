@@ -64,3 +64,39 @@ def test_rows_without_their_signed_value_publish_the_same_records(database_url: 
     assert [(e.record_id, e.topic, e.value, h) for _, e, h in encoded] == [
         (e.record_id, e.topic, e.value, h) for _, e, h in stored
     ]
+
+
+def test_a_signed_row_is_leased_and_marked_without_its_payload_or_audit_record(
+    database_url: str,
+) -> None:
+    # The lease publishes a row's signed value as it is: neither its payload nor an
+    # audit row's record is read (or parsed), and the mark by primary key marks exactly
+    # the rows the lease acknowledged.
+    key = Ed25519PrivateKey.generate()
+    postgres = PostgresLedger(database_url)
+    try:
+        drive_signed(postgres, signer_for(key))
+        expected = published(postgres)
+        with psycopg.connect(database_url) as conn:
+            conn.execute(
+                "UPDATE outbox SET payload = convert_to('not json', 'UTF8') "
+                "WHERE published_at IS NULL AND payload IS NOT NULL"
+            )
+            # An audit row whose record would not build: the lease must not look it up.
+            conn.execute(
+                "UPDATE outbox SET audit_sequence = audit_sequence + 1000 "
+                "WHERE published_at IS NULL AND audit_sequence IS NOT NULL"
+            )
+        with postgres.lease_outbox(1000) as lease:
+            records = list(lease.records)
+            first, rest = records[0], records[1:]
+            lease.mark_published([first.record_id])
+        with postgres.lease_outbox(1000) as lease:
+            left = [r.record_id for r in lease.records]
+    finally:
+        postgres.close()
+    assert [(r.record_id, r.value) for r in records] == [
+        (row.record_id, row.value) for row, _, _ in expected
+    ]
+    assert all(r.payload == {} for r in records)
+    assert left == [r.record_id for r in rest]
