@@ -15,7 +15,6 @@ import binascii
 from collections.abc import Mapping
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
@@ -23,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 
 from ledger.audit import ChainHead
 from ledger.jsonutil import dumps
-from machines import key_id
+from machines import ed25519_sign, ed25519_verify, key_id
 
 __all__ = ["HEADS_KIND", "sign_heads", "verify_heads"]
 
@@ -40,7 +39,7 @@ def sign_heads(key: Ed25519PrivateKey, heads: Mapping[str, ChainHead]) -> dict[s
             for op, h in sorted(heads.items())
         ],
     }
-    signature = key.sign(dumps(record).encode("utf-8"))
+    signature = ed25519_sign(key, dumps(record).encode("utf-8"))
     record["signature"] = base64.b64encode(signature).decode("ascii")
     return record
 
@@ -56,7 +55,9 @@ def verify_heads(public: Ed25519PublicKey, record: Mapping[str, Any]) -> str | N
         return f"signed by key {record.get('key_id')}, not the controller key {key_id(public)}"
     body = {k: v for k, v in record.items() if k != "signature"}
     try:
-        public.verify(base64.b64decode(signature), dumps(body).encode("utf-8"))
-    except (InvalidSignature, binascii.Error, ValueError):
+        raw = base64.b64decode(signature)
+    except (binascii.Error, ValueError):
+        return "bad signature"
+    if not ed25519_verify(public, raw, dumps(body).encode("utf-8")):
         return "bad signature"
     return None

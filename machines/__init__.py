@@ -54,6 +54,8 @@ from machines.digest import (
     canonical_text,
     digest_of,
 )
+from machines.ed25519 import sign as ed25519_sign
+from machines.ed25519 import verify as ed25519_verify
 from machines.errors import (
     Code,
     Location,
@@ -300,6 +302,8 @@ __all__ = [
     "digest_of",
     "discover",
     "dump_model",
+    "ed25519_sign",
+    "ed25519_verify",
     "human_targets",
     "insecure_test_key",
     "key_id",

@@ -18,11 +18,12 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from machines import ed25519
 from machines.event import HumanDecision, canonical_bytes, sha256_digest
+from machines.keys import public_key_bytes
 from machines.policy import Policy
 
 # Re-exported: test cases import it from here.
@@ -117,7 +118,7 @@ def signing_payload(decision: HumanDecision) -> bytes:
 def sign_decision(decision: HumanDecision, private_key: Ed25519PrivateKey) -> HumanDecision:
     """`decision` with its `signature` set (base64) by `private_key`. Used by the approver
     client and by test cases; the controller itself never holds a private key."""
-    signature = private_key.sign(signing_payload(decision))
+    signature = ed25519.sign(private_key, signing_payload(decision))
     return replace(decision, signature=base64.b64encode(signature).decode("ascii"))
 
 
@@ -127,27 +128,13 @@ def public_key_b64(private_key: Ed25519PrivateKey) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
-_KEYS: dict[str, Ed25519PublicKey] = {}
-
-
-def _public_key(encoded: str) -> Ed25519PublicKey:
-    # Decoding a key costs more than a dict lookup; rosters are small and immutable.
-    key = _KEYS.get(encoded)
-    if key is None:
-        key = Ed25519PublicKey.from_public_bytes(base64.b64decode(encoded))
-        if len(_KEYS) > 1024:
-            _KEYS.clear()
-        _KEYS[encoded] = key
-    return key
-
-
 def _signature_valid(decision: HumanDecision, public_key: str) -> bool:
     try:
         signature = base64.b64decode(decision.signature, validate=True)
-        _public_key(public_key).verify(signature, signing_payload(decision))
-    except (InvalidSignature, binascii.Error, ValueError):
+        raw = public_key_bytes(public_key)
+    except (binascii.Error, ValueError):
         return False
-    return True
+    return ed25519.verify(raw, signature, signing_payload(decision))
 
 
 def check_decision(

@@ -23,6 +23,7 @@ __all__ = [
     "key_id",
     "key_id_of_text",
     "load_private_key",
+    "public_key_bytes",
     "public_key_from_text",
     "public_key_text",
     "write_private_key",
@@ -58,6 +59,13 @@ def public_key_from_text(text: str) -> Ed25519PublicKey:
     if len(raw) != 32:
         raise KeyFileError(f"public key {text!r} decodes to {len(raw)} bytes, not 32")
     return Ed25519PublicKey.from_public_bytes(raw)
+
+
+@lru_cache(maxsize=4096)
+def public_key_bytes(text: str) -> bytes:
+    """The 32 raw bytes of the base64 public key `text` (what `machines.ed25519.verify`
+    takes); raises `KeyFileError` as `public_key_from_text` does. Cached likewise."""
+    return _raw_public(public_key_from_text(text))
 
 
 def key_id_of_text(text: str) -> str:

@@ -26,10 +26,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from machines import ed25519
 from machines.digest import DIGEST_PATTERN, canonical_json
 from machines.errors import Code, Location, Problem, ProvenanceError
 from machines.keys import key_id, public_key_text
@@ -117,7 +117,7 @@ def sign_machine(machine: Machine, publisher: str, private_key: Ed25519PrivateKe
         digest=machine.digest,
         publisher=publisher,
         key_id=key_id(private_key.public_key()),
-        signature=base64.b64encode(private_key.sign(message)).decode("ascii"),
+        signature=base64.b64encode(ed25519.sign(private_key, message)).decode("ascii"),
     )
 
 
@@ -279,9 +279,7 @@ def check_signature(
     message = signed_message(machine.name, machine.version, machine.digest, publisher)
     for text in trusted.keys:
         public = _public_key(text)
-        try:
-            public.verify(raw, message)
-        except InvalidSignature:
+        if not ed25519.verify(public, raw, message):
             continue
         digest = "sha256:" + hashlib.sha256(raw).hexdigest()
         return MachineProvenance(publisher, key_id(public), digest)

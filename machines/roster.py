@@ -33,10 +33,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Final
 
-from cryptography.exceptions import InvalidSignature
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from machines.keys import KeyFileError, key_id_of_text, public_key_from_text
+from machines import ed25519
+from machines.keys import KeyFileError, key_id_of_text, public_key_bytes, public_key_from_text
 
 __all__ = [
     "ANY",
@@ -264,14 +264,12 @@ class Roster(BaseModel):
                 AuthRefusal.SIGNATURE_MALFORMED,
                 f"signature of producer {producer_id} is not base64",
             ) from None
-        try:
-            public_key_from_text(key.public_key).verify(raw, message)
-        except InvalidSignature:
+        if not ed25519.verify(public_key_bytes(key.public_key), raw, message):
             raise AuthenticationError(
                 AuthRefusal.SIGNATURE_INVALID,
                 f"signature by key {key_id} of producer {producer_id} does not verify: the "
                 "record was altered or not signed by that key",
-            ) from None
+            )
         return entry
 
 

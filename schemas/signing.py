@@ -26,7 +26,7 @@ from typing import Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from machines import ProducerEntry, Roster, canonical_json, key_id, load_private_key
+from machines import ProducerEntry, Roster, canonical_json, ed25519_sign, key_id, load_private_key
 from schemas.deployment import ENV_PRODUCER_ID, ENV_PRODUCER_KEY_FILE
 from schemas.headers import (
     CONTENT_TYPE,
@@ -99,7 +99,7 @@ class RecordSigner:
         """`headers` without any earlier signature headers, plus this producer's."""
         kept = [(k, v) for k, v in headers if k not in _SIGNATURE_HEADERS]
         message = record_signing_message(topic, key, value, kept, self.producer, self.key_id)
-        signature = base64.b64encode(self.private_key.sign(message))
+        signature = base64.b64encode(ed25519_sign(self.private_key, message))
         kept.append((HEADER_PRODUCER, self.producer.encode("utf-8")))
         kept.append((HEADER_KEY_ID, self.key_id.encode("ascii")))
         kept.append((HEADER_SIGNATURE, signature))

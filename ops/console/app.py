@@ -37,8 +37,6 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import jinja2
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -48,7 +46,14 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from ledger import LedgerError, LedgerInspector, UnknownOperation
-from machines import HumanDecision, Lineage, ReviewPacket, awaits_human, check_decision
+from machines import (
+    HumanDecision,
+    Lineage,
+    ReviewPacket,
+    awaits_human,
+    check_decision,
+    ed25519_verify,
+)
 from ops.commands.operations import timeline
 from ops.commands.review import PacketError, assemble_packet
 from ops.commands.rules import LoadedRules
@@ -290,9 +295,11 @@ class _Console:
         if approver is None:
             return _refusal(403, f"{session.approver} is no longer in the approver roster")
         try:
-            public = Ed25519PublicKey.from_public_bytes(base64.b64decode(approver.public_key))
-            public.verify(_b64(body.get("signature")), challenge.encode("utf-8"))
-        except (InvalidSignature, ValueError):
+            public = base64.b64decode(approver.public_key)
+            valid = ed25519_verify(public, _b64(body.get("signature")), challenge.encode("utf-8"))
+        except ValueError:
+            valid = False
+        if not valid:
             return _refusal(
                 400,
                 f"the imported key is not {session.approver}'s: its signature does not "
