@@ -135,7 +135,7 @@ class OutboxRecord:
     """One unpublished outbox row; `position` is its place in the global insertion order.
     `value` is the Kafka value the controller signed (migration 0012), to publish as it
     is; without one (older rows, unsigned writers) the relay encodes `payload`. A row with
-    a value may come with an empty `payload`: PostgreSQL's lease does not read it."""
+    a value comes with an empty `payload` from a lease without payloads."""
 
     position: int
     record_id: str
@@ -258,8 +258,13 @@ class Ledger(abc.ABC):
         """The operation's decision records in sequence order."""
 
     @abc.abstractmethod
-    def lease_outbox(self, limit: int) -> AbstractContextManager[OutboxLease]:
-        """Lease up to `limit` keys' unpublished rows (see `OutboxLease`)."""
+    def lease_outbox(
+        self, limit: int, *, payloads: bool = True
+    ) -> AbstractContextManager[OutboxLease]:
+        """Lease up to `limit` keys' unpublished rows (see `OutboxLease`). With `payloads`
+        False a row that carries its signed value may come without its payload (`{}`):
+        the relay publishes the value and has no use for it, and PostgreSQL then reads
+        neither the payload nor an audit row's record."""
 
     @abc.abstractmethod
     def held_outbox(self) -> tuple[HeldOutboxRow, ...]:

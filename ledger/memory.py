@@ -455,7 +455,7 @@ class MemoryLedger(Ledger):
             return tuple(self._s.decisions.get(operation_id, ()))
 
     @contextmanager
-    def lease_outbox(self, limit: int) -> Iterator[OutboxLease]:
+    def lease_outbox(self, limit: int, *, payloads: bool = True) -> Iterator[OutboxLease]:
         """See `Ledger.lease_outbox`."""
         with self._lock:
             keys: list[str] = []

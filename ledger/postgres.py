@@ -362,7 +362,7 @@ class PostgresLedger(Ledger):
         return self._run(f"decisions of {operation_id}", work)
 
     @contextmanager
-    def lease_outbox(self, limit: int) -> Iterator[OutboxLease]:
+    def lease_outbox(self, limit: int, *, payloads: bool = True) -> Iterator[OutboxLease]:
         """See `Ledger.lease_outbox`. The lease is one transaction: the keys' oldest rows
         stay locked while the relay publishes, and the published marks commit at the end
         (an exception rolls them back, so the rows are published again: at-least-once)."""
@@ -379,7 +379,9 @@ class PostgresLedger(Ledger):
                 heads = conn.execute(QUERIES["lease_outbox_heads"], {"limit": limit}, prepare=False)
                 keys = [str(r[0]) for r in heads]
                 rows = (
-                    conn.execute(QUERIES["lease_outbox_rows"], {"keys": keys}).fetchall()
+                    conn.execute(
+                        QUERIES["lease_outbox_rows"], {"keys": keys, "payloads": payloads}
+                    ).fetchall()
                     if keys
                     else []
                 )
@@ -491,8 +493,9 @@ class PostgresLedger(Ledger):
 
 def _outbox_record(row: TupleRow) -> OutboxRecord:
     position, record_id, topic, key, headers, payload, audit_record, value = row
-    if value is not None:
-        # Published as signed; the lease does not read the payload (lease_outbox_rows).
-        return OutboxRecord(position, record_id, topic, key, headers, {}, bytes(value))
+    signed = None if value is None else bytes(value)
+    if payload is None and audit_record is None:
+        # Published as signed; a lease without payloads reads neither (lease_outbox_rows).
+        return OutboxRecord(position, record_id, topic, key, headers, {}, signed)
     body = audit_record if payload is None else loads(payload)
-    return OutboxRecord(position, record_id, topic, key, headers, body)
+    return OutboxRecord(position, record_id, topic, key, headers, body, signed)

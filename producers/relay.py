@@ -268,7 +268,7 @@ class OutboxRelay:
         Raises `LedgerError` (database) or `ProducersError` (broker) when the pass could
         not finish; nothing unacknowledged is ever marked."""
         with self._tracer.start_as_current_span("relay pass", kind=SpanKind.INTERNAL) as span:
-            with self._ledger.lease_outbox(self.settings.lease_keys) as lease:
+            with self._ledger.lease_outbox(self.settings.lease_keys, payloads=False) as lease:
                 records = lease.records
                 if not records:
                     return PassResult(0, 0, 0, 0)

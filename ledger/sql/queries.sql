@@ -410,15 +410,15 @@ FOR UPDATE SKIP LOCKED;
 
 -- name: lease_outbox_rows
 -- The leased keys' unpublished rows in order. A row with the value the controller signed
--- (migration 0012) is published as it is, so neither its payload nor, for an audit row,
--- its audit record is read: both come back NULL, and the record is looked up only for a
--- row without a value (the CASE runs the subquery for those alone; a LEFT JOIN probed
+-- (migration 0012) is published as it is, so the relay's lease (`payloads` false) reads
+-- neither its payload nor, for an audit row, its audit record: both come back NULL, and
+-- the record is looked up only for a row without a value (the CASE runs the subquery for those alone; a LEFT JOIN probed
 -- audit_records and built the record's JSON for every audit row). Without a value, the
 -- relay encodes the payload, or an audit row's record joined back in (migration 0004),
 -- its stored text embedded as it is.
 SELECT o.id, o.record_id, o.topic, o.key, o.headers,
-       CASE WHEN o.value IS NULL THEN o.payload END,
-       CASE WHEN o.value IS NULL AND o.audit_sequence IS NOT NULL THEN (
+       CASE WHEN o.value IS NULL OR %(payloads)s THEN o.payload END,
+       CASE WHEN (o.value IS NULL OR %(payloads)s) AND o.audit_sequence IS NOT NULL THEN (
            SELECT json_build_object(
                'hash', a.hash, 'kind', a.kind, 'operation_id', a.operation_id,
                'prev_hash', a.prev_hash, 'record', a.record, 'sequence', a.sequence

@@ -68,9 +68,11 @@ def _explain(url: str, lease_keys: int) -> tuple[int, int, int]:
         conn.execute("SET jit = off")
         heads = conn.execute(QUERIES["lease_outbox_heads"], {"limit": lease_keys}).fetchall()
         keys = [str(r[0]) for r in heads]
-        rows = conn.execute(QUERIES["lease_outbox_rows"], {"keys": keys}).fetchall()
+        rows = conn.execute(
+            QUERIES["lease_outbox_rows"], {"keys": keys, "payloads": False}
+        ).fetchall()
         conn.rollback()
-        read = _buffers(conn, "lease_outbox_rows", {"keys": keys})
+        read = _buffers(conn, "lease_outbox_rows", {"keys": keys, "payloads": False})
         # Either version of the mark: by record id and key, or by primary key.
         by_id = "%(keys)s" not in QUERIES["mark_published"]
         ids = [r[0] for r in rows] if by_id else [r[1] for r in rows]
@@ -111,7 +113,7 @@ def run(admin_url: str, operations: int, lease_keys: int) -> None:
             server, cpu, start = _backend_cpu(backend), time.process_time(), time.perf_counter()
             drained = 0
             while True:
-                with relay.lease_outbox(lease_keys) as lease:
+                with relay.lease_outbox(lease_keys, payloads=False) as lease:
                     lease.mark_published([r.record_id for r in lease.records])
                     drained += len(lease.records)
                 if not lease.records:
