@@ -155,6 +155,24 @@ class _Totals:
         self.outbox += result.outbox_rows
 
 
+def fill_signed_ledger(url: str, operations: int) -> None:
+    """Migrate the database at `url` and commit `operations` operations of the
+    delegated-research machine into it, in batches of 500 with every outbox row signed as
+    the controller signs it: the ledger the read and drain benchmarks start from."""
+    migrate_database(url)
+    registry = load_registry()
+    machine = load_catalogue(registry, CATALOGUE)["delegated-research"]
+    key = Ed25519PrivateKey.generate()
+    sign = OutboxSigner(RecordSigner("recovery-controller", key), DEFAULT_TOPICS)
+    writer = PostgresLedger(url, max_size=1)
+    try:
+        writer.claim(GROUP, TOPIC, [0], "bench")
+        for batch in build_batches(machine, registry, operations, 500, 0, sign):
+            writer.commit(batch)
+    finally:
+        writer.close()
+
+
 def _backend_pid(url: str, application_name: str) -> int:
     """The server process of the writer's one pooled connection, found by the
     `application_name` the writer gave it (the ledger does not expose its connections)."""

@@ -16,12 +16,9 @@ import os
 import time
 import uuid
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-from ledger import PostgresLedger, create_database, drop_database, migrate_database, with_database
-from machines import CATALOGUE, load_catalogue, load_registry
-from ops.bench.ledger import GROUP, TOPIC, build_batches
-from schemas import DEFAULT_TOPICS, ENV_DATABASE_URL, OutboxSigner, RecordSigner
+from ledger import PostgresLedger, create_database, drop_database, with_database
+from ops.bench.ledger import fill_signed_ledger
+from schemas import ENV_DATABASE_URL
 
 __all__ = ["main"]
 
@@ -32,16 +29,9 @@ def run(admin_url: str, operations: int, chunk: int, repeat: int) -> None:
     create_database(admin_url, name)
     url = with_database(admin_url, name)
     try:
-        migrate_database(url)
-        registry = load_registry()
-        machine = load_catalogue(registry, CATALOGUE)["delegated-research"]
-        key = Ed25519PrivateKey.generate()
-        sign = OutboxSigner(RecordSigner("recovery-controller", key), DEFAULT_TOPICS)
+        fill_signed_ledger(url, operations)
         ledger = PostgresLedger(url, max_size=1)
         try:
-            ledger.claim(GROUP, TOPIC, [0], "bench")
-            for batch in build_batches(machine, registry, operations, 500, 0, sign):
-                ledger.commit(batch)
             ids = [f"op-0-{n:07d}" for n in range(operations)]
             ledger.load_views(ids[:10])  # warm the connection and the prepared statement
             print(f"{operations:,} operations, load average {os.getloadavg()[0]:.2f}")

@@ -24,13 +24,11 @@ from importlib import resources
 from typing import Any
 
 import psycopg
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from psycopg.conninfo import make_conninfo
 
-from ledger import PostgresLedger, create_database, drop_database, migrate_database, with_database
-from machines import CATALOGUE, load_catalogue, load_registry
-from ops.bench.ledger import GROUP, TOPIC, _backend_cpu, _backend_pid, build_batches
-from schemas import DEFAULT_TOPICS, ENV_DATABASE_URL, OutboxSigner, RecordSigner
+from ledger import PostgresLedger, create_database, drop_database, with_database
+from ops.bench.ledger import _backend_cpu, _backend_pid, fill_signed_ledger
+from schemas import ENV_DATABASE_URL
 
 __all__ = ["main"]
 
@@ -87,18 +85,7 @@ def run(admin_url: str, operations: int, lease_keys: int) -> None:
     create_database(admin_url, name)
     url = with_database(admin_url, name)
     try:
-        migrate_database(url)
-        registry = load_registry()
-        machine = load_catalogue(registry, CATALOGUE)["delegated-research"]
-        key = Ed25519PrivateKey.generate()
-        sign = OutboxSigner(RecordSigner("recovery-controller", key), DEFAULT_TOPICS)
-        writer = PostgresLedger(url, max_size=1)
-        try:
-            writer.claim(GROUP, TOPIC, [0], "bench")
-            for batch in build_batches(machine, registry, operations, 500, 0, sign):
-                writer.commit(batch)
-        finally:
-            writer.close()
+        fill_signed_ledger(url, operations)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE outbox")
         leased, read, mark = _explain(url, lease_keys)
