@@ -91,6 +91,7 @@ from machines.keys import (
     KeyFileError,
     key_id_of_text,
     load_private_key,
+    public_key_bytes,
     public_key_from_text,
     write_private_key,
 )
@@ -334,6 +335,7 @@ __all__ = [
     "parse_registry",
     "payload_category",
     "public_key_b64",
+    "public_key_bytes",
     "public_key_from_text",
     "public_key_text",
     "public_name_keys",

@@ -21,6 +21,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from nacl.bindings import crypto_sign, crypto_sign_open, crypto_sign_seed_keypair
 from nacl.exceptions import BadSignatureError
 
+from machines.keys import raw_public_key
+
 __all__ = ["SIGNATURE_BYTES", "sign", "verify"]
 
 SIGNATURE_BYTES = 64
@@ -58,9 +60,7 @@ def verify(public_key: Ed25519PublicKey | bytes, signature: bytes, message: byte
     `public_key` (an object or its 32 raw bytes). False, never an exception, for a
     signature or key of the wrong length."""
     if isinstance(public_key, Ed25519PublicKey):
-        public_key = public_key.public_bytes(
-            serialization.Encoding.Raw, serialization.PublicFormat.Raw
-        )
+        public_key = raw_public_key(public_key)
     if len(signature) != SIGNATURE_BYTES or len(public_key) != _PUBLIC_BYTES:
         return False
     try:

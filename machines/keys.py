@@ -26,6 +26,7 @@ __all__ = [
     "public_key_bytes",
     "public_key_from_text",
     "public_key_text",
+    "raw_public_key",
     "write_private_key",
 ]
 
@@ -34,18 +35,19 @@ class KeyFileError(ValueError):
     """A key file is missing, unreadable or not an Ed25519 key; the message names it."""
 
 
-def _raw_public(public: Ed25519PublicKey) -> bytes:
+def raw_public_key(public: Ed25519PublicKey) -> bytes:
+    """The 32 raw bytes of `public` (what libsodium and key ids are computed over)."""
     return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
 def key_id(public: Ed25519PublicKey) -> str:
     """`ed25519:` and the first 16 hex digits of the SHA-256 of the raw public key."""
-    return "ed25519:" + hashlib.sha256(_raw_public(public)).hexdigest()[:16]
+    return "ed25519:" + hashlib.sha256(raw_public_key(public)).hexdigest()[:16]
 
 
 def public_key_text(public: Ed25519PublicKey) -> str:
     """The public key as the base64 of its 32 raw bytes (the form rosters store)."""
-    return base64.b64encode(_raw_public(public)).decode("ascii")
+    return base64.b64encode(raw_public_key(public)).decode("ascii")
 
 
 @lru_cache(maxsize=4096)
@@ -65,7 +67,7 @@ def public_key_from_text(text: str) -> Ed25519PublicKey:
 def public_key_bytes(text: str) -> bytes:
     """The 32 raw bytes of the base64 public key `text` (what `machines.ed25519.verify`
     takes); raises `KeyFileError` as `public_key_from_text` does. Cached likewise."""
-    return _raw_public(public_key_from_text(text))
+    return raw_public_key(public_key_from_text(text))
 
 
 def key_id_of_text(text: str) -> str:

@@ -53,6 +53,7 @@ from machines import (
     awaits_human,
     check_decision,
     ed25519_verify,
+    public_key_bytes,
 )
 from ops.commands.operations import timeline
 from ops.commands.review import PacketError, assemble_packet
@@ -295,7 +296,7 @@ class _Console:
         if approver is None:
             return _refusal(403, f"{session.approver} is no longer in the approver roster")
         try:
-            public = base64.b64decode(approver.public_key)
+            public = public_key_bytes(approver.public_key)
             valid = ed25519_verify(public, _b64(body.get("signature")), challenge.encode("utf-8"))
         except ValueError:
             valid = False
