@@ -494,7 +494,7 @@ class PostgresLedger(Ledger):
 def _outbox_record(row: TupleRow) -> OutboxRecord:
     position, record_id, topic, key, headers, payload, audit_record, value = row
     signed = None if value is None else bytes(value)
-    if payload is None and audit_record is None:
+    if signed is not None and payload is None and audit_record is None:
         # Published as signed; a lease without payloads reads neither (lease_outbox_rows).
         return OutboxRecord(position, record_id, topic, key, headers, {}, signed)
     body = audit_record if payload is None else loads(payload)
