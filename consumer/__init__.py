@@ -16,7 +16,7 @@ from consumer.batch import (
 from consumer.controller import Controller, consumer_config
 from consumer.deadletter import dead_letter, dead_letter_id
 from consumer.errors import ControllerError, PolicyRefused, SettingsError, TelemetryError
-from consumer.health_server import ENV_METRICS_ADDRESS, HealthServer, Probe
+from consumer.health_server import HealthServer, Probe
 from consumer.intake import (
     Accepted,
     Intake,
@@ -27,13 +27,30 @@ from consumer.intake import (
     Rejected,
 )
 from consumer.metrics import ControllerMetrics
-from consumer.service import controller_policy, load_rules, redact_url, run_controller
-from consumer.settings import ENV_DEMO_MODE, ControllerSettings
+from consumer.service import (
+    checked_rules,
+    controller_policy,
+    load_machines,
+    load_rules,
+    operator_policy,
+    redact_url,
+    run_controller,
+)
+from consumer.settings import (
+    DEFAULT_CONTROLLER_GROUP,
+    ENV_DEMO_MODE,
+    ENV_METRICS_ADDRESS,
+    ControllerSettings,
+    ProcessSettings,
+    RulesSettings,
+    TelemetrySettings,
+)
 from consumer.telemetry import CONTROLLER_SERVICE, RELAY_SERVICE, Telemetry, build_telemetry
 from consumer.tracing import BatchTracer, extract_context, trace_headers
 
 __all__ = [
     "CONTROLLER_SERVICE",
+    "DEFAULT_CONTROLLER_GROUP",
     "ENV_DEMO_MODE",
     "ENV_METRICS_ADDRESS",
     "FORGED_REFUSALS",
@@ -50,23 +67,29 @@ __all__ = [
     "IntakeResult",
     "PolicyRefused",
     "Probe",
+    "ProcessSettings",
     "RawRecord",
     "Refusal",
     "RefusalCode",
     "Rejected",
+    "RulesSettings",
     "SettingsError",
     "Telemetry",
     "TelemetryError",
+    "TelemetrySettings",
     "build_telemetry",
+    "checked_rules",
     "consumer_config",
     "controller_policy",
     "dead_letter",
     "dead_letter_id",
     "decide_batch",
     "extract_context",
+    "load_machines",
     "load_rules",
     "openings",
     "operation_ids",
+    "operator_policy",
     "positions_for",
     "redact_url",
     "run_controller",

@@ -10,28 +10,30 @@ With `RECOVERY_METRICS_ADDRESS` set (host:port) it serves /metrics, /healthz and
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 import threading
 from types import FrameType
 
 from consumer.errors import ControllerError, PolicyRefused, SettingsError
-from consumer.health_server import ENV_METRICS_ADDRESS, HealthServer
+from consumer.health_server import HealthServer
 from consumer.service import run_controller
-from consumer.settings import ControllerSettings
+from consumer.settings import ControllerSettings, ProcessSettings
+from schemas import ConfigurationError
 
 
 def main() -> int:
     """Run until signalled; return the exit status."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    address = os.environ.get(ENV_METRICS_ADDRESS)
     try:
+        process = ProcessSettings.load()
+        logging.basicConfig(
+            level=process.log_level.upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
         settings = ControllerSettings.from_env()
+        address = process.metrics_address
         health = HealthServer(address).start() if address else None
-    except SettingsError as exc:
+    except (SettingsError, ConfigurationError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()

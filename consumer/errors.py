@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from schemas import ConfigurationError
+
 __all__ = ["ControllerError", "PolicyRefused", "SettingsError", "TelemetryError"]
 
 
@@ -12,7 +14,7 @@ class ControllerError(Exception):
         super().__init__(message or (self.__doc__ or "").strip())
 
 
-class SettingsError(ControllerError):
+class SettingsError(ControllerError, ConfigurationError):
     """The controller settings are invalid; fix the named setting or environment variable."""
 
 

@@ -28,16 +28,15 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Final
+from typing import Any
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from consumer.errors import SettingsError
+from consumer.settings import ENV_METRICS_ADDRESS
 
 __all__ = ["ENV_METRICS_ADDRESS", "HealthServer", "Probe", "parse_address"]
-
-ENV_METRICS_ADDRESS: Final = "RECOVERY_METRICS_ADDRESS"
 
 Probe = Callable[[], Mapping[str, str | None]]
 """A role's checks: check name -> None when it passes, else why it fails."""

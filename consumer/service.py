@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -21,7 +22,7 @@ from consumer.controller import Controller
 from consumer.errors import ControllerError, PolicyRefused
 from consumer.health import controller_probes
 from consumer.health_server import HealthServer
-from consumer.settings import ENV_DEMO_MODE, ControllerSettings
+from consumer.settings import ENV_DEMO_MODE, ControllerSettings, RulesSettings
 from consumer.telemetry import CONTROLLER_SERVICE, Telemetry, build_telemetry
 from ledger import LedgerError, PostgresLedger, current_role, require_current_schema
 from machines import (
@@ -29,6 +30,7 @@ from machines import (
     MachineError,
     Policy,
     PolicyError,
+    Registry,
     Rules,
     check_policy_against_machines,
     check_policy_against_registry,
@@ -43,8 +45,11 @@ from machines import (
 
 __all__ = [
     "check_database_role",
+    "checked_rules",
     "controller_policy",
+    "load_machines",
     "load_rules",
+    "operator_policy",
     "redact_url",
     "run_controller",
 ]
@@ -69,13 +74,29 @@ def _with_roster(policy: Policy, path: Path) -> Policy:
         raise ControllerError(f"controller cannot load its roster {path}: {exc}") from exc
 
 
+def operator_policy(settings: RulesSettings) -> Policy | None:
+    """The policy file `settings.policy_path` with the roster file beside it, or None
+    when no file is named. Raises `ControllerError` naming the file that does not load.
+    No gate: whether the controller may run under it is `controller_policy`'s call."""
+    if settings.policy_path is None:
+        return None
+    try:
+        policy = load_policy(settings.policy_path)
+    except (PolicyError, OSError) as exc:
+        raise ControllerError(f"controller cannot load its policy: {exc}") from exc
+    if settings.roster_path is not None:
+        policy = _with_roster(policy, settings.roster_path)
+    return policy
+
+
 def controller_policy(settings: ControllerSettings, *, warn: bool = True) -> Policy:
     """The policy the controller runs under: the file `settings.policy_path`, checked.
     Raises `PolicyRefused` when no file is given or the policy holds a key derived from
     a public name (`machines.public_name_keys`), unless `settings.demo_mode`; in demo
     mode it logs (with `warn`) a WARNING saying so and naming each such key. Raises
     `ControllerError` when the file cannot be read or is invalid."""
-    if settings.policy_path is None:
+    policy = operator_policy(settings)
+    if policy is None:
         if not settings.demo_mode:
             raise PolicyRefused(
                 f"controller-policy-missing: controller {settings.instance_id} has no "
@@ -86,13 +107,8 @@ def controller_policy(settings: ControllerSettings, *, warn: bool = True) -> Pol
                 f"{ENV_DEMO_MODE}=1 (`recoveryctl run --demo`) to try it out"
             )
         policy = Policy(id="default")
-    else:
-        try:
-            policy = load_policy(settings.policy_path)
-        except (PolicyError, OSError) as exc:
-            raise ControllerError(f"controller cannot load its policy: {exc}") from exc
-    if settings.roster_path is not None:
-        policy = _with_roster(policy, settings.roster_path)
+        if settings.roster_path is not None:
+            policy = _with_roster(policy, settings.roster_path)
     weak = public_name_keys(policy)
     if weak and not settings.demo_mode:
         raise PolicyRefused(
@@ -123,26 +139,42 @@ def controller_policy(settings: ControllerSettings, *, warn: bool = True) -> Pol
     return policy
 
 
-def load_rules(settings: ControllerSettings) -> tuple[dict[str, Machine], Rules]:
+def load_machines(settings: RulesSettings) -> tuple[dict[str, Machine], Registry]:
     """The pinned machines (each checked against the lock file and its publisher's
-    signature) and the registry and policy (`controller_policy`) every decision is made
-    under. Raises `ControllerError` naming the file that was refused, `PolicyRefused`
-    when the policy is missing or holds a public-name key outside demo mode."""
+    signature) and the registry. Raises `ControllerError` naming the file that was
+    refused, or a lock file that pins nothing."""
     try:
         registry = load_registry(settings.registry_path)
         trust = load_trusted_publishers(settings.trusted_publishers_path)
         machines = load_locked_machines(settings.lock_path, registry, trust)
-        policy = controller_policy(settings)
-        check_policy_against_registry(policy, registry)
-        check_policy_against_machines(policy, machines.values(), registry)
     except (MachineError, PolicyError, OSError) as exc:
-        raise ControllerError(f"controller cannot load its machines or policy: {exc}") from exc
+        raise ControllerError(f"cannot load the pinned machines: {exc}") from exc
     if not machines:
         raise ControllerError(
             f"lock file {settings.lock_path} pins no machine; pin at least one with "
             "`recoveryctl machines lock`"
         )
-    return machines, Rules(policy=policy, registry=registry)
+    return machines, registry
+
+
+def checked_rules(machines: Mapping[str, Machine], registry: Registry, policy: Policy) -> Rules:
+    """The rules of `policy` over `machines` and `registry`, after checking that every
+    guard, action and machine the policy names exists. Raises `ControllerError`."""
+    try:
+        check_policy_against_registry(policy, registry)
+        check_policy_against_machines(policy, machines.values(), registry)
+    except (MachineError, PolicyError) as exc:
+        raise ControllerError(f"policy {policy.id} does not fit the machines: {exc}") from exc
+    return Rules(policy=policy, registry=registry)
+
+
+def load_rules(settings: ControllerSettings) -> tuple[dict[str, Machine], Rules]:
+    """The pinned machines and the registry and policy (`controller_policy`) every
+    decision is made under. Raises `ControllerError` naming the file that was refused,
+    `PolicyRefused` when the policy is missing or holds a public-name key outside demo
+    mode."""
+    machines, registry = load_machines(settings)
+    return machines, checked_rules(machines, registry, controller_policy(settings))
 
 
 def check_database_role(settings: ControllerSettings) -> None:
@@ -213,10 +245,8 @@ def run_controller(
         raise ControllerError(f"controller cannot start: {exc}") from exc
     owned_telemetry = telemetry is None
     telemetry = telemetry or build_telemetry(
-        settings.exporter,
         instance=settings.instance_id,
         service=CONTROLLER_SERVICE,
-        endpoint=settings.otlp_endpoint,
         readers=() if health is None else (health.metric_reader(),),
     )
     try:

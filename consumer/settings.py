@@ -1,10 +1,11 @@
-"""Controller settings: pydantic at the edge, read from the environment by `from_env`.
+"""The controller's settings (`RECOVERY_CONTROLLER_*`) and the telemetry settings every
+runtime component reads (OpenTelemetry's own `OTEL_*` variables).
 
-Every setting has an environment variable `RECOVERY_CONTROLLER_<NAME>` except the two
-the whole stack shares (`RECOVERY_KAFKA_BOOTSTRAP`, `RECOVERY_DATABASE_URL`, see
-`schemas.deployment`) and the topic names (`RECOVERY_TOPIC_*`, see `schemas.TopicNames`).
-Demo mode is also read from `RECOVERY_DEMO_MODE` (`ENV_DEMO_MODE`), the name the README
-and compose use; `RECOVERY_CONTROLLER_DEMO_MODE` works as well.
+Declared once on the project's settings base (`schemas.Settings`, pydantic-settings):
+each field names its variable, default and help, and docs/configuration.md is generated
+from them. What the controller shares with every component (where the services are,
+its roster id and key, Kafka authentication, topic names) is declared in `schemas` and
+filled in by `ControllerSettings.from_env`.
 """
 
 from __future__ import annotations
@@ -13,124 +14,189 @@ import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import AliasChoices, Field, ValidationInfo, field_validator
+from pydantic_settings import SettingsConfigDict
 
 from consumer.errors import SettingsError
 from machines import DEFAULT_REGISTRY
 from schemas import (
-    DEFAULT_CONTROLLER_ID,
-    ENV_CONTROLLER_ID,
-    ENV_CONTROLLER_SIGNING_KEY_FILE,
-    ENV_DATABASE_URL,
-    ENV_KAFKA_BOOTSTRAP,
-    KafkaConfigError,
+    ConfigurationError,
+    IdentitySettings,
     KafkaSecurity,
+    ServiceSettings,
+    Settings,
     TopicNames,
+    given,
 )
 
-__all__ = ["ENV_DEMO_MODE", "ENV_PREFIX", "ControllerSettings", "Exporter"]
+__all__ = [
+    "DEFAULT_CONTROLLER_GROUP",
+    "ENV_DEMO_MODE",
+    "ENV_METRICS_ADDRESS",
+    "ControllerSettings",
+    "ProcessSettings",
+    "RulesSettings",
+    "TelemetrySettings",
+]
 
-ENV_PREFIX: Final = "RECOVERY_CONTROLLER_"
 ENV_DEMO_MODE: Final = "RECOVERY_DEMO_MODE"
+ENV_METRICS_ADDRESS: Final = "RECOVERY_METRICS_ADDRESS"
+# The controllers' consumer group (the `controller` principal may use groups
+# `recovery-controller*`, `producers.acl_bindings`).
+DEFAULT_CONTROLLER_GROUP: Final = "recovery-controller"
 _MACHINES = Path(DEFAULT_REGISTRY).resolve().parent
-
-Exporter = Literal["none", "console", "otlp"]
-
-
-def _signing_key_file() -> Path | None:
-    value = os.environ.get(ENV_CONTROLLER_SIGNING_KEY_FILE)
-    return Path(value) if value else None
 
 
 def _instance() -> str:
+    """`controller-<host>-<pid>`"""
     return f"controller-{socket.gethostname()}-{os.getpid()}"
 
 
-class ControllerSettings(BaseModel):
+class RulesSettings(Settings):
+    """What decisions are made under: the pinned machines, the guard and action
+    registry, the operator policy and the producer roster. The controller loads all of
+    them; `recoveryctl` commands load the same files (read-only ones never the policy)."""
+
+    model_config = SettingsConfigDict(env_prefix="RECOVERY_CONTROLLER_")
+    section: ClassVar[str] = "Rules (controller and recoveryctl)"
+
+    registry_path: Path = Field(
+        default=Path(DEFAULT_REGISTRY), description="The guard and action registry."
+    )
+    lock_path: Path = Field(
+        default=_MACHINES / "machines.lock", description="The machines lock file (pins)."
+    )
+    trusted_publishers_path: Path = Field(
+        default=_MACHINES / "trusted-publishers.yaml",
+        description="Who may publish machines (provenance).",
+    )
+    policy_path: Path | None = Field(
+        default=None,
+        description="The operator policy (`recoveryctl run --policy`). Required outside demo "
+        "mode; start from ops/policy.production.yaml (docs/controller.md).",
+    )
+    roster_path: Path | None = Field(
+        default=None,
+        description="A producer roster beside the policy (a `producers:`-only file or "
+        "another policy); its producers are added to the policy's.",
+    )
+    demo_mode: bool = Field(
+        default=False,
+        validation_alias=AliasChoices(ENV_DEMO_MODE, "RECOVERY_CONTROLLER_DEMO_MODE"),
+        description="Run without a policy or with public-name keys, logging a WARNING for "
+        "each. Never in production.",
+    )
+
+
+class ControllerSettings(RulesSettings):
     """What one controller process needs. Defaults suit the local stack and the tests."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    section: ClassVar[str] = "Controller"
 
-    bootstrap: str = Field(min_length=1, description="Kafka bootstrap servers")
-    database_url: str = Field(min_length=1, description="ledger PostgreSQL URL")
-    group_id: str = Field(default="recovery-controller", min_length=1)
-    instance_id: str = Field(default_factory=_instance, min_length=1)
-    topics: TopicNames = Field(default_factory=TopicNames.from_env)
-    # How it authenticates to Kafka: RECOVERY_KAFKA_SECURITY_PROTOCOL, ..._SASL_*,
-    # ..._SSL_CA_LOCATION, ..._CONFIG_FILE (schemas.KafkaSecurity).
-    kafka_security: KafkaSecurity = Field(default_factory=KafkaSecurity.from_env)
-    # One batch: at most this many records, waiting at most this long for them. The
-    # batch is also the bound on in-flight work: nothing is fetched for processing
-    # until the previous batch is committed or abandoned.
-    batch_max_records: int = Field(default=500, ge=1, le=100_000)
-    batch_max_wait_ms: int = Field(default=200, ge=1, le=60_000)
-    # librdkafka's prefetch buffer (the consumer's one queue), in KiB: bounds memory held
-    # by records fetched but not yet handed to a batch. 4 MiB is ten full batches of
-    # typical records; a larger buffer only raised the controller's peak memory once a
-    # backlog was deep enough to fill it, and bought no throughput (docs/PERFORMANCE.md).
-    max_queued_kbytes: int = Field(default=4_096, ge=64)
-    # Larger records are dead-lettered as oversized before they are parsed.
-    max_record_bytes: int = Field(default=1024 * 1024, ge=1024)
-    # Crash quarantine (docs/controller.md): after this many starts in a row died
-    # without committing past the same offset, decide from there one record at a time,
-    # and dead-letter as `record-quarantined` a record as many starts died on alone.
-    quarantine_after_starts: int = Field(default=3, ge=1, le=1_000)
-    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
-    # Classic protocol: how long the broker waits for a dead member's heartbeats before
-    # its partitions move, and how often librdkafka's background thread heartbeats (unset:
-    # a third of the session). Fast failover runs a standby member with 1500 and 500
-    # (docs/controller.md, "Failover"); the broker's group.min.session.timeout.ms (6 s
-    # by default) must allow it.
-    session_timeout_ms: int = Field(default=10_000, ge=1_000)
-    heartbeat_interval_ms: int | None = Field(default=None, ge=100)
-    # Static membership (KIP-345): a member restarted with the same id takes its
-    # partitions back at once, without waiting for the session timeout or a rebalance
-    # (docs/controller.md, "Failover"). Unique per member; unset: dynamic membership.
-    group_instance_id: str | None = Field(default=None, min_length=1)
-    # `consumer` is KIP-848's group protocol (broker-side assignment, heartbeats and
-    # session timeout, `group.consumer.session.timeout.ms` on the broker).
-    group_protocol: Literal["classic", "consumer"] = "classic"
-    max_poll_interval_ms: int = Field(default=300_000, ge=10_000)
-    # Backoff after a broker or database failure: doubles from `backoff_initial_ms` up
-    # to `backoff_max_ms`, with full jitter.
-    backoff_initial_ms: int = Field(default=100, ge=1)
-    backoff_max_ms: int = Field(default=10_000, ge=1)
-    registry_path: Path = Field(default=Path(DEFAULT_REGISTRY))
-    lock_path: Path = Field(default=_MACHINES / "machines.lock")
-    trusted_publishers_path: Path = Field(default=_MACHINES / "trusted-publishers.yaml")
-    # The operator policy (RECOVERY_CONTROLLER_POLICY_PATH, `recoveryctl run --policy`).
-    # Required: without one, or with a key derived from a public name in it, the
-    # controller refuses to start unless `demo_mode` is set (docs/controller.md,
-    # "Policy and demo mode"); start from ops/policy.production.yaml.
-    policy_path: Path | None = None
-    # Demo mode (RECOVERY_DEMO_MODE=1, `recoveryctl run --demo`): run without a policy
-    # file (the built-in policy trusts no verifier and has no approver) or with
-    # public-name keys, logging a WARNING for each. Never in production.
-    demo_mode: bool = False
-    # A producer roster beside the policy (a `producers:`-only file or another policy):
-    # its producers are added to the policy's (docs/operations.md, "Producer roster").
-    roster_path: Path | None = None
-    # Health (docs/operations.md): the loop is wedged when it has not turned for this
-    # long; the member is not ready while a partition is more records behind than this.
-    stall_after_s: float = Field(default=60.0, gt=0)
-    ready_max_lag: int = Field(default=10_000, ge=0)
-    # Deprecated aliases (RECOVERY_CONTROLLER_EXPORTER, _OTLP_ENDPOINT): telemetry is
-    # configured by the OTEL_* variables (consumer.telemetry); these apply only where
-    # none of those decides.
-    exporter: Exporter | None = None
-    otlp_endpoint: str | None = None
-    consumer_config: dict[str, str] = Field(default_factory=dict)
-    # The controller's identity in the roster (RECOVERY_CONTROLLER_ID) and its Ed25519
-    # key file (RECOVERY_CONTROLLER_SIGNING_KEY_FILE, PEM PKCS#8 or the base64 raw seed,
-    # never in the database): every record the controller emits is signed with it, and
-    # the controller refuses to start without it (docs/operations.md, "Keys").
-    producer_id: str = Field(default=DEFAULT_CONTROLLER_ID, min_length=1)
-    signing_key_file: Path | None = Field(default_factory=_signing_key_file)
-    # Run even when `database_url` connects as a PostgreSQL superuser, which bypasses
-    # every grant and can skip the append-only trigger (docs/ledger.md, "Roles").
-    allow_superuser: bool = False
+    bootstrap: str = given(ServiceSettings, "kafka_bootstrap", min_length=1)
+    database_url: str = given(ServiceSettings, "database_url", min_length=1)
+    producer_id: str = given(IdentitySettings, "controller_id", min_length=1)
+    signing_key_file: Path | None = given(IdentitySettings, "controller_key_file", default=None)
+    topics: TopicNames = given(default_factory=TopicNames.from_env)
+    kafka_security: KafkaSecurity = given(default_factory=KafkaSecurity.from_env)
+    group_id: str = Field(
+        default=DEFAULT_CONTROLLER_GROUP,
+        min_length=1,
+        description="The controllers' consumer group; members of one group share the "
+        "partitions of `recovery.events`.",
+    )
+    instance_id: str = Field(
+        default_factory=_instance,
+        min_length=1,
+        description="This member's name in logs, traces and the ledger's claims.",
+    )
+    batch_max_records: int = Field(
+        default=500,
+        ge=1,
+        le=100_000,
+        description="At most this many records per batch. The batch is also the bound on "
+        "in-flight work: nothing is fetched for processing until the previous batch is "
+        "committed or abandoned.",
+    )
+    batch_max_wait_ms: int = Field(
+        default=200, ge=1, le=60_000, description="How long a batch waits for records."
+    )
+    max_queued_kbytes: int = Field(
+        default=4_096,
+        ge=64,
+        description="librdkafka's prefetch buffer in KiB: bounds the memory held by "
+        "records fetched but not yet batched (docs/PERFORMANCE.md).",
+    )
+    max_record_bytes: int = Field(
+        default=1024 * 1024,
+        ge=1024,
+        description="Larger records are dead-lettered as oversized before they are parsed.",
+    )
+    quarantine_after_starts: int = Field(
+        default=3,
+        ge=1,
+        le=1_000,
+        description="Crash quarantine: after this many starts in a row died without "
+        "committing past the same offset, decide from there one record at a time "
+        "(docs/controller.md).",
+    )
+    auto_offset_reset: Literal["earliest", "latest"] = Field(
+        default="earliest",
+        description="Where a partition with no stored offset starts (the ledger's offsets "
+        "are authoritative otherwise).",
+    )
+    session_timeout_ms: int = Field(
+        default=10_000,
+        ge=1_000,
+        description="Classic protocol: how long the broker waits for a dead member's "
+        "heartbeats before its partitions move (docs/controller.md, Failover).",
+    )
+    heartbeat_interval_ms: int | None = Field(
+        default=None,
+        ge=100,
+        description="Classic protocol heartbeat interval (unset: a third of the session).",
+    )
+    group_instance_id: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Static membership (KIP-345): a member restarted with the same id takes "
+        "its partitions back at once. Unique per member.",
+    )
+    group_protocol: Literal["classic", "consumer"] = Field(
+        default="classic",
+        description="`consumer` is KIP-848's protocol (broker-side assignment).",
+    )
+    max_poll_interval_ms: int = Field(
+        default=300_000, ge=10_000, description="librdkafka's max.poll.interval.ms."
+    )
+    backoff_initial_ms: int = Field(
+        default=100,
+        ge=1,
+        description="Backoff after a broker or database failure starts here and doubles, "
+        "with full jitter.",
+    )
+    backoff_max_ms: int = Field(default=10_000, ge=1, description="The backoff's ceiling.")
+    stall_after_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Health: the loop is wedged when it has not turned for this long.",
+    )
+    ready_max_lag: int = Field(
+        default=10_000,
+        ge=0,
+        description="Health: not ready while a partition is more records behind than this.",
+    )
+    consumer_config: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra librdkafka consumer settings, as a JSON object.",
+    )
+    allow_superuser: bool = Field(
+        default=False,
+        description="Run even when the database URL connects as a PostgreSQL superuser, "
+        "which bypasses every grant and the append-only trigger (docs/ledger.md, Roles).",
+    )
 
     @field_validator("heartbeat_interval_ms")
     @classmethod
@@ -148,51 +214,77 @@ class ControllerSettings(BaseModel):
         return self.heartbeat_interval_ms or self.session_timeout_ms // 3
 
     @classmethod
-    def from_env(
-        cls, environ: Mapping[str, str] | None = None, **overrides: Any
-    ) -> ControllerSettings:
-        """Settings from the environment, with `overrides` on top. Raises
-        `SettingsError` naming each invalid setting and its variable."""
-        env = os.environ if environ is None else environ
-        data: dict[str, Any] = {}
-        if env.get(ENV_KAFKA_BOOTSTRAP):
-            data["bootstrap"] = env[ENV_KAFKA_BOOTSTRAP]
-        if env.get(ENV_DATABASE_URL):
-            data["database_url"] = env[ENV_DATABASE_URL]
-        data["topics"] = TopicNames.from_env(env)
-        if env.get(ENV_DEMO_MODE):
-            data["demo_mode"] = env[ENV_DEMO_MODE]
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Self:
+        """Settings from the environment (`environ`, else the process's), with
+        `overrides` on top. Raises `SettingsError` naming each invalid setting and its
+        variable."""
         try:
-            data["kafka_security"] = KafkaSecurity.from_env(env)
-        except KafkaConfigError as exc:
-            raise SettingsError(f"invalid controller settings: {exc}") from exc
-        if env.get(ENV_CONTROLLER_ID):
-            data["producer_id"] = env[ENV_CONTROLLER_ID]
-        if environ is not None and not env.get(ENV_CONTROLLER_SIGNING_KEY_FILE):
-            data["signing_key_file"] = None  # the given environment, not the process's
-        for name in cls.model_fields:
-            value = env.get(ENV_PREFIX + name.upper())
-            if value and name not in {"topics", "consumer_config", "kafka_security"}:
-                data[name] = value
-        data.update(overrides)
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc'])} ({_variable(err['loc'])}): {err['msg']}"
-                for err in exc.errors()
-            )
-            raise SettingsError(f"invalid controller settings: {problems}") from exc
+            return cls.load(environ, **overrides)
+        except ConfigurationError as exc:
+            raise SettingsError(str(exc)) from exc
 
 
-def _variable(loc: tuple[int | str, ...]) -> str:
-    name = str(loc[0]) if loc else ""
-    if name == "bootstrap":
-        return ENV_KAFKA_BOOTSTRAP
-    if name == "database_url":
-        return ENV_DATABASE_URL
-    if name == "demo_mode":
-        return f"{ENV_DEMO_MODE} or {ENV_PREFIX}DEMO_MODE"
-    if name == "producer_id":
-        return ENV_CONTROLLER_ID
-    return ENV_PREFIX + name.upper()
+class TelemetrySettings(Settings):
+    """Telemetry of every runtime component, by OpenTelemetry's own variables
+    (`consumer.telemetry`). What the SDK and the OTLP exporter read themselves (headers,
+    timeouts, samplers, `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`) is left to them."""
+
+    section: ClassVar[str] = "Telemetry"
+
+    sdk_disabled: bool = Field(
+        default=False, validation_alias="OTEL_SDK_DISABLED", description="No telemetry at all."
+    )
+    traces_exporter: str | None = Field(
+        default=None,
+        validation_alias="OTEL_TRACES_EXPORTER",
+        description="`otlp`, `console` or `none` (comma-separated). Unset: `otlp` when an "
+        "OTLP endpoint is set, else `none`.",
+    )
+    metrics_exporter: str | None = Field(
+        default=None,
+        validation_alias="OTEL_METRICS_EXPORTER",
+        description="As `OTEL_TRACES_EXPORTER`, for metrics.",
+    )
+    otlp_endpoint: str | None = Field(
+        default=None,
+        validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT",
+        description="OTLP/HTTP base URL; the exporters append `/v1/traces` and `/v1/metrics`.",
+    )
+    otlp_traces_endpoint: str | None = Field(
+        default=None,
+        validation_alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        description="The traces endpoint, used as it is.",
+    )
+    otlp_metrics_endpoint: str | None = Field(
+        default=None,
+        validation_alias="OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        description="The metrics endpoint, used as it is.",
+    )
+    legacy_exporter: str | None = Field(
+        default=None,
+        validation_alias="RECOVERY_CONTROLLER_EXPORTER",
+        description="Deprecated: the exporter of both signals, where no `OTEL_*` variable decides.",
+    )
+    legacy_endpoint: str | None = Field(
+        default=None,
+        validation_alias="RECOVERY_CONTROLLER_OTLP_ENDPOINT",
+        description="Deprecated: an OTLP base URL, where no `OTEL_*` variable decides.",
+    )
+
+
+class ProcessSettings(Settings):
+    """What a runtime process (`recoveryctl run`, `python -m consumer`) serves and logs,
+    for every role it runs."""
+
+    section: ClassVar[str] = "Runtime process"
+
+    metrics_address: str | None = Field(
+        default=None,
+        validation_alias=ENV_METRICS_ADDRESS,
+        description="`host:port` to serve /metrics, /healthz and /readyz on (unset: off).",
+    )
+    log_level: str = Field(
+        default="INFO",
+        validation_alias="RECOVERY_LOG_LEVEL",
+        description="Python logging level of the process.",
+    )

@@ -16,6 +16,7 @@ SDK's resource detector) and `OTEL_SDK_DISABLED`. Chosen here, per signal:
 - The service name defaults per component (`recovery-controller`, `recovery-relay`);
   `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` override it and the instance id.
 
+The variables are declared in `consumer.settings.TelemetrySettings`.
 `RECOVERY_CONTROLLER_EXPORTER` and `RECOVERY_CONTROLLER_OTLP_ENDPOINT` are deprecated
 aliases, applied (with a warning) only where no `OTEL_*` variable decides: the exporter
 for both signals, and an OTLP base URL to which the per-signal paths are appended.
@@ -28,8 +29,7 @@ process report under their own service names.
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -46,6 +46,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
 from consumer.errors import TelemetryError
+from consumer.settings import TelemetrySettings
 
 __all__ = ["CONTROLLER_SERVICE", "RELAY_SERVICE", "Telemetry", "build_telemetry"]
 
@@ -81,51 +82,44 @@ class Telemetry:
 @dataclass(frozen=True, slots=True)
 class _Signal:
     name: str  # traces, metrics
-    exporter_variable: str
-    endpoint_variable: str
+    exporter: str  # the TelemetrySettings fields of its exporter and endpoint
+    endpoint: str
 
 
-_TRACES: Final = _Signal("traces", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-_METRICS: Final = _Signal("metrics", "OTEL_METRICS_EXPORTER", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+_TRACES: Final = _Signal("traces", "traces_exporter", "otlp_traces_endpoint")
+_METRICS: Final = _Signal("metrics", "metrics_exporter", "otlp_metrics_endpoint")
 
 
-def _choices(
-    signal: _Signal, env: Mapping[str, str], legacy: str | None, legacy_endpoint: str | None
-) -> list[str]:
+def _choices(signal: _Signal, settings: TelemetrySettings) -> list[str]:
     """The exporters of one signal (empty: none)."""
-    text = env.get(signal.exporter_variable, "").strip()
+    text = (getattr(settings, signal.exporter) or "").strip()
+    legacy = settings.legacy_exporter
     if text:
         names = [n.strip().lower() for n in text.split(",") if n.strip()]
         unknown = [n for n in names if n not in _CHOICES]
         if unknown:
             raise TelemetryError(
-                f"telemetry-exporter-unknown: {signal.exporter_variable}={text!r} names "
-                f"{', '.join(unknown)}; use otlp, console or none (comma-separated)"
+                f"telemetry-exporter-unknown: {settings.variable(signal.exporter)}={text!r} "
+                f"names {', '.join(unknown)}; use otlp, console or none (comma-separated)"
             )
     elif legacy is not None:
         if legacy not in _CHOICES:
             raise TelemetryError(
                 f"telemetry-exporter-unknown: {_LEGACY_EXPORTER}={legacy!r} (deprecated); "
-                f"set {signal.exporter_variable} to otlp, console or none instead"
+                f"set {settings.variable(signal.exporter)} to otlp, console or none instead"
             )
         names = [legacy]
-    elif (
-        any(env.get(v) for v in ("OTEL_EXPORTER_OTLP_ENDPOINT", signal.endpoint_variable))
-        or legacy_endpoint
-    ):
+    elif settings.otlp_endpoint or getattr(settings, signal.endpoint) or settings.legacy_endpoint:
         names = ["otlp"]
     else:
         names = []
     return [n for n in dict.fromkeys(names) if n != "none"]
 
 
-def _legacy_path(env: Mapping[str, str], signal: _Signal, legacy: str | None) -> str | None:
+def _legacy_path(signal: _Signal, settings: TelemetrySettings) -> str | None:
     """The deprecated base URL with the signal's path, unless an OTEL_* endpoint decides."""
-    if (
-        legacy is None
-        or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-        or env.get(signal.endpoint_variable)
-    ):
+    legacy = settings.legacy_endpoint
+    if legacy is None or settings.otlp_endpoint or getattr(settings, signal.endpoint):
         return None
     return f"{legacy.rstrip('/')}/v1/{signal.name}"
 
@@ -172,24 +166,22 @@ def _warn_legacy(service: str, exporter: str | None, endpoint: str | None) -> No
 
 
 def build_telemetry(
-    exporter: str | None = None,
     *,
     instance: str,
     service: str = CONTROLLER_SERVICE,
-    endpoint: str | None = None,
     readers: Sequence[MetricReader] = (),
+    settings: TelemetrySettings | None = None,
 ) -> Telemetry:
-    """Providers for the component `service` (instance `instance`) as the `OTEL_*`
-    variables configure them (module docstring). `exporter` and `endpoint` are the
-    deprecated `RECOVERY_CONTROLLER_EXPORTER` / `_OTLP_ENDPOINT` values, None when
-    unset. `readers` are added to the meter provider whatever the exporters (the
-    Prometheus endpoint's, `consumer.health_server`). Raises `TelemetryError` for an
-    unknown exporter name."""
-    env = os.environ
-    _warn_legacy(service, exporter, endpoint)
-    disabled = env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
-    traces = [] if disabled else _choices(_TRACES, env, exporter, endpoint)
-    points = [] if disabled else _choices(_METRICS, env, exporter, endpoint)
+    """Providers for the component `service` (instance `instance`) as the telemetry
+    settings configure them (module docstring; `settings`, else the environment's).
+    `readers` are added to the meter provider whatever the exporters (the Prometheus
+    endpoint's, `consumer.health_server`). Raises `TelemetryError` for an unknown
+    exporter name."""
+    settings = settings or TelemetrySettings.load()
+    _warn_legacy(service, settings.legacy_exporter, settings.legacy_endpoint)
+    disabled = settings.sdk_disabled
+    traces = [] if disabled else _choices(_TRACES, settings)
+    points = [] if disabled else _choices(_METRICS, settings)
     if not traces and not points and not readers:
         return Telemetry.disabled()
     # Defaults first, then what the environment says (OTEL_SERVICE_NAME wins).
@@ -201,15 +193,13 @@ def build_telemetry(
     if traces:
         sdk_tracer = TracerProvider(resource=resource)
         for name in traces:
-            span_exporter = _span_exporter(name, _legacy_path(env, _TRACES, endpoint))
+            span_exporter = _span_exporter(name, _legacy_path(_TRACES, settings))
             sdk_tracer.add_span_processor(BatchSpanProcessor(span_exporter))
         tracer_provider = sdk_tracer
     meter_provider: metrics.MeterProvider = metrics.NoOpMeterProvider()
     if points or readers:
         exported: list[MetricReader] = [
-            PeriodicExportingMetricReader(
-                _metric_exporter(name, _legacy_path(env, _METRICS, endpoint))
-            )
+            PeriodicExportingMetricReader(_metric_exporter(name, _legacy_path(_METRICS, settings)))
             for name in points
         ]
         meter_provider = MeterProvider(resource=resource, metric_readers=[*exported, *readers])

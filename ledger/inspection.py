@@ -26,7 +26,7 @@ from ledger.codec import view_from_text
 from ledger.errors import UnknownOperation
 from ledger.postgres import PostgresLedger
 from ledger.queries import QUERIES, parse_queries
-from machines import OperationView, with_lineage
+from machines import Lineage, OperationView, with_lineage
 
 __all__ = [
     "DeadLetterEntry",
@@ -108,6 +108,20 @@ class OperationRecord:
     approvals: tuple[Mapping[str, Any], ...]
     outbox: tuple[OutboxEntry, ...]
     descendants: tuple[str, ...]
+
+    @property
+    def lineage(self) -> Lineage:
+        """The operation's lineage as an event envelope carries it (what a decision
+        published for it names)."""
+        row = self.row
+        return Lineage(
+            agent=row["agent"],
+            task=row["task"],
+            initiating_principal=row["initiating_principal"],
+            origin_operation=row["origin_operation"],
+            parent_operation=row["parent_operation"],
+            delegated_credentials=tuple(row["delegated_credentials"]),
+        )
 
 
 @dataclass(frozen=True, slots=True)

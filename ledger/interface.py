@@ -37,7 +37,7 @@ from ledger.audit import (
     verify_subject,
 )
 from ledger.records import Batch
-from machines import Arrival, LineageRow, OperationView
+from machines import Arrival, Lineage, LineageRow, OperationView
 
 __all__ = [
     "Arrival",
@@ -128,6 +128,18 @@ class OperationInfo:
     parent_operation: str | None
     depth: int
     delegated_credentials: tuple[str, ...] = ()
+
+    @property
+    def lineage(self) -> Lineage:
+        """The operation's lineage as an event envelope carries it."""
+        return Lineage(
+            agent=self.agent,
+            task=self.task,
+            initiating_principal=self.initiating_principal,
+            origin_operation=self.origin_operation,
+            parent_operation=self.parent_operation,
+            delegated_credentials=self.delegated_credentials,
+        )
 
 
 @dataclass(frozen=True, slots=True)

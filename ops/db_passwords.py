@@ -16,14 +16,12 @@ import os
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
 
 from ops.errors import StackError
 from ops.paths import stack_dir
+from ops.settings import DatabasePasswordSettings
 
-__all__ = ["ENV_PASSWORD_PREFIX", "default_password_file", "resolve_passwords", "store_passwords"]
-
-ENV_PASSWORD_PREFIX: Final = "RECOVERY_DB_PASSWORD_"
+__all__ = ["default_password_file", "resolve_passwords", "store_passwords"]
 
 
 def default_password_file() -> Path:
@@ -32,23 +30,18 @@ def default_password_file() -> Path:
 
 
 def resolve_passwords(
-    roles: Mapping[str, str],
-    path: Path,
-    environ: Mapping[str, str] | None = None,
-    *,
-    env_prefix: str = ENV_PASSWORD_PREFIX,
+    roles: Mapping[str, str], path: Path, configured: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """Role name -> password for every `roles` entry (component -> role name), from the
-    environment (`env_prefix` + the component in capitals), the file at `path`, or
-    generated (see the module docstring). Raises `StackError` when the file exists but
-    is not a JSON object of strings. The Kafka principals use it too, with their own
-    prefix and file (`ops.kafka_security`)."""
-    env = os.environ if environ is None else environ
+    """Role name -> password for every `roles` entry (component -> role name), from
+    `configured` (component -> password; default the `RECOVERY_DB_PASSWORD_*` settings),
+    the file at `path`, or generated (see the module docstring). Raises `StackError` when
+    the file exists but is not a JSON object of strings. The Kafka principals use it
+    too, with their own settings and file (`ops.kafka_security`)."""
+    given = DatabasePasswordSettings.load().chosen() if configured is None else configured
     stored = _read(path)
     chosen: dict[str, str] = {}
     for component, role in roles.items():
-        from_env = env.get(env_prefix + component.upper())
-        chosen[role] = from_env or stored.get(role) or secrets.token_urlsafe(24)
+        chosen[role] = given.get(component) or stored.get(role) or secrets.token_urlsafe(24)
     return chosen
 
 

@@ -15,7 +15,6 @@ any tool would, and reads the ledger through the `Ledger` interface.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -57,7 +56,6 @@ from machines import (
     public_key_text,
     review_digest,
 )
-from ops.commands.run import Runtime, Services, run_roles
 from ops.demo_scenarios import (
     APPROVER,
     DEMO_HANDLERS,
@@ -69,17 +67,18 @@ from ops.demo_scenarios import (
 from ops.errors import OpsError
 from ops.keys import controller_roster, stack_key
 from ops.paths import stack_dir
+from ops.runtime import Runtime, Services, run_roles
 from producers import (
-    ENV_WORKER_STORE,
     CapabilityWorker,
     EventPublisher,
     ExecutionStore,
     RecoveryClient,
+    WorkerSettings,
     provision,
     provision_acls,
     read_commands,
 )
-from schemas import ENV_CONTROLLER_SIGNING_KEY_FILE, RecordSigner, TopicNames
+from schemas import IdentitySettings, RecordSigner, TopicNames
 
 __all__ = ["DemoError", "DemoReport", "OperationReport", "run_demo"]
 
@@ -239,7 +238,7 @@ def run_demo(
     stop = threading.Event()
     # The stack's own controller key (generated once, 0600), unless one is set; the
     # demo's worker verifies every command against its public key.
-    key_file = Path(os.environ.get(ENV_CONTROLLER_SIGNING_KEY_FILE) or stack_key("controller"))
+    key_file = IdentitySettings.load().controller_key_file or stack_key("controller")
     signers = demo_signers()
     runtime = run_roles(
         ("controller", "relay"),
@@ -389,9 +388,7 @@ def _start_worker(
     runtime.closers.append(publisher.close)
     # The demo worker's own execution record, kept with the stack's state, so a demo on
     # a reused stack never runs a command of an earlier run again.
-    store = ExecutionStore(
-        Path(os.environ.get(ENV_WORKER_STORE) or stack_dir() / "worker" / "demo.sqlite")
-    )
+    store = ExecutionStore(WorkerSettings.load().store or stack_dir() / "worker" / "demo.sqlite")
     runtime.closers.append(store.close)
     worker = CapabilityWorker(
         services.bootstrap,

@@ -34,7 +34,7 @@ from ops.kafka_security import SCRAM_MECHANISM, BrokerSecurity, ensure_broker_se
 from ops.paths import cache_dir, ensure_dir
 from ops.ports import LOOPBACK, free_ports, is_port_free, retry_bind_clash
 from ops.process import file_lock, log_tail, pid_alive, pid_cmdline, terminate
-from ops.settings import KAFKA_VERSION, LOG4J_VERSION
+from ops.settings import KAFKA_VERSION, LOG4J_VERSION, StackSettings
 from producers import BrokerProbe
 from schemas import KAFKA_PRINCIPALS, KafkaSecurity
 
@@ -386,9 +386,9 @@ def not_ready(bootstrap: str, broker: KafkaBroker | None, why: str) -> KafkaServ
 
 def find_java() -> str:
     """The `java` of JAVA_HOME, else of PATH; `KafkaServiceError` when there is none."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").is_file():
-        return str(Path(java_home) / "bin" / "java")
+    java_home = StackSettings.load().java_home
+    if java_home and (java_home / "bin" / "java").is_file():
+        return str(java_home / "bin" / "java")
     java = shutil.which("java")
     if java is None:
         raise KafkaServiceError(

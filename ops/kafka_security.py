@@ -33,6 +33,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from ops.db_passwords import resolve_passwords, store_passwords
 from ops.paths import ensure_dir
+from ops.settings import KafkaPasswordSettings
 from schemas import KAFKA_PRINCIPALS, KafkaSecurity
 
 __all__ = [
@@ -44,7 +45,7 @@ __all__ = [
     "write_compose_material",
 ]
 
-ENV_KAFKA_PASSWORD_PREFIX: Final = "RECOVERY_KAFKA_PASSWORD_"
+ENV_KAFKA_PASSWORD_PREFIX: Final = str(KafkaPasswordSettings.model_config.get("env_prefix"))
 SCRAM_MECHANISM: Final = "SCRAM-SHA-512"
 BROKER_PRINCIPAL: Final = KAFKA_PRINCIPALS["broker"]
 _VALID_DAYS: Final = 825
@@ -95,7 +96,7 @@ def ensure_broker_security(
     password_file = data_dir / "sasl-users.json"
     users = {component: user for component, user in KAFKA_PRINCIPALS.items()}
     passwords = resolve_passwords(
-        users, password_file, environ, env_prefix=ENV_KAFKA_PASSWORD_PREFIX
+        users, password_file, KafkaPasswordSettings.load(environ).chosen()
     )
     store_passwords(password_file, passwords)
     security = BrokerSecurity(ca_path, keystore, passwords, ensure_dir(data_dir / "clients", 0o700))

@@ -12,7 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-from ops.settings import ENV_CACHE_DIR, ENV_STACK_DIR
+from ops.settings import StackSettings
 
 __all__ = [
     "cache_dir",
@@ -39,11 +39,11 @@ def repo_root() -> Path:
 def cache_dir() -> Path:
     """The download cache shared by every checkout on this machine: `$RECOVERY_CACHE_DIR`,
     else `$XDG_CACHE_HOME/agent-recovery`, else `~/.cache/agent-recovery`."""
-    explicit = os.environ.get(ENV_CACHE_DIR)
-    if explicit:
-        return Path(explicit).expanduser().resolve()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    settings = StackSettings.load()
+    if settings.cache_dir is not None:
+        return settings.cache_dir.expanduser().resolve()
+    xdg = settings.xdg_cache_home
+    base = xdg.expanduser() if xdg else Path.home() / ".cache"
     return (base / "agent-recovery").resolve()
 
 
@@ -52,9 +52,9 @@ def stack_dir(root: Path | None = None) -> Path:
     `<checkout>/.stack` (the checkout is `root`, default `repo_root()`). When root runs
     from a checkout an unprivileged user cannot traverse, it is a per-checkout folder
     under /var/tmp instead, so that PostgreSQL (run as that user) can reach it."""
-    explicit = os.environ.get(ENV_STACK_DIR)
-    if explicit:
-        return Path(explicit).expanduser().resolve()
+    explicit = StackSettings.load().stack_dir
+    if explicit is not None:
+        return explicit.expanduser().resolve()
     root = (root or repo_root()).resolve()
     if os.geteuid() == 0 and not others_can_traverse(root):
         digest = hashlib.sha256(str(root).encode()).hexdigest()[:12]

@@ -338,6 +338,8 @@ def _check_reachable(server: PostgresServer) -> None:
 
 
 def _run(server: PostgresServer, command: list[str]) -> subprocess.CompletedProcess[str]:
+    # The C locale, so that the server tools' messages read the same everywhere.
+    command = ["env", "LC_ALL=C", *command]
     if server.os_user is not None:
         command = ["runuser", "-u", server.os_user, "--", *command]
     # cwd: the service user may not be allowed into the caller's working directory.
@@ -347,7 +349,6 @@ def _run(server: PostgresServer, command: list[str]) -> subprocess.CompletedProc
         capture_output=True,
         text=True,
         stdin=subprocess.DEVNULL,
-        env={**os.environ, "LC_ALL": "C"},
         timeout=300,
     )
 

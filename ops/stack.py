@@ -23,10 +23,10 @@ started it (`LocalStack.stop`, as `recoveryctl bench` and the demo do) forgets i
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import time
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -49,8 +49,8 @@ from ops.postgres import (
     wait_for_postgres,
 )
 from ops.process import file_lock
-from ops.settings import DATABASE_NAME, ENV_KAFKA_PLAINTEXT
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_CONFIG_FILE, KafkaSecurity
+from ops.settings import DATABASE_NAME, StackSettings
+from schemas import ENV_KAFKA_BOOTSTRAP, KafkaSecurity, ServiceSettings
 
 __all__ = [
     "KafkaState",
@@ -100,7 +100,7 @@ class KafkaState(BaseModel):
         path = self.client_files.get(component)
         if path is None:
             return KafkaSecurity.from_env()
-        return KafkaSecurity.from_env({ENV_KAFKA_CONFIG_FILE: path})
+        return KafkaSecurity.from_file(Path(path))
 
 
 class PostgresState(BaseModel):
@@ -224,10 +224,9 @@ def read_state(directory: Path | None = None) -> StackState | None:
         ) from exc
 
 
-def plaintext_requested(environ: dict[str, str] | None = None) -> bool:
+def plaintext_requested(environ: Mapping[str, str] | None = None) -> bool:
     """Whether `RECOVERY_STACK_KAFKA_PLAINTEXT` asks for the plaintext listener."""
-    value = (os.environ if environ is None else environ).get(ENV_KAFKA_PLAINTEXT, "")
-    return value.strip() not in {"", "0"}
+    return StackSettings.load(environ).kafka_plaintext
 
 
 def live_state(directory: Path | None = None) -> StackState | None:
@@ -280,8 +279,8 @@ def _stack_up(
     home: Path, out: TextIO, external_timeout: float, plaintext: bool, brokers: int | None
 ) -> LocalStack:
     started = time.monotonic()
-    bootstrap = os.environ.get(ENV_KAFKA_BOOTSTRAP)
-    database_url = os.environ.get(ENV_DATABASE_URL)
+    services = ServiceSettings.load()
+    bootstrap, database_url = services.kafka_bootstrap, services.database_url
     if bootstrap is not None and brokers not in (None, 1):
         raise StackError(
             f"{ENV_KAFKA_BOOTSTRAP} names an existing broker; --brokers {brokers} starts "

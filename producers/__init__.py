@@ -24,8 +24,9 @@ from producers.execution_store import (
 )
 from producers.partitions import PartitionExtent, StoredRecord, partition_extents, read_range
 from producers.readback import TopicRecord, read_commands, read_topic
-from producers.relay import LineageCache, OutboxRelay, RelaySettings, lineage_from_ledger
+from producers.relay import LineageCache, OutboxRelay, lineage_from_ledger
 from producers.relay_health import relay_probes
+from producers.settings import RelaySettings, WorkerSettings
 from producers.topics import BrokerProbe, TopicResult, provision
 from producers.worker import (
     ENV_WORKER_START,
@@ -71,6 +72,7 @@ __all__ = [
     "StoredRecord",
     "TopicRecord",
     "TopicResult",
+    "WorkerSettings",
     "WorkerStats",
     "acl_bindings",
     "demo_handlers",

@@ -40,10 +40,11 @@ from pydantic import TypeAdapter
 
 from machines import EvidencePayload
 from producers.errors import ProducersError
+from producers.settings import WorkerSettings
 
 __all__ = ["ENV_WORKER_STORE", "Execution", "ExecutionState", "ExecutionStore", "StoredAnswer"]
 
-ENV_WORKER_STORE: Final = "RECOVERY_WORKER_STORE"
+ENV_WORKER_STORE: Final = WorkerSettings.variable("store")
 
 _EVIDENCE: Final = TypeAdapter(EvidencePayload)
 
@@ -145,9 +146,8 @@ class ExecutionStore:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ExecutionStore:
         """The store at `RECOVERY_WORKER_STORE`; raises `ProducersError` naming the
         variable when it is unset (a worker without a store could execute twice)."""
-        env = os.environ if environ is None else environ
-        path = env.get(ENV_WORKER_STORE)
-        if not path:
+        path = WorkerSettings.load(environ).store
+        if path is None:
             raise ProducersError(
                 "the worker records every execution by command id before running it and "
                 f"has no store: set {ENV_WORKER_STORE} to a file path the worker owns "

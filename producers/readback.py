@@ -54,14 +54,15 @@ def read_topic(
     progress: Callable[[int, int], None] | None = None,
     consumer_config: Mapping[str, Any] | None = None,
     timeout: float = 120.0,
+    security: KafkaSecurity | None = None,
 ) -> Iterator[TopicRecord]:
     """Every record of `topic` up to the end it had when the read began, partition by
     partition. `progress(read, total)` is called every 1,000 records and at the end.
     Raises `ProducersError` when the topic does not exist or the read stalls for
-    `timeout` seconds."""
+    `timeout` seconds. It connects with `security`, else the environment's settings."""
     consumer = Consumer(
         {
-            **kafka_config(bootstrap),  # the environment's client security settings
+            **kafka_config(bootstrap, security),  # else the environment's settings
             "group.id": f"readback-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,

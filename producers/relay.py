@@ -45,13 +45,13 @@ from producers.client import EventPublisher
 from producers.encoding import EncodedRecord, RecordEncoder, UnpublishableRow
 from producers.errors import DeliveryFailed, ProducersError
 from producers.relay_metrics import RelayMetrics
+from producers.settings import RelaySettings
 from schemas import KafkaSecurity, TopicNames, librdkafka_logger
 
 __all__ = [
     "LineageCache",
     "OutboxRelay",
     "PassResult",
-    "RelaySettings",
     "RelayStats",
     "lineage_from_ledger",
 ]
@@ -61,26 +61,6 @@ _log = logging.getLogger(__name__)
 # librdkafka keeps per-partition order across retries with idempotence only with at
 # most 5 requests in flight; the client's settings add idempotence and acks=all.
 _ORDERED_PRODUCER: Final[Mapping[str, Any]] = {"max.in.flight.requests.per.connection": 5}
-
-
-@dataclass(frozen=True, slots=True)
-class RelaySettings:
-    """How one relay instance works. `wake` is `notify` (LISTEN/NOTIFY, with
-    `idle_poll` as the fallback poll interval) or `poll` (lease every `idle_poll`)."""
-
-    lease_keys: int = 200
-    wake: str = "notify"
-    idle_poll: float = 1.0
-    delivery_timeout: float = 30.0
-    backoff_initial: float = 0.2
-    backoff_max: float = 10.0
-    backlog_every: float = 5.0
-
-    def __post_init__(self) -> None:
-        if self.wake not in ("notify", "poll"):
-            raise ValueError(f"relay wake mode {self.wake!r}: use 'notify' or 'poll'")
-        if self.lease_keys < 1 or self.idle_poll <= 0 or self.delivery_timeout <= 0:
-            raise ValueError("lease_keys, idle_poll and delivery_timeout must be positive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,15 +89,7 @@ def lineage_from_ledger(ledger: Ledger) -> Callable[[str], Lineage]:
     lineage, with the credentials delegated to the operation (a revoke worker reads them)."""
 
     def lookup(operation_id: str) -> Lineage:
-        info = ledger.operation(operation_id)
-        return Lineage(
-            agent=info.agent,
-            task=info.task,
-            initiating_principal=info.initiating_principal,
-            origin_operation=info.origin_operation,
-            parent_operation=info.parent_operation,
-            delegated_credentials=info.delegated_credentials,
-        )
+        return ledger.operation(operation_id).lineage
 
     return lookup
 
@@ -226,7 +198,7 @@ class OutboxRelay:
         meter_provider: metrics.MeterProvider | None = None,
         security: KafkaSecurity | None = None,
     ) -> None:
-        self.settings = settings or RelaySettings()
+        self.settings = settings or RelaySettings.load()
         self.instance = instance or f"relay-{uuid.uuid4().hex[:8]}"
         self._ledger = ledger
         self._database_url = database_url

@@ -50,13 +50,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Final
 
 from confluent_kafka import (
@@ -82,6 +80,7 @@ from machines import (
 from producers.client import RESULT_EVENTS, RecoveryClient
 from producers.errors import ProducersError
 from producers.execution_store import ExecutionState, ExecutionStore, StoredAnswer
+from producers.settings import WorkerSettings
 from schemas import (
     CAPABILITY_COMMAND,
     CONTENT_TYPE,
@@ -89,6 +88,7 @@ from schemas import (
     HEADER_COMMAND_ID,
     HEADER_PRODUCER,
     CapabilityCommand,
+    IdentitySettings,
     KafkaSecurity,
     TopicNames,
     WireCode,
@@ -162,7 +162,7 @@ class WorkerStats:
 
 
 # Where a new group (one without committed offsets) starts reading.
-ENV_WORKER_START: Final = "RECOVERY_WORKER_START"
+ENV_WORKER_START: Final = WorkerSettings.variable("start")
 # The evidence references of the answers the worker makes itself, with their codes.
 DEADLINE_EXPIRED: Final = "deadline-expired"
 OUTCOME_UNKNOWN: Final = "outcome-unknown"
@@ -198,9 +198,8 @@ class StartPosition:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> StartPosition:
-        """`RECOVERY_WORKER_START`, else `latest`."""
-        env = os.environ if environ is None else environ
-        return cls.parse(env.get(ENV_WORKER_START) or "latest")
+        """`RECOVERY_WORKER_START` (`WorkerSettings.start`), else `latest`."""
+        return cls.parse(WorkerSettings.load(environ).start)
 
     def describe(self) -> str:
         """`latest`, `earliest` or the time."""
@@ -210,16 +209,15 @@ class StartPosition:
 def roster_from_env(environ: Mapping[str, str] | None = None) -> Roster:
     """The roster named by `RECOVERY_ROSTER_FILE`. Raises `ProducersError` naming the
     variable when it is unset or the file does not load."""
-    env = os.environ if environ is None else environ
-    path = env.get(ENV_ROSTER_FILE)
-    if not path:
+    path = IdentitySettings.load(environ).roster_file
+    if path is None:
         raise ProducersError(
             "the worker verifies every command against the controller's public key and has "
             f"no roster: set {ENV_ROSTER_FILE} to the policy file (or a `producers:`-only "
             "file) listing the controller with role `controller`, or pass `roster=`"
         )
     try:
-        return load_roster(Path(path))
+        return load_roster(path)
     except (OSError, PolicyError) as exc:
         raise ProducersError(
             f"roster {path} (from {ENV_ROSTER_FILE}) does not load: {exc}"

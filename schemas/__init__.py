@@ -30,19 +30,6 @@ from schemas.codec import (
     WireDecoder,
 )
 from schemas.command import DRILL_OPERATION_PREFIX, CapabilityCommand, is_drill_operation
-from schemas.deployment import (
-    DEFAULT_CONTROLLER_ID,
-    DEFAULT_TOPICS,
-    ENV_CONTROLLER_ID,
-    ENV_CONTROLLER_SIGNING_KEY_FILE,
-    ENV_DATABASE_URL,
-    ENV_KAFKA_BOOTSTRAP,
-    ENV_PRODUCER_ID,
-    ENV_PRODUCER_KEY_FILE,
-    ENV_ROSTER_FILE,
-    ENV_TOPIC_PREFIX,
-    TopicNames,
-)
 from schemas.envelope import event_to_json, event_to_record, record_to_event
 from schemas.errors import WireCode, WireError
 from schemas.headers import (
@@ -86,6 +73,25 @@ from schemas.outbox_wire import (
     needs_published_time,
     outbox_stream,
 )
+from schemas.settings import (
+    DEFAULT_CONTROLLER_ID,
+    DEFAULT_TOPICS,
+    ENV_CONTROLLER_ID,
+    ENV_CONTROLLER_SIGNING_KEY_FILE,
+    ENV_DATABASE_URL,
+    ENV_KAFKA_BOOTSTRAP,
+    ENV_PRODUCER_ID,
+    ENV_PRODUCER_KEY_FILE,
+    ENV_ROSTER_FILE,
+    ConfigurationError,
+    Declaration,
+    IdentitySettings,
+    KafkaClientSettings,
+    ServiceSettings,
+    Settings,
+    TopicNames,
+    given,
+)
 from schemas.signing import (
     HEADER_KEY_ID,
     HEADER_PRODUCER,
@@ -125,7 +131,6 @@ __all__ = [
     "ENV_PRODUCER_ID",
     "ENV_PRODUCER_KEY_FILE",
     "ENV_ROSTER_FILE",
-    "ENV_TOPIC_PREFIX",
     "EVENT_ENVELOPE",
     "EVENT_SCHEMA",
     "EVIDENCE_EVENT",
@@ -149,7 +154,11 @@ __all__ = [
     "AvroSingleObjectCodec",
     "CapabilityCommand",
     "Codec",
+    "ConfigurationError",
+    "Declaration",
+    "IdentitySettings",
     "JsonCodec",
+    "KafkaClientSettings",
     "KafkaConfigError",
     "KafkaLog",
     "KafkaSecurity",
@@ -157,6 +166,8 @@ __all__ = [
     "RecordSigner",
     "SchemaCatalog",
     "SchemaVersion",
+    "ServiceSettings",
+    "Settings",
     "SignedRow",
     "SignerSettingMissing",
     "TopicNames",
@@ -170,6 +181,7 @@ __all__ = [
     "encode_outbox_value",
     "event_to_json",
     "event_to_record",
+    "given",
     "header_value",
     "is_drill_operation",
     "kafka_config",

@@ -2,9 +2,10 @@
 
 Each client (the controller, the relay, the client library and its worker,
 `recoveryctl`, the benchmark, the tests) builds its librdkafka configuration with
-`kafka_config(bootstrap, security)`, where `security` is a `KafkaSecurity` read from
-the environment by `KafkaSecurity.from_env` unless the caller passes one (a process
-that runs several components as threads gives each its own principal):
+`kafka_config(bootstrap, security)`, where `security` is a `KafkaSecurity` resolved from
+the settings (`schemas.KafkaClientSettings`) by `KafkaSecurity.from_env` unless the caller
+passes one (a process that runs several components as threads gives each its own
+principal):
 
 - `RECOVERY_KAFKA_CONFIG_FILE`: a librdkafka properties file (`key=value` lines, `#`
   comments), applied first; any librdkafka setting may be given here;
@@ -24,12 +25,13 @@ describes both.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from schemas.settings import ConfigurationError, KafkaClientSettings
 
 __all__ = [
     "ENV_KAFKA_CONFIG_FILE",
@@ -46,13 +48,14 @@ __all__ = [
     "read_client_properties",
 ]
 
-ENV_KAFKA_CONFIG_FILE: Final = "RECOVERY_KAFKA_CONFIG_FILE"
-ENV_KAFKA_SECURITY_PROTOCOL: Final = "RECOVERY_KAFKA_SECURITY_PROTOCOL"
-ENV_KAFKA_SASL_MECHANISM: Final = "RECOVERY_KAFKA_SASL_MECHANISM"
-ENV_KAFKA_SASL_USERNAME: Final = "RECOVERY_KAFKA_SASL_USERNAME"
-ENV_KAFKA_SASL_PASSWORD: Final = "RECOVERY_KAFKA_SASL_PASSWORD"
-ENV_KAFKA_SASL_PASSWORD_FILE: Final = "RECOVERY_KAFKA_SASL_PASSWORD_FILE"
-ENV_KAFKA_SSL_CA_LOCATION: Final = "RECOVERY_KAFKA_SSL_CA_LOCATION"
+# The variables of `KafkaClientSettings`, for messages that say what to set.
+ENV_KAFKA_CONFIG_FILE: Final = KafkaClientSettings.variable("config_file")
+ENV_KAFKA_SECURITY_PROTOCOL: Final = KafkaClientSettings.variable("security_protocol")
+ENV_KAFKA_SASL_MECHANISM: Final = KafkaClientSettings.variable("sasl_mechanism")
+ENV_KAFKA_SASL_USERNAME: Final = KafkaClientSettings.variable("sasl_username")
+ENV_KAFKA_SASL_PASSWORD: Final = KafkaClientSettings.variable("sasl_password")
+ENV_KAFKA_SASL_PASSWORD_FILE: Final = KafkaClientSettings.variable("sasl_password_file")
+ENV_KAFKA_SSL_CA_LOCATION: Final = KafkaClientSettings.variable("ssl_ca_location")
 
 # Component -> the SASL user it authenticates as on a secured broker. `broker` is the
 # broker's own inter-broker principal; `admin` provisions topics and ACLs.
@@ -72,7 +75,7 @@ _SASL: Final = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 _DEFAULT_MECHANISM: Final = "SCRAM-SHA-512"
 
 
-class KafkaConfigError(ValueError):
+class KafkaConfigError(ConfigurationError):
     """The Kafka client's security settings are incomplete or unreadable."""
 
 
@@ -92,16 +95,32 @@ class KafkaSecurity(BaseModel):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> KafkaSecurity:
-        """The settings named by the environment (module docstring). Raises
-        `KafkaConfigError` naming the variable when a file it names is unreadable."""
-        env = os.environ if environ is None else environ
+        """The settings the environment names (`KafkaClientSettings`; `environ`, else
+        the process's). Raises `KafkaConfigError` naming the variable when a file it
+        names is unreadable or a value is not allowed."""
+        try:
+            settings = KafkaClientSettings.load(environ)
+        except ConfigurationError as exc:
+            raise KafkaConfigError(str(exc)) from exc
+        return cls.from_settings(settings)
+
+    @classmethod
+    def from_file(cls, path: Path) -> KafkaSecurity:
+        """The settings of one client properties file alone (a component's file of the
+        local stack), whatever the environment says."""
+        return cls.from_settings(KafkaClientSettings.load({}, config_file=path))
+
+    @classmethod
+    def from_settings(cls, settings: KafkaClientSettings) -> KafkaSecurity:
+        """What `settings` resolve to: the properties file's values, with each variable
+        set on top of them."""
         extra: dict[str, str] = {}
-        if env.get(ENV_KAFKA_CONFIG_FILE):
-            extra = read_client_properties(Path(env[ENV_KAFKA_CONFIG_FILE]), ENV_KAFKA_CONFIG_FILE)
-        password = env.get(ENV_KAFKA_SASL_PASSWORD) or None
-        if password is None and env.get(ENV_KAFKA_SASL_PASSWORD_FILE):
-            password = _read_secret(Path(env[ENV_KAFKA_SASL_PASSWORD_FILE]))
-        protocol = env.get(ENV_KAFKA_SECURITY_PROTOCOL) or extra.pop("security.protocol", None)
+        if settings.config_file is not None:
+            extra = read_client_properties(settings.config_file, ENV_KAFKA_CONFIG_FILE)
+        password = settings.sasl_password.get_secret_value() if settings.sasl_password else None
+        if password is None and settings.sasl_password_file is not None:
+            password = _read_secret(settings.sasl_password_file)
+        protocol = settings.security_protocol or extra.pop("security.protocol", None)
         if protocol is not None and protocol.upper() not in {
             "PLAINTEXT",
             "SSL",
@@ -114,15 +133,14 @@ class KafkaSecurity(BaseModel):
             )
         return cls(
             protocol=protocol.upper() if protocol else None,  # type: ignore[arg-type]
-            sasl_mechanism=env.get(ENV_KAFKA_SASL_MECHANISM)
+            sasl_mechanism=settings.sasl_mechanism
             or extra.pop("sasl.mechanism", None)
             or extra.pop("sasl.mechanisms", None),
-            sasl_username=env.get(ENV_KAFKA_SASL_USERNAME) or extra.pop("sasl.username", None),
+            sasl_username=settings.sasl_username or extra.pop("sasl.username", None),
             sasl_password=SecretStr(password or extra.pop("sasl.password", ""))
             if password or "sasl.password" in extra
             else None,
-            ssl_ca_location=env.get(ENV_KAFKA_SSL_CA_LOCATION)
-            or extra.pop("ssl.ca.location", None),
+            ssl_ca_location=settings.ssl_ca_location or extra.pop("ssl.ca.location", None),
             extra=extra,
         )
 

@@ -25,8 +25,8 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from machines import canonical_ascii_json
-from schemas.deployment import DEFAULT_TOPICS
 from schemas.errors import WireCode, WireError
+from schemas.settings import DEFAULT_TOPICS
 
 __all__ = [
     "OCSF_VERSION",

@@ -45,7 +45,6 @@ from machines import Invocation, Lineage, canonical_ascii_json
 from schemas.catalog import CAPABILITY_COMMAND, DEAD_LETTER, EVENT_ENVELOPE, EVIDENCE_EVENT
 from schemas.codec import AvroSingleObjectCodec
 from schemas.command import CapabilityCommand
-from schemas.deployment import TopicNames
 from schemas.envelope import event_to_record, record_to_event
 from schemas.headers import (
     CONTENT_TYPE,
@@ -55,6 +54,7 @@ from schemas.headers import (
     HEADER_SCHEMA,
 )
 from schemas.ocsf import audit_to_ocsf, audit_to_ocsf_json
+from schemas.settings import TopicNames
 from schemas.signing import HEADER_KEY_ID, HEADER_PRODUCER, HEADER_SIGNATURE, RecordSigner
 
 __all__ = [

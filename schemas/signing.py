@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,13 +26,18 @@ from typing import Final
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from machines import ProducerEntry, Roster, canonical_json, ed25519_sign, key_id, load_private_key
-from schemas.deployment import ENV_PRODUCER_ID, ENV_PRODUCER_KEY_FILE
 from schemas.headers import (
     CONTENT_TYPE,
     HEADER_COMMAND_ID,
     HEADER_RECORD_ID,
     HEADER_SCHEMA,
     header_value,
+)
+from schemas.settings import (
+    ENV_PRODUCER_ID,
+    ENV_PRODUCER_KEY_FILE,
+    ConfigurationError,
+    IdentitySettings,
 )
 
 __all__ = [
@@ -127,20 +131,20 @@ def verify_record(
     return roster.authenticate(producer, key_name, message, signature, at=at)
 
 
-class SignerSettingMissing(ValueError):
+class SignerSettingMissing(ConfigurationError):
     """`RECOVERY_PRODUCER_ID` or `RECOVERY_PRODUCER_KEY_FILE` is not set; the message
     says which and how to make a key."""
 
 
 def signer_from_env(environ: Mapping[str, str] | None = None) -> RecordSigner:
     """The producer's signer from `RECOVERY_PRODUCER_ID` and `RECOVERY_PRODUCER_KEY_FILE`
-    (a PEM or base64-seed Ed25519 key file). Raises `SignerSettingMissing` when either
-    is unset and `machines.KeyFileError` when the file is unusable."""
-    env = os.environ if environ is None else environ
-    producer = env.get(ENV_PRODUCER_ID, "")
-    path = env.get(ENV_PRODUCER_KEY_FILE, "")
+    (`IdentitySettings`; a PEM or base64-seed Ed25519 key file). Raises
+    `SignerSettingMissing` when either is unset and `machines.KeyFileError` when the file
+    is unusable."""
+    identity = IdentitySettings.load(environ)
+    producer, path = identity.producer_id, identity.producer_key_file
     missing = [n for n, v in ((ENV_PRODUCER_ID, producer), (ENV_PRODUCER_KEY_FILE, path)) if not v]
-    if missing:
+    if producer is None or path is None:
         raise SignerSettingMissing(
             f"{' and '.join(missing)} not set: every record must be signed by its producer; "
             f"set {ENV_PRODUCER_ID} to the producer's roster id and {ENV_PRODUCER_KEY_FILE} to "

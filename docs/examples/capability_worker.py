@@ -39,7 +39,6 @@ controller decided; a worker never needs it.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import threading
@@ -62,7 +61,7 @@ from producers import (
     Handler,
     RecoveryClient,
 )
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, CapabilityCommand
+from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, CapabilityCommand, ServiceSettings
 
 GROUP: Final = "guide-capability-worker"  # the workers' own consumer group
 MACHINE_NAME: Final = "procurement-request"
@@ -303,8 +302,9 @@ def play(bootstrap: str, database_url: str, timeout: float, keys: Path) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the flags, then play the scenario."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--bootstrap", default=os.environ.get(ENV_KAFKA_BOOTSTRAP))
-    parser.add_argument("--database-url", default=os.environ.get(ENV_DATABASE_URL))
+    services = ServiceSettings.load()  # RECOVERY_KAFKA_BOOTSTRAP, RECOVERY_DATABASE_URL
+    parser.add_argument("--bootstrap", default=services.kafka_bootstrap)
+    parser.add_argument("--database-url", default=services.database_url)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
     parser.add_argument(
         "--keys",

@@ -1,5 +1,6 @@
-"""`recoveryctl bench`: how many events per second one controller decides, how long from
-an event to its command, and how much memory it takes, next to the bare pipeline.
+"""`ops/dev bench` (`python -m ops.bench`): how many events per second one controller
+decides, how long from an event to its command, and how much memory it takes, next to
+the bare pipeline. A developer's tool: it lives beside the tests, not in the wheel.
 
 Runs against `--bootstrap` / `--database-url`, else RECOVERY_KAFKA_BOOTSTRAP /
 RECOVERY_DATABASE_URL, else the local stack (started for the run if none is running,
@@ -32,25 +33,29 @@ from ops.bench.report import (
 )
 from ops.bench.roles import BenchError
 from ops.bench.runner import BenchConfig, run_bench
-from ops.commands.run import resolve_services
-from ops.errors import OpsError
-from ops.stack import read_state, stack_up
+from ops.context import Context
+from ops.errors import NotConfigured, OpsError
+from ops.stack import LocalStack, read_state, stack_up
 from producers import ProducersError, provision_acls
-from schemas import ENV_KAFKA_CONFIG_FILE
+from schemas import ENV_KAFKA_CONFIG_FILE, KafkaSecurity
 
-__all__ = ["register"]
+__all__ = ["main"]
 
 _QUICK_EVENTS = 300
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the `bench` subcommand."""
-    parser = subparsers.add_parser(
-        "bench",
-        help="measure controller throughput, latency and memory against the bare pipeline",
+def main(argv: list[str] | None = None) -> int:
+    """Parse the flags and run the benchmark; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="ops/dev bench",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _arguments(parser)
+    return _bench(parser.parse_args(argv))
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--events", type=int, default=20_000, help="saturation backlog")
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument(
@@ -97,7 +102,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--bootstrap", metavar="HOST:PORT")
     parser.add_argument("--database-url", metavar="URL")
-    parser.set_defaults(handler=_bench)
 
 
 def _ints(text: str, flag: str) -> tuple[int, ...]:
@@ -166,20 +170,28 @@ def _use_bench_principal(bootstrap: str) -> None:
     os.environ[ENV_KAFKA_CONFIG_FILE] = path
 
 
-def _bench(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    services = resolve_services(args.bootstrap, args.database_url)
-    stack = None
-    if services is None:
+def _services(args: argparse.Namespace, err: TextIO) -> tuple[str, str, bool, LocalStack | None]:
+    """The broker and database the flags, the environment or a running local stack
+    name (and whether the broker is the stack's, reached as its principals), else a
+    local stack started for this run (and stopped after it)."""
+    context = Context(args, err=err)
+    try:
+        bootstrap, database_url = context.bootstrap(), context.database_url()
+    except NotConfigured:
         stack = stack_up(progress=err)
-        bootstrap, database_url = stack.bootstrap, stack.database_url
-    else:
-        bootstrap, database_url = services.bootstrap, services.database_url
+        return stack.bootstrap, stack.database_url, True, stack
+    on_stack = context.kafka("bench") != KafkaSecurity.from_env()
+    return bootstrap, database_url, on_stack, None
+
+
+def _bench(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    bootstrap, database_url, on_stack, stack = _services(args, err)
     try:
         config = _config(args, bootstrap, database_url)
-        if stack is not None or (services is not None and services.kafka):
+        if on_stack:
             _use_bench_principal(bootstrap)
     except (ValueError, ProducersError) as exc:
-        print(f"recoveryctl bench: {exc}", file=err)
+        print(f"ops/dev bench: {exc}", file=err)
         if stack is not None and not stack.reused:
             stack.stop()
         return 2 if isinstance(exc, ValueError) else 1
@@ -194,11 +206,11 @@ def _bench(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys
         machine = machine_description(database_url, commit, load_at_start)
     except (BenchError, LedgerError, ProducersError, OpsError) as exc:
         progress.done()
-        print(f"recoveryctl bench: {exc}", file=err)
+        print(f"ops/dev bench: {exc}", file=err)
         return 1
     except KeyboardInterrupt:
         progress.done()
-        print("recoveryctl bench: interrupted; cleaned up", file=err)
+        print("ops/dev bench: interrupted; cleaned up", file=err)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -217,7 +229,7 @@ def _interrupt(_signum: int, _frame: FrameType | None) -> None:
 
 def _command_line(args: argparse.Namespace) -> str:
     """The command that reproduces this run (services left out: they are per machine)."""
-    parts = ["recoveryctl", "bench"]
+    parts = ["ops/dev", "bench"]
     if args.quick:
         parts.append("--quick")
     else:

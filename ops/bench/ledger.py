@@ -67,7 +67,7 @@ from machines import (
 )
 from ops.bench.core import T0, bench_event
 from ops.postgres import start_postgres
-from schemas import DEFAULT_TOPICS, ENV_DATABASE_URL, OutboxSigner, RecordSigner
+from schemas import DEFAULT_TOPICS, OutboxSigner, RecordSigner, ServiceSettings
 
 GROUP, TOPIC = "bench", "recovery.events"
 TARGET_EVENTS_PER_SECOND = 20_000
@@ -317,7 +317,7 @@ def _report(
 def main() -> None:
     """Parse arguments, find or start a server, run the benchmark."""
     parser = argparse.ArgumentParser(prog="python -m ops.bench.ledger", description=__doc__)
-    parser.add_argument("--database-url", default=os.environ.get(ENV_DATABASE_URL))
+    parser.add_argument("--database-url", default=ServiceSettings.load().database_url)
     parser.add_argument("--operations", type=int, default=10_000)
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument(

@@ -18,7 +18,7 @@ import uuid
 
 from ledger import PostgresLedger, create_database, drop_database, with_database
 from ops.bench.ledger import fill_signed_ledger
-from schemas import ENV_DATABASE_URL
+from schemas import ENV_DATABASE_URL, ServiceSettings
 
 __all__ = ["main"]
 
@@ -57,7 +57,7 @@ def run(admin_url: str, operations: int, chunk: int, repeat: int) -> None:
 def main() -> None:
     """Parse arguments and run."""
     parser = argparse.ArgumentParser(prog="python -m ops.bench.ledger_reads", description=__doc__)
-    parser.add_argument("--database-url", default=os.environ.get(ENV_DATABASE_URL))
+    parser.add_argument("--database-url", default=ServiceSettings.load().database_url)
     parser.add_argument("--operations", type=int, default=3000)
     parser.add_argument("--chunk", type=int, default=250)
     parser.add_argument("--repeat", type=int, default=3)

@@ -28,7 +28,7 @@ from psycopg.conninfo import make_conninfo
 
 from ledger import PostgresLedger, create_database, drop_database, with_database
 from ops.bench.ledger import _backend_cpu, _backend_pid, fill_signed_ledger
-from schemas import ENV_DATABASE_URL
+from schemas import ServiceSettings
 
 __all__ = ["main"]
 
@@ -129,7 +129,7 @@ def run(admin_url: str, operations: int, lease_keys: int) -> None:
 def main() -> None:
     """Parse arguments and run."""
     parser = argparse.ArgumentParser(prog="python -m ops.bench.outbox_drain", description=__doc__)
-    parser.add_argument("--database-url", default=os.environ.get(ENV_DATABASE_URL))
+    parser.add_argument("--database-url", default=ServiceSettings.load().database_url)
     parser.add_argument("--operations", type=int, default=4000)
     parser.add_argument("--lease-keys", type=int, default=200)
     args = parser.parse_args()

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import shutil
 import statistics
@@ -35,7 +34,7 @@ import psycopg
 
 from ledger import OutboxWatch, create_database, drop_database, migrate_database, with_database
 from ops.postgres import start_postgres
-from schemas import ENV_DATABASE_URL
+from schemas import ServiceSettings
 
 _COPY = "COPY outbox (record_id, topic, key, headers, payload) FROM STDIN"
 
@@ -196,7 +195,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--poll-ms", type=float, default=50.0)
     args = parser.parse_args()
-    external = os.environ.get(ENV_DATABASE_URL)
+    external = ServiceSettings.load().database_url
     if external:
         print(json.dumps(bench(external, args), indent=2))
         return

@@ -26,7 +26,6 @@ Every drain (2, 5, 6) also reports the CPU each process kind used per record
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
 import tempfile
 import time
@@ -65,7 +64,7 @@ from ops.bench.workload import (
 )
 from ops.keys import stack_key
 from producers import EventPublisher, provision
-from schemas import ENV_CONTROLLER_SIGNING_KEY_FILE, TopicNames
+from schemas import ENV_CONTROLLER_SIGNING_KEY_FILE, IdentitySettings, TopicNames
 
 __all__ = ["LATENCY_STAGES", "BenchConfig", "BenchResult", "run_bench"]
 
@@ -169,8 +168,9 @@ class _Run:
             {**self.env(), "RECOVERY_DATABASE_URL": _named(self.url, "bench-relay")},
             self.config.log_dir / f"{self.run_id}-{label}-relay.log",
         )
-        signing_key = os.environ.get(ENV_CONTROLLER_SIGNING_KEY_FILE) or str(
-            stack_key(f"bench-{self.run_id}", self.config.log_dir)
+        signing_key = str(
+            IdentitySettings.load().controller_key_file
+            or stack_key(f"bench-{self.run_id}", self.config.log_dir)
         )
         self.controllers = []
         for index in range(1, members + 1):

@@ -1,8 +1,9 @@
 """The subcommands of `recoveryctl`, each a module with `register(subparsers)`.
 
-A subcommand's handler takes the parsed namespace and returns the exit code:
-0 success, 1 the checked thing failed (invalid machine, broken chain), 2 usage error.
-Every command that prints for people also accepts `--json`.
+A subcommand's handler takes the `ops.context.Context` of the invocation and returns the
+exit code, or raises; `ops.cli.execute` maps what it raises (`ops.errors.exit_status`):
+0 success, 1 the checked thing failed (invalid machine, broken chain), 2 usage or
+configuration. Every command that prints for people also accepts `--json`.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from ops.bench import command as bench
 from ops.commands import (
     acls,
     audit,
+    config,
     console,
     db,
     demo,
@@ -38,22 +39,28 @@ from ops.commands import (
 
 Register = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
-COMMANDS: list[Register] = []
-# Each issue's work appends its subcommand module's `register` here, e.g.:
-#   from ops.commands import stack
-#   COMMANDS.append(stack.register)
-COMMANDS.append(stack.register)
-COMMANDS.extend([test.register, simulate.register])
-COMMANDS.extend([validate.register, machines.register])
-COMMANDS.extend([topics.register, acls.register])
-COMMANDS.append(run.register)
-COMMANDS.extend([db.register, audit.register])
-COMMANDS.append(demo.register)
-COMMANDS.append(bench.register)
-COMMANDS.append(lineage.register)
-COMMANDS.append(outbox.register)
-COMMANDS.extend([operations.register, review.register, keys.register])
-COMMANDS.extend([dlq.register, policy.register, replay.register])
-COMMANDS.append(console.register)
-COMMANDS.append(offsets.register)
-COMMANDS.append(drill.register)
+COMMANDS: list[Register] = [
+    stack.register,
+    test.register,
+    simulate.register,
+    validate.register,
+    machines.register,
+    topics.register,
+    acls.register,
+    run.register,
+    db.register,
+    audit.register,
+    demo.register,
+    lineage.register,
+    outbox.register,
+    operations.register,
+    review.register,
+    keys.register,
+    dlq.register,
+    policy.register,
+    replay.register,
+    console.register,
+    offsets.register,
+    drill.register,
+    config.register,
+]

@@ -10,12 +10,9 @@ Exit status: 0 listed, 1 the broker refused, 2 no broker known.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
-from ops.commands.topics import admin_connection
-from producers import ProvisionError, list_acls
-from schemas import ENV_KAFKA_BOOTSTRAP, KafkaConfigError
+from ops.context import Context, register_command, table
+from producers import list_acls
 
 __all__ = ["register"]
 
@@ -34,43 +31,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show = actions.add_parser("show", help="list every ACL binding on the broker")
     show.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
     show.add_argument("--json", action="store_true", help="print the bindings as JSON")
-    show.set_defaults(handler=_show)
+    register_command(show, _show)
 
 
-def _show(args: argparse.Namespace) -> int:
-    out, err = sys.stdout, sys.stderr
-    try:
-        connection = admin_connection(args.bootstrap)
-    except KafkaConfigError as exc:
-        print(f"recoveryctl acls show: {exc}", file=err)
-        return 2
-    if connection is None:
-        print(
-            f"recoveryctl acls show: no broker known; pass --bootstrap, set "
-            f"{ENV_KAFKA_BOOTSTRAP}, or run `recoveryctl stack up` first",
-            file=err,
-        )
-        return 2
-    bootstrap, security = connection
-    try:
-        report = list_acls(bootstrap, security=security)
-    except (ProvisionError, KafkaConfigError) as exc:
-        print(f"recoveryctl acls show: {exc}", file=err)
-        return 1
+def _show(ctx: Context) -> int:
+    bootstrap, security = ctx.bootstrap(), ctx.kafka("admin")
+    report = list_acls(bootstrap, security=security)
     rows = [entry.to_dict() for entry in report.entries]
-    if args.json:
-        payload = {"bootstrap": bootstrap, "authorizer": report.enabled, "acls": rows}
-        print(json.dumps(payload, indent=2), file=out)
-        return 0
-    if not report.enabled:
-        print(f"{bootstrap}: the broker has no authorizer; every client may do anything", file=out)
-        return 0
-    if not rows:
-        print(f"{bootstrap}: no ACLs (provision them with `recoveryctl topics create`)", file=out)
-        return 0
-    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in _COLUMNS}
-    print("  ".join(c.upper().ljust(widths[c]) for c in _COLUMNS).rstrip(), file=out)
-    for row in rows:
-        print("  ".join(row[c].ljust(widths[c]) for c in _COLUMNS).rstrip(), file=out)
-    print(f"{len(rows)} bindings on {bootstrap} ({security.describe()})", file=out)
+    if ctx.json:
+        ctx.print_json({"bootstrap": bootstrap, "authorizer": report.enabled, "acls": rows})
+    elif not report.enabled:
+        ctx.say(f"{bootstrap}: the broker has no authorizer; every client may do anything")
+    elif not rows:
+        ctx.say(f"{bootstrap}: no ACLs (provision them with `recoveryctl topics create`)")
+    else:
+        ctx.say(table(_COLUMNS, [[row[c] for c in _COLUMNS] for row in rows]))
+        ctx.say(f"{len(rows)} bindings on {bootstrap} ({security.describe()})")
     return 0

@@ -19,37 +19,35 @@ verify the records of `recovery.audit` itself (docs/operations.md, "Keys").
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
-from typing import TextIO
 
-from ledger import ChainBreak, LedgerError, PostgresLedger
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from ledger import ChainBreak, PostgresLedger
 from machines import (
     Grant,
-    KeyFileError,
     ProducerEntry,
     ProducerKey,
     Role,
     Roster,
     key_id,
-    load_private_key,
     public_key_from_text,
     public_key_text,
 )
 from ops.audit_topic import TopicReport, compare_with_topic
-from ops.commands.db import add_ledger_options, open_ledger
+from ops.commands.db import add_ledger_options
 from ops.commands.purge import register_purge
-from producers import ProducersError, read_topic
+from ops.context import Context, register_command
+from ops.errors import UsageError
+from producers import read_topic
 from schemas import (
     DEFAULT_CONTROLLER_ID,
     ENV_CONTROLLER_ID,
     ENV_CONTROLLER_SIGNING_KEY_FILE,
     ENV_KAFKA_BOOTSTRAP,
-    TopicNames,
+    IdentitySettings,
 )
 
-__all__ = ["register", "run_key", "run_verify"]
+__all__ = ["register"]
 
 KEY_FILE_SETTING = ENV_CONTROLLER_SIGNING_KEY_FILE
 
@@ -88,38 +86,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"the controller producer id (${ENV_CONTROLLER_ID}; {DEFAULT_CONTROLLER_ID})",
     )
     add_ledger_options(verify)
-    verify.set_defaults(handler=run_verify)
+    register_command(verify, _verify)
     key = actions.add_parser("key", help="print the controller's audit signing public key")
     key.add_argument(
         "--key-file", metavar="PATH", help=f"the Ed25519 key file (default: ${KEY_FILE_SETTING})"
     )
     key.add_argument("--json", action="store_true", help="print a JSON object")
-    key.set_defaults(handler=run_key)
+    register_command(key, _key)
     register_purge(actions)
 
 
-def run_key(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def _key(ctx: Context) -> int:
     """Print the key id and public key of the signing key; 0 shown, 2 no usable key."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-    path = args.key_file or os.environ.get(KEY_FILE_SETTING)
-    if not path:
-        print(
-            f"recoveryctl audit key: no key file: pass --key-file or set {KEY_FILE_SETTING}",
-            file=err,
-        )
-        return 2
-    try:
-        public = load_private_key(path, setting=KEY_FILE_SETTING).public_key()
-    except KeyFileError as exc:
-        print(f"recoveryctl audit key: {exc}", file=err)
-        return 2
-    if args.json:
-        print(
-            json.dumps({"key_id": key_id(public), "public_key": public_key_text(public)}), file=out
-        )
+    public = ctx.controller_key("no key file").public_key()
+    if ctx.json:
+        ctx.print_json({"key_id": key_id(public), "public_key": public_key_text(public)})
     else:
-        print(f"{key_id(public)} {public_key_text(public)}", file=out)
+        ctx.say(f"{key_id(public)} {public_key_text(public)}")
     return 0
 
 
@@ -133,35 +116,17 @@ def _break_json(found: ChainBreak) -> dict[str, object]:
     }
 
 
-def run_verify(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
-    """Verify the chains; print the verdict; return 0 intact, 1 broken, 2 unusable."""
-    out = out or sys.stdout  # looked up per call, so a redirected stdout is honoured
-    err = err or sys.stderr
-    ledger = open_ledger("audit verify", args.database_url, err)
-    if ledger is None:
-        return 2
-    try:
-        if args.operation is not None and args.operation not in ledger.audit_operation_ids():
-            print(
-                f"recoveryctl audit verify: operation {args.operation} has no operation row "
-                "and no audit record in this ledger",
-                file=err,
-            )
-            return 2
-        checked = (args.operation,) if args.operation else ledger.audit_operation_ids()
-        breaks = ledger.verify_audit(args.operation)
-        topic = _against_topic(args, ledger, err) if getattr(args, "against_topic", False) else None
-    except LedgerError as exc:
-        print(f"recoveryctl audit verify: {exc}", file=err)
-        return 2
-    finally:
-        ledger.close()
-    if topic == 2:
-        return 2
-    report = topic if isinstance(topic, TopicReport) else None
-    if args.json:
+def _verify(ctx: Context) -> int:
+    """Verify the chains; print the verdict; return 0 intact, 1 broken."""
+    args, ledger = ctx.args, ctx.ledger()
+    if args.operation is not None and args.operation not in ledger.audit_operation_ids():
+        raise UsageError(
+            f"operation {args.operation} has no operation row and no audit record in this ledger"
+        )
+    checked = (args.operation,) if args.operation else ledger.audit_operation_ids()
+    breaks = ledger.verify_audit(args.operation)
+    report = _against_topic(ctx, ledger) if args.against_topic else None
+    if ctx.json:
         body: dict[str, object] = {
             "intact": not breaks and (report is None or report.clean),
             "chains_checked": len(checked),
@@ -169,22 +134,22 @@ def run_verify(
         }
         if report is not None:
             body["topic"] = report.to_json()
-        print(json.dumps(body, indent=2), file=out)
+        ctx.print_json(body)
     else:
         for found in breaks:
-            print(f"BROKEN {found.describe()}", file=out)
+            ctx.say(f"BROKEN {found.describe()}")
         if not breaks:
-            print(f"audit intact: {len(checked)} chain(s) verified", file=out)
+            ctx.say(f"audit intact: {len(checked)} chain(s) verified")
         else:
-            print(f"audit BROKEN: {len(breaks)} of {len(checked)} chain(s)", file=out)
+            ctx.say(f"audit BROKEN: {len(breaks)} of {len(checked)} chain(s)")
         if report is not None:
-            _print_topic(report, out)
+            _print_topic(ctx, report)
     return 1 if breaks or (report is not None and not report.clean) else 0
 
 
-def _print_topic(report: TopicReport, out: TextIO) -> None:
+def _print_topic(ctx: Context, report: TopicReport) -> None:
     for finding in report.findings:
-        print(f"TOPIC {finding.describe()}", file=out)
+        ctx.say(f"TOPIC {finding.describe()}")
     summary = (
         f"{report.records_read} record(s) read: {report.audit_records} audit, "
         f"{report.heads_records} chain-heads ({report.heads_checked} heads), "
@@ -192,60 +157,37 @@ def _print_topic(report: TopicReport, out: TextIO) -> None:
         f"{report.unpublished} not yet published"
     )
     if report.clean:
-        print(f"topic agrees: {summary}", file=out)
+        ctx.say(f"topic agrees: {summary}")
     else:
-        print(f"topic DISAGREES: {len(report.findings)} finding(s); {summary}", file=out)
+        ctx.say(f"topic DISAGREES: {len(report.findings)} finding(s); {summary}")
 
 
-def _controller_roster(args: argparse.Namespace, err: TextIO) -> Roster | None:
-    producer = args.controller_id or os.environ.get(ENV_CONTROLLER_ID) or DEFAULT_CONTROLLER_ID
-    try:
-        if args.public_key:
-            public = public_key_text(public_key_from_text(args.public_key))
-        else:
-            path = args.key_file or os.environ.get(KEY_FILE_SETTING)
-            if not path:
-                print(
-                    "recoveryctl audit verify: --against-topic needs the controller's public "
-                    f"key: pass --public-key (see `recoveryctl audit key`), --key-file, or "
-                    f"set {KEY_FILE_SETTING}",
-                    file=err,
-                )
-                return None
-            key = load_private_key(path, setting=KEY_FILE_SETTING)
-            public = public_key_text(key.public_key())
-    except KeyFileError as exc:
-        print(f"recoveryctl audit verify: {exc}", file=err)
-        return None
+def _controller_roster(ctx: Context) -> Roster:
+    args = ctx.args
+    producer = args.controller_id or IdentitySettings.load().controller_id
+    public: Ed25519PublicKey
+    if args.public_key:
+        public = public_key_from_text(args.public_key)
+    else:
+        public = ctx.controller_key(
+            "--against-topic needs the controller's public key: pass --public-key (see "
+            "`recoveryctl audit key`), or its private key file"
+        ).public_key()
     entry = ProducerEntry(
         id=producer,
-        keys=(ProducerKey(public_key=public),),
+        keys=(ProducerKey(public_key=public_key_text(public)),),
         grants=(Grant(role=Role.CONTROLLER, capabilities=("*",)),),
     )
     return Roster(producers=(entry,))
 
 
-def _against_topic(
-    args: argparse.Namespace, ledger: PostgresLedger, err: TextIO
-) -> TopicReport | int:
-    """The topic comparison, or 2 after saying why it cannot run."""
-    roster = _controller_roster(args, err)
-    if roster is None:
-        return 2
-    bootstrap = args.bootstrap or os.environ.get(ENV_KAFKA_BOOTSTRAP)
-    if not bootstrap:
-        print(
-            f"recoveryctl audit verify: no broker: pass --bootstrap or set {ENV_KAFKA_BOOTSTRAP}",
-            file=err,
-        )
-        return 2
-    topic = args.topic or TopicNames.from_env().audit
+def _against_topic(ctx: Context, ledger: PostgresLedger) -> TopicReport:
+    """The comparison of the ledger with the audit topic."""
+    roster = _controller_roster(ctx)
+    topic = ctx.args.topic or ctx.topics.audit
 
     def progress(read: int, total: int) -> None:
-        print(f"audit verify: read {read} of {total} record(s) of {topic}", file=err)
+        ctx.note(f"read {read} of {total} record(s) of {topic}")
 
-    try:
-        return compare_with_topic(ledger, read_topic(bootstrap, topic, progress=progress), roster)
-    except ProducersError as exc:
-        print(f"recoveryctl audit verify: {exc}", file=err)
-        return 2
+    records = read_topic(ctx.bootstrap(), topic, progress=progress, security=ctx.kafka("admin"))
+    return compare_with_topic(ledger, records, roster)

@@ -23,27 +23,22 @@ port that cannot be bound, an unusable tokens file.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TextIO
 
 import uvicorn
 
-from ops.commands.db import resolved_url_or_report
-from ops.commands.output import print_json, resolve_bootstrap, topics_with
-from ops.commands.rules import add_rules_options, load_rules_or_report, parse_duration
-from ops.console import ConsoleConfig, TokenError, TokenFile, console_app
+from ops.console import ConsoleConfig, TokenFile, console_app
+from ops.context import Context, add_rules_options, parse_duration, register_command
+from ops.errors import Refused, UsageError
 from ops.paths import stack_dir
+from ops.settings import ConsoleSettings
 
-__all__ = ["ENV_TOKENS_FILE", "register", "run_serve", "run_token"]
-
-ENV_TOKENS_FILE = "RECOVERY_CONSOLE_TOKENS"
+__all__ = ["register"]
 
 
 def _tokens_file(flag: Path | None) -> Path:
-    explicit = flag or os.environ.get(ENV_TOKENS_FILE)
+    explicit = flag or ConsoleSettings.load().tokens_file
     return Path(explicit) if explicit else stack_dir() / "console-tokens.json"
 
 
@@ -90,7 +85,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--database-url", metavar="URL", help="ledger database URL (the recovery_reader role)"
     )
     add_rules_options(parser)
-    parser.set_defaults(handler=run_serve)
+    register_command(parser, _serve)
     actions = parser.add_subparsers(dest="console_action", metavar="ACTION")
     token = actions.add_parser("token", help="issue (or revoke) an approver's console token")
     token.add_argument("--approver", required=True, metavar="ID", help="roster id")
@@ -105,79 +100,58 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     token.add_argument("--tokens-file", type=Path, metavar="FILE", help="console tokens file")
     token.add_argument("--json", action="store_true", help="print a JSON object")
     add_rules_options(token)
-    token.set_defaults(handler=run_token)
+    register_command(token, _token)
 
 
-def run_token(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
+def _token(ctx: Context) -> int:
     """Issue or revoke a token; 0 done, 1 no such approver, 2 rules or tokens file."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
+    args = ctx.args
     tokens = TokenFile(_tokens_file(args.tokens_file))
-    try:
-        if args.revoke:
-            removed = tokens.revoke(args.approver)
-            if args.json:
-                print_json({"approver": args.approver, "revoked": removed}, out)
-            else:
-                print(f"revoked {removed} console token(s) of {args.approver}", file=out)
-            return 0
-        loaded = load_rules_or_report("console token", args, err)
-        if loaded is None:
-            return 2
-        policy = loaded.rules.policy
-        if policy.approver(args.approver) is None:
-            known = ", ".join(a.id for a in policy.approvers) or "none"
-            print(
-                f"recoveryctl console token: {args.approver} is not in policy {policy.id}'s "
-                f"approver roster (approvers: {known}); add it first",
-                file=err,
-            )
-            return 1
-        issued = tokens.issue(args.approver, datetime.now(UTC), args.valid_for)
-    except TokenError as exc:
-        print(f"recoveryctl console token: {exc}", file=err)
-        return 2
-    if args.json:
-        print_json(
+    if args.revoke:
+        removed = tokens.revoke(args.approver)
+        if ctx.json:
+            ctx.print_json({"approver": args.approver, "revoked": removed})
+        else:
+            ctx.say(f"revoked {removed} console token(s) of {args.approver}")
+        return 0
+    policy = ctx.rules.rules.policy
+    if policy.approver(args.approver) is None:
+        known = ", ".join(a.id for a in policy.approvers) or "none"
+        raise Refused(
+            f"{args.approver} is not in policy {policy.id}'s approver roster (approvers: "
+            f"{known}); add it first"
+        )
+    issued = tokens.issue(args.approver, datetime.now(UTC), args.valid_for)
+    if ctx.json:
+        ctx.print_json(
             {
                 "approver": issued.approver,
                 "token": issued.token,
                 "token_id": issued.token_id,
                 "expires_at": issued.expires_at.isoformat(),
                 "tokens_file": str(tokens.path),
-            },
-            out,
+            }
         )
     else:
-        print(issued.token, file=out)
-        print(
+        ctx.say(issued.token)
+        ctx.note(
             f"console token {issued.token_id} for {issued.approver}, valid until "
             f"{issued.expires_at.isoformat()}; shown once, only its hash is kept in "
-            f"{tokens.path}",
-            file=err,
+            f"{tokens.path}"
         )
     return 0
 
 
-def run_serve(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
+def _serve(ctx: Context) -> int:
     """Serve the console until interrupted; see the module doc for the exit status."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
-    loaded = load_rules_or_report("console", args, err)
-    if loaded is None:
-        return 2
-    url = resolved_url_or_report("console", args.database_url, err)
-    bootstrap = resolve_bootstrap(args.bootstrap, err, "console")
-    if url is None or bootstrap is None:
-        return 2
+    args = ctx.args
     config = ConsoleConfig(
-        rules=loaded,
-        database_url=url,
-        bootstrap=bootstrap,
-        topics=topics_with(args.events_topic),
+        rules=ctx.rules,
+        database_url=ctx.database_url(),
+        bootstrap=ctx.bootstrap(),
+        topics=ctx.topics,
         tokens=TokenFile(_tokens_file(args.tokens_file)),
+        security=ctx.kafka("tool"),
         decision_ttl=args.decision_ttl,
         session_ttl=args.session_ttl,
     )
@@ -186,12 +160,13 @@ def run_serve(
         uvicorn.Config(console_app(config), host=host, port=port, log_level="warning")
     )
     print(
-        f"recoveryctl console: serving http://{host}:{port}/ (tokens {config.tokens.path}); "
-        "Ctrl-C stops",
-        file=out,
+        f"{ctx.command}: serving http://{host}:{port}/ (tokens {config.tokens.path}); Ctrl-C stops",
+        file=ctx.out,
         flush=True,
     )
     server.run()
     # uvicorn exits its run loop without raising when startup fails (port in use,
     # ledger unreachable); it says why on stderr.
-    return 0 if server.started else 2
+    if not server.started:
+        raise UsageError(f"the console did not start on {host}:{port} (see above)")
+    return 0

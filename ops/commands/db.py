@@ -24,40 +24,18 @@ refused, 2 no database known or reachable.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 from pathlib import Path
-from typing import TextIO
 
-from ledger import (
-    LOGIN_ROLES,
-    LedgerError,
-    LedgerUnavailable,
-    MigrationError,
-    PostgresLedger,
-    RolesReport,
-    ensure_roles,
-    migrate_as_owner,
-)
+from ledger import LOGIN_ROLES, RolesReport, ensure_roles, migrate_as_owner
+from ops.context import Context, register_command
 from ops.db_passwords import default_password_file, resolve_passwords, store_passwords
-from ops.errors import StackError
-from ops.stack import live_state
-from schemas import ENV_DATABASE_URL
+from ops.errors import CheckFailed
 
-__all__ = [
-    "add_ledger_options",
-    "open_ledger",
-    "register",
-    "resolve_database_url",
-    "resolved_url_or_report",
-    "run_migrate",
-    "run_roles",
-]
+__all__ = ["add_ledger_options", "register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the `db` subcommand and its `migrate` action."""
+    """Add the `db` subcommand and its `migrate` and `roles` actions."""
     parser = subparsers.add_parser(
         "db",
         help="manage the ledger database (migrations, roles)",
@@ -67,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = parser.add_subparsers(dest="db_action", metavar="ACTION", required=True)
     migrate = actions.add_parser("migrate", help="apply pending ledger migrations")
     add_ledger_options(migrate)
-    migrate.set_defaults(handler=run_migrate)
+    register_command(migrate, _migrate)
     roles = actions.add_parser(
         "roles", help="create or update the ledger's database roles and their grants"
     )
@@ -86,19 +64,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="set no password (servers that trust or peer-authenticate these roles)",
     )
-    roles.set_defaults(handler=run_roles)
-
-
-def resolve_database_url(flag: str | None) -> str | None:
-    """The ledger database: the flag, else the environment, else the local stack's."""
-    url = flag or os.environ.get(ENV_DATABASE_URL) or None
-    if url is not None:
-        return url
-    try:
-        state = live_state()
-    except StackError:
-        return None
-    return None if state is None else state.postgres.url
+    register_command(roles, _roles)
 
 
 def add_ledger_options(
@@ -109,106 +75,53 @@ def add_ledger_options(
     parser.add_argument("--json", action="store_true", help=json_help)
 
 
-def resolved_url_or_report(command: str, flag: str | None, err: TextIO) -> str | None:
-    """`resolve_database_url(flag)`, or None after telling the operator on `err` the
-    three ways to name a database. `command` ("audit verify") prefixes the message."""
-    url = resolve_database_url(flag)
-    if url is None:
-        print(
-            f"recoveryctl {command}: no database: pass --database-url, set {ENV_DATABASE_URL}, "
-            "or run `recoveryctl stack up`",
-            file=err,
+def _migrate(ctx: Context) -> int:
+    """Apply every pending migration; print what was applied. A refused migration (a
+    changed file, a failed statement) is exit 1; an unreachable database exit 2."""
+    report = migrate_as_owner(ctx.database_url())
+    if ctx.json:
+        ctx.print_json(
+            {
+                "applied": list(report.applied),
+                "already": list(report.already),
+                "current": report.current,
+            }
         )
-    return url
-
-
-def open_ledger(command: str, flag: str | None, err: TextIO) -> PostgresLedger | None:
-    """A one-connection `PostgresLedger` on the database `flag` names (see
-    `resolve_database_url`), or None after reporting on `err` why there is none: no
-    database named, or it is unreachable. The caller closes the ledger."""
-    url = resolved_url_or_report(command, flag, err)
-    if url is None:
-        return None
-    try:
-        return PostgresLedger(url, max_size=1, retries=1)
-    except LedgerUnavailable as exc:
-        print(f"recoveryctl {command}: {exc}", file=err)
-        return None
-
-
-def run_migrate(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
-    """Apply every pending migration; print what was applied."""
-    out = out or sys.stdout  # looked up per call, so a redirected stdout is honoured
-    err = err or sys.stderr
-    url = resolved_url_or_report("db migrate", args.database_url, err)
-    if url is None:
-        return 2
-    try:
-        report = migrate_as_owner(url)
-    except LedgerUnavailable as exc:
-        print(f"recoveryctl db migrate: {exc}", file=err)
-        return 2
-    except MigrationError as exc:
-        print(f"recoveryctl db migrate: {exc}", file=err)
-        return 1
-    if args.json:
-        body = {
-            "applied": list(report.applied),
-            "already": list(report.already),
-            "current": report.current,
-        }
-        print(json.dumps(body, indent=2), file=out)
-    else:
-        for label in report.applied:
-            print(f"applied {label}", file=out)
-        state = "up to date" if not report.applied else "migrated"
-        print(f"ledger database {state} at {report.current or 'no migrations'}", file=out)
+        return 0
+    for label in report.applied:
+        ctx.say(f"applied {label}")
+    state = "up to date" if not report.applied else "migrated"
+    ctx.say(f"ledger database {state} at {report.current or 'no migrations'}")
     return 0
 
 
-def run_roles(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
+def _roles(ctx: Context) -> int:
     """Create or update the roles, migrate as the owner, grant; say where the
     passwords are (see the module docstring)."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-    url = resolved_url_or_report("db roles", args.database_url, err)
-    if url is None:
-        return 2
+    args = ctx.args
+    url = ctx.database_url()
     path: Path = args.password_file or default_password_file()
+    passwords = {} if args.no_passwords else resolve_passwords(LOGIN_ROLES, path)
     try:
-        passwords = {} if args.no_passwords else resolve_passwords(LOGIN_ROLES, path)
         report = ensure_roles(url, passwords)
         if passwords:
             store_passwords(path, passwords)
-    except LedgerUnavailable as exc:
-        print(f"recoveryctl db roles: {exc}", file=err)
-        return 2
-    except (LedgerError, StackError, OSError) as exc:
-        print(f"recoveryctl db roles: {exc}", file=err)
-        return 1
+    except OSError as exc:
+        raise CheckFailed(f"cannot store the passwords in {path}: {exc}") from exc
     stored = None if not passwords else str(path)
-    if args.json:
-        print(
-            json.dumps(_roles_body(report, stored, passwords, args.show_secrets), indent=2),
-            file=out,
-        )
+    if ctx.json:
+        ctx.print_json(_roles_body(report, stored, passwords, args.show_secrets))
         return 0
     if report.created:
-        print(f"created roles {', '.join(report.created)}", file=out)
+        ctx.say(f"created roles {', '.join(report.created)}")
     if report.updated:
-        print(f"updated roles {', '.join(report.updated)}", file=out)
+        ctx.say(f"updated roles {', '.join(report.updated)}")
     if stored:
-        print(
-            f"passwords of {', '.join(sorted(passwords))} stored in {stored} (mode 0600)", file=out
-        )
+        ctx.say(f"passwords of {', '.join(sorted(passwords))} stored in {stored} (mode 0600)")
     for role, password in sorted(passwords.items()) if args.show_secrets else ():
-        print(f"{role} {password}", file=out)
+        ctx.say(f"{role} {password}")
     migrated = report.migrations.current or "no migrations"
-    print(f"ledger database at {migrated}, owned by recovery_owner, grants applied", file=out)
+    ctx.say(f"ledger database at {migrated}, owned by recovery_owner, grants applied")
     return 0
 
 

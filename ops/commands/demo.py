@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import TextIO
 
-from ledger import LedgerError
-from ops.commands.run import Services
-from ops.demo import DemoError, DemoReport, run_demo
-from ops.errors import OpsError
+from ops.context import Context, register_command
+from ops.demo import DemoReport, run_demo
+from ops.errors import OpsError, UsageError
 from ops.stack import stack_up
-from producers import ProducersError
 
 __all__ = ["register", "render"]
 
@@ -44,47 +41,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--timeout", type=float, default=120.0, metavar="S", help="wait at most S seconds"
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.set_defaults(handler=_run)
+    register_command(parser, _run)
 
 
-def _services(args: argparse.Namespace, progress: TextIO) -> Services:
-    if args.bootstrap and args.database_url:
-        return Services(args.bootstrap, args.database_url)
-    stack = stack_up(progress=progress)
-    # On the stack's own broker each component connects as its principal; a broker
-    # named by --bootstrap is reached with the environment's Kafka security settings.
-    kafka = (
-        {} if args.bootstrap else {c: stack.kafka_client(c) for c in stack.state.kafka.client_files}
-    )
-    if args.database_url:
-        return Services(args.bootstrap or stack.bootstrap, args.database_url, kafka=kafka)
-    roles = stack.state.postgres.role_urls
-    return Services(
-        args.bootstrap or stack.bootstrap,
-        stack.database_url,
-        roles.get("controller"),
-        roles.get("relay"),
-        kafka,
-    )
-
-
-def _run(args: argparse.Namespace) -> int:
-    # Looked up now, not at import: tests and callers may have replaced the streams.
-    out, err = sys.stdout, sys.stderr
-    try:
-        services = _services(args, err)
-    except OpsError as exc:
-        print(f"recoveryctl demo: the services did not start: {exc}", file=err)
-        return 2
-    try:
-        report = run_demo(services, err, timeout=args.timeout)
-    except (DemoError, LedgerError, ProducersError) as exc:
-        print(f"recoveryctl demo: {exc}", file=err)
-        return 1
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2), file=out)
+def _run(ctx: Context) -> int:
+    if ctx.services.kafka_bootstrap is None or ctx.services.database_url is None:
+        try:
+            stack_up(progress=ctx.err)
+        except OpsError as exc:
+            raise UsageError(f"the services did not start: {exc}") from exc
+    report = run_demo(ctx.runtime_services(), ctx.err, timeout=ctx.args.timeout)
+    if ctx.json:
+        ctx.say(json.dumps(report.to_dict(), indent=2))
     else:
-        render(report, out)
+        render(report, ctx.out)
     return 0 if report.ok else 1
 
 

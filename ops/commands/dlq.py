@@ -24,23 +24,16 @@ from __future__ import annotations
 
 import argparse
 import base64
-import sys
 from collections.abc import Mapping
-from typing import Any, TextIO
+from typing import Any
 
-from ledger import DeadLetterEntry, LedgerError
+from ledger import DeadLetterEntry
 from ops.commands.db import add_ledger_options
-from ops.commands.output import (
-    open_inspector,
-    print_json,
-    resolve_bootstrap,
-    table,
-    topics_with,
-)
+from ops.context import Context, register_command, table
+from ops.errors import Refused
 from producers import DeliveryFailed, EventPublisher, ProducersError
-from schemas import TopicNames
 
-__all__ = ["register", "run_list", "run_redrive", "run_show"]
+__all__ = ["register"]
 
 _PREVIEW = 2000
 
@@ -56,10 +49,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = parser.add_subparsers(dest="dlq_action", metavar="ACTION", required=True)
     listing = actions.add_parser("list", help="every dead letter, oldest first")
     listing.add_argument("--reason", metavar="CODE", help="only this reason code")
-    listing.set_defaults(handler=run_list)
+    register_command(listing, _list)
     show = actions.add_parser("show", help="one dead letter with its original record")
     show.add_argument("record_id", metavar="RECORD_ID")
-    show.set_defaults(handler=run_show)
+    register_command(show, _show)
     redrive = actions.add_parser("redrive", help="publish the original record to the events topic")
     redrive.add_argument("record_id", metavar="RECORD_ID")
     redrive.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
@@ -68,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="TOPIC",
         help="where to publish (default: the topic it was consumed from)",
     )
-    redrive.set_defaults(handler=run_redrive)
+    register_command(redrive, _redrive)
     for child in (listing, show, redrive):
         child.add_argument(
             "--dlq-topic", metavar="TOPIC", help="the dead-letter topic (RECOVERY_TOPIC_DLQ)"
@@ -76,8 +69,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         add_ledger_options(child)
 
 
-def _dlq_topic(args: argparse.Namespace) -> str:
-    return str(args.dlq_topic or TopicNames.from_env().dlq)
+def _dlq_topic(ctx: Context) -> str:
+    return str(ctx.args.dlq_topic or ctx.topics.dlq)
 
 
 def _decode(text: str | None) -> bytes | None:
@@ -127,26 +120,16 @@ def _source(body: Mapping[str, Any]) -> str:
     return f"{body['source']['topic']}[{body['source']['partition']}]@{body['source']['offset']}"
 
 
-def run_list(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """List dead letters; 0 listed (perhaps none), 2 unusable database."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
-    inspector = open_inspector("dlq list", args.database_url, err)
-    if inspector is None:
-        return 2
-    try:
-        letters = inspector.dead_letters(_dlq_topic(args))
-    except LedgerError as exc:
-        print(f"recoveryctl dlq list: {exc}", file=err)
-        return 2
-    finally:
-        inspector.close()
+def _list(ctx: Context) -> int:
+    """List dead letters; 0 listed (perhaps none)."""
+    letters = ctx.inspector().dead_letters(_dlq_topic(ctx))
     rows = [_letter_json(letter, full=False) for letter in letters]
-    if args.reason:
-        rows = [r for r in rows if r["reason_code"] == args.reason]
-    if args.json:
-        print_json({"dead_letters": rows}, out)
+    if ctx.args.reason:
+        rows = [r for r in rows if r["reason_code"] == ctx.args.reason]
+    if ctx.json:
+        ctx.print_json({"dead_letters": rows})
         return 0
-    print(
+    ctx.say(
         table(
             ("record", "reason", "source", "operation", "event", "when", "published"),
             [
@@ -161,43 +144,24 @@ def run_list(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
                 )
                 for r in rows
             ],
-        ),
-        file=out,
+        )
     )
-    print(f"{len(rows)} dead letter(s)", file=out)
+    ctx.say(f"{len(rows)} dead letter(s)")
     return 0
 
 
-def _find(command: str, args: argparse.Namespace, err: TextIO) -> DeadLetterEntry | int:
-    inspector = open_inspector(command, args.database_url, err)
-    if inspector is None:
-        return 2
-    try:
-        letter = inspector.dead_letter(_dlq_topic(args), args.record_id)
-    except LedgerError as exc:
-        print(f"recoveryctl {command}: {exc}", file=err)
-        return 2
-    finally:
-        inspector.close()
+def _find(ctx: Context) -> DeadLetterEntry:
+    letter = ctx.inspector().dead_letter(_dlq_topic(ctx), ctx.args.record_id)
     if letter is None:
-        print(
-            f"recoveryctl {command}: no dead letter {args.record_id}; list them with "
-            "`recoveryctl dlq list`",
-            file=err,
-        )
-        return 1
+        raise Refused(f"no dead letter {ctx.args.record_id}; list them with `recoveryctl dlq list`")
     return letter
 
 
-def run_show(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Print one dead letter; 0 shown, 1 unknown id, 2 unusable database."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
-    letter = _find("dlq show", args, err)
-    if isinstance(letter, int):
-        return letter
-    data = _letter_json(letter, full=True)
-    if args.json:
-        print_json(data, out)
+def _show(ctx: Context) -> int:
+    """Print one dead letter; 0 shown, 1 unknown id."""
+    data = _letter_json(_find(ctx), full=True)
+    if ctx.json:
+        ctx.print_json(data)
         return 0
     original = data["original"]
     lines = [
@@ -213,28 +177,26 @@ def run_show(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
         f"  value ({original['value_bytes']} bytes)",
         f"    {original['value']}",
     ]
-    print("\n".join(lines), file=out)
+    ctx.say("\n".join(lines))
     return 0
 
 
-def run_redrive(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
+def _redrive(ctx: Context) -> int:
     """Publish the dead letter's original record; 0 published, 1 unknown or failed."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
-    letter = _find("dlq redrive", args, err)
-    if isinstance(letter, int):
-        return letter
-    bootstrap = resolve_bootstrap(args.bootstrap, err, "dlq redrive")
-    if bootstrap is None:
-        return 2
+    letter = _find(ctx)
+    bootstrap = ctx.bootstrap()
     body = letter.payload
-    topic = args.events_topic or body.get("source_topic") or topics_with(None).events
+    topic = ctx.args.events_topic or body.get("source_topic") or ctx.topics.events
     headers = [(h["key"], _decode(h["value"])) for h in body.get("original_headers", [])]
     try:
         # The original record goes out unchanged, its producer's signature with it: the
         # controller verifies it again; this publisher signs nothing of its own.
-        with EventPublisher(bootstrap, signer=None, topics=topics_with(topic)) as publisher:
+        with EventPublisher(
+            bootstrap,
+            signer=None,
+            topics=ctx.topics.model_copy(update={"events": topic}),
+            security=ctx.kafka("tool"),
+        ) as publisher:
             publisher.republish(
                 topic,
                 key=_decode(body.get("original_key")),
@@ -243,21 +205,19 @@ def run_redrive(
                 tracking_id=letter.record_id,
             )
     except (DeliveryFailed, ProducersError) as exc:
-        print(f"recoveryctl dlq redrive: {letter.record_id}: could not publish: {exc}", file=err)
-        return 1
+        raise Refused(f"{letter.record_id}: could not publish: {exc}") from exc
     report = {
         "record_id": letter.record_id,
         "topic": topic,
         "reason_code": body.get("reason_code"),
         "value_bytes": len(_decode(body.get("original_value")) or b""),
     }
-    if args.json:
-        print_json({"redriven": report}, out)
+    if ctx.json:
+        ctx.print_json({"redriven": report})
     else:
-        print(
+        ctx.say(
             f"redrove {letter.record_id} ({report['reason_code']}) to {topic}: "
             f"{report['value_bytes']} bytes, {len(headers)} header(s) as received; the "
-            "controller validates it again (a repeat failure is a new dead letter)",
-            file=out,
+            "controller validates it again (a repeat failure is a new dead letter)"
         )
     return 0

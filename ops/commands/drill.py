@@ -21,21 +21,18 @@ no database, broker or rules, an unreadable key.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ledger import LedgerError, LedgerInspector, OperationRecord, UnknownOperation
-from machines import Event, Machine, public_key_text
+from ledger import OperationRecord, UnknownOperation
+from machines import Event, Machine, load_private_key, public_key_text
 from ops.commands.db import add_ledger_options
-from ops.commands.output import open_inspector, print_json, resolve_bootstrap, table, topics_with
-from ops.commands.review import load_private_key
-from ops.commands.rules import LoadedRules, add_rules_options, load_rules_or_report
+from ops.context import Context, LoadedRules, add_rules_options, register_command, table
 from ops.demo_scenarios import Scenario, operation_id_for
 from ops.drill import (
     DRILL_SCENARIOS,
@@ -47,10 +44,11 @@ from ops.drill import (
     predict,
     recorded_steps,
 )
+from ops.errors import UsageError
 from producers import DeliveryFailed, EventPublisher, ProducersError
 from schemas import DRILL_OPERATION_PREFIX, RecordSigner, WireError
 
-__all__ = ["register", "run_drill"]
+__all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -82,88 +80,59 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_ledger_options(parser, json_help="print the verdict as JSON")
     add_rules_options(parser)
-    parser.set_defaults(handler=run_drill)
+    register_command(parser, _drill)
 
 
-def run_drill(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
+def _drill(ctx: Context) -> int:
     """Play the drill and report its verdict; see the module docstring."""
-    out, err = out or sys.stdout, err or sys.stderr
-    prepared = _prepare(args, err)
-    if prepared is None:
-        return 2
-    scenario, loaded, machine, key = prepared
-    bootstrap = resolve_bootstrap(args.bootstrap, err, "drill")
-    if bootstrap is None:
-        return 2
-    inspector = open_inspector("drill", args.database_url, err)
-    if inspector is None:
-        return 2
+    args = ctx.args
+    scenario, loaded, machine, key = _prepare(ctx)
+    ctx.inspector()  # opened first: an unreadable ledger stops the drill before it publishes
     run_id = uuid.uuid4().hex[:8]
     op = operation_id_for(scenario, run_id, prefix=DRILL_OPERATION_PREFIX)
     lineage = drill_lineage(run_id, scenario)
     opening = opening_event(
         scenario, machine, op, run_id, args.producer, lineage, datetime.now(UTC)
     )
-    topics = topics_with(args.events_topic)
-    commands_topic = args.commands_topic or topics.commands
+    commands_topic = args.commands_topic or ctx.topics.commands
     try:
         with EventPublisher(
-            bootstrap, signer=RecordSigner(args.producer, key), topics=topics
+            ctx.bootstrap(),
+            signer=RecordSigner(args.producer, key),
+            topics=ctx.topics,
+            security=ctx.kafka("tool"),
         ) as publisher:
             publisher.publish(opening)
-        print(
-            f"drill {args.scenario}: published {opening.event_type} for {op} as "
-            f"{args.producer}; waiting for the deployment (at most {args.timeout:.0f}s)",
-            file=err,
-        )
-        report = _await(inspector, loaded, machine, scenario, opening, commands_topic, args, err)
     except (DeliveryFailed, ProducersError, WireError) as exc:
-        print(f"recoveryctl drill: could not publish the drill's event: {exc}", file=err)
-        return 2
-    except LedgerError as exc:
-        print(f"recoveryctl drill: {exc}", file=err)
-        return 2
-    finally:
-        inspector.close()
+        raise UsageError(f"could not publish the drill's event: {exc}") from exc
+    ctx.note(
+        f"{args.scenario}: published {opening.event_type} for {op} as {args.producer}; "
+        f"waiting for the deployment (at most {args.timeout:.0f}s)"
+    )
+    report = _await(ctx, loaded, machine, scenario, opening, commands_topic)
     report["scenario"] = args.scenario
     report["story"] = scenario.story
-    if args.json:
-        print_json(report, out)
+    if ctx.json:
+        ctx.print_json(report)
     else:
-        _render(report, out)
+        _render(ctx, report)
     return 0 if report["verdict"] == "pass" else 1
 
 
-def _prepare(
-    args: argparse.Namespace, err: TextIO
-) -> tuple[Scenario, LoadedRules, Machine, Ed25519PrivateKey] | None:
-    """The scenario, rules, machine and signing key, or None after saying what is wrong."""
+def _prepare(ctx: Context) -> tuple[Scenario, LoadedRules, Machine, Ed25519PrivateKey]:
+    """The scenario, rules, machine and signing key; raises saying what is wrong."""
+    args = ctx.args
     scenario = DRILL_SCENARIOS.get(args.scenario)
     if scenario is None:
-        print(
-            f"recoveryctl drill: unknown scenario {args.scenario!r}; one of "
-            f"{', '.join(DRILL_SCENARIOS)}",
-            file=err,
-        )
-        return None
-    loaded = load_rules_or_report("drill", args, err)
-    if loaded is None:
-        return None
+        raise UsageError(f"unknown scenario {args.scenario!r}; one of {', '.join(DRILL_SCENARIOS)}")
+    loaded = ctx.rules
     machine = _machine(loaded, scenario.machine)
     if machine is None:
-        print(f"recoveryctl drill: no pinned machine {scenario.machine}", file=err)
-        return None
-    try:
-        key = load_private_key(args.key_file)
-    except ValueError as exc:
-        print(f"recoveryctl drill: {exc}", file=err)
-        return None
+        raise UsageError(f"no pinned machine {scenario.machine}")
+    key = load_private_key(args.key_file)
     refusal = _roster_refusal(loaded, args.producer, public_key_text(key.public_key()))
     if refusal is not None:
-        print(f"recoveryctl drill: {refusal}; nothing was published", file=err)
-        return None
+        raise UsageError(f"{refusal}; nothing was published")
     return scenario, loaded, machine, key
 
 
@@ -186,18 +155,16 @@ def _machine(loaded: LoadedRules, name: str) -> Machine | None:
 
 
 def _await(
-    inspector: LedgerInspector,
+    ctx: Context,
     loaded: LoadedRules,
     machine: Machine,
     scenario: Scenario,
     opening: Event,
     commands_topic: str,
-    args: argparse.Namespace,
-    err: TextIO,
 ) -> dict[str, Any]:
     """Poll the ledger until the drill has every required step and its commands are
     published, or the timeout; then compare (see the module docstring)."""
-    op = opening.operation_id
+    op, inspector, timeout = opening.operation_id, ctx.inspector(), ctx.args.timeout
     started = time.monotonic()
     shown = ""
     record: OperationRecord | None = None
@@ -224,10 +191,10 @@ def _await(
             f"{unpublished} command(s) unpublished"
         )
         if line != shown:
-            print(f"{line} ({elapsed:.0f}s)", file=err)
+            ctx.note(f"{line} ({elapsed:.0f}s)")
             shown = line
         complete = len(recorded) >= len(predicted) and unpublished == 0
-        if complete or elapsed > args.timeout:
+        if complete or elapsed > timeout:
             break
         time.sleep(0.5)
     problems = compare(scenario, predicted, recorded, decisions)
@@ -252,9 +219,9 @@ def _unpublished(record: OperationRecord | None, commands_topic: str) -> int:
     return sum(1 for o in record.outbox if o.topic == commands_topic and o.published_at is None)
 
 
-def _render(report: dict[str, Any], out: TextIO) -> None:
-    print(f"drill {report['scenario']}: {report['story']}", file=out)
-    print(f"operation {report['operation_id']} (a drill: workers answer, never act)", file=out)
+def _render(ctx: Context, report: dict[str, Any]) -> None:
+    ctx.say(f"drill {report['scenario']}: {report['story']}")
+    ctx.say(f"operation {report['operation_id']} (a drill: workers answer, never act)")
     rows = []
     predicted, recorded = report["predicted"], report["recorded"]
     for n in range(max(len(predicted), len(recorded))):
@@ -270,18 +237,13 @@ def _render(report: dict[str, Any], out: TextIO) -> None:
                 "ok" if want == got else ("missing" if got is None else "DIFFERS"),
             ]
         )
-    print(table(["#", "event", "transition", "commands", "vs machine"], rows), file=out)
-    print(f"path: {' -> '.join(report['path']) or '(none)'}", file=out)
+    ctx.say(table(["#", "event", "transition", "commands", "vs machine"], rows))
+    ctx.say(f"path: {' -> '.join(report['path']) or '(none)'}")
     for problem in report["problems"]:
-        print(f"  - {problem}", file=out)
-    verdict = "PASS" if report["verdict"] == "pass" else "FAIL"
-    print(
-        f"{verdict}: the deployment "
-        + (
-            "responded as its machine requires"
-            if verdict == "PASS"
-            else "did not respond as required"
-        )
-        + f" ({report['elapsed_seconds']}s)",
-        file=out,
+        ctx.say(f"  - {problem}")
+    passed = report["verdict"] == "pass"
+    ctx.say(
+        f"{'PASS' if passed else 'FAIL'}: the deployment "
+        + ("responded as its machine requires" if passed else "did not respond as required")
+        + f" ({report['elapsed_seconds']}s)"
     )

@@ -13,17 +13,16 @@ it locally. Exit status: 0 done, 2 the file cannot be created or read.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from machines import key_id, public_key_b64, write_private_key
-from ops.commands.output import print_json
-from ops.commands.review import load_private_key
+from machines import key_id, load_private_key, public_key_b64, write_private_key
+from ops.context import Context, register_command
+from ops.errors import UsageError
 
-__all__ = ["register", "run_generate", "run_show"]
+__all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,10 +36,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = parser.add_subparsers(dest="keys_action", metavar="ACTION", required=True)
     generate = actions.add_parser("generate", help="write a new private key file (mode 0600)")
     generate.add_argument("--out", type=Path, required=True, metavar="FILE")
-    generate.set_defaults(handler=run_generate)
+    register_command(generate, _generate)
     show = actions.add_parser("show", help="print the public key of a private key file")
     show.add_argument("file", type=Path, metavar="FILE")
-    show.set_defaults(handler=run_show)
+    register_command(show, _show)
     for child in (generate, show):
         child.add_argument("--id", default="APPROVER-ID", metavar="NAME", help="roster id")
         child.add_argument(
@@ -58,50 +57,42 @@ def _describe(key: Ed25519PrivateKey, args: argparse.Namespace, path: Path) -> d
     }
 
 
-def _print(report: dict[str, Any], args: argparse.Namespace, out: TextIO) -> None:
-    if args.json:
-        print_json(report, out)
+def _print(ctx: Context, report: dict[str, Any]) -> None:
+    if ctx.json:
+        ctx.print_json(report)
         return
     entry = report["roster_entry"]
-    print(f"key id      {report['key_id']}", file=out)
-    print(f"public key  {report['public_key']}", file=out)
-    print(f"private key {report['file']} (keep it to yourself; mode 0600)", file=out)
-    print("policy roster entry (approvers:):", file=out)
-    print(f"  - id: {entry['id']}", file=out)
-    print(f"    public_key: {entry['public_key']}", file=out)
-    print(f"    roles: [{entry['roles'][0]}]", file=out)
+    ctx.say(f"key id      {report['key_id']}")
+    ctx.say(f"public key  {report['public_key']}")
+    ctx.say(f"private key {report['file']} (keep it to yourself; mode 0600)")
+    ctx.say("policy roster entry (approvers:):")
+    ctx.say(f"  - id: {entry['id']}")
+    ctx.say(f"    public_key: {entry['public_key']}")
+    ctx.say(f"    roles: [{entry['roles'][0]}]")
 
 
-def run_generate(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
+def _generate(ctx: Context) -> int:
     """Create the key file (refusing to overwrite one) and print its public half."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
+    path: Path = ctx.args.out
     key = Ed25519PrivateKey.generate()
     try:
-        write_private_key(args.out, key)  # PEM PKCS#8, mode 0600, never overwriting
+        write_private_key(path, key)  # PEM PKCS#8, mode 0600, never overwriting
     except OSError as exc:
-        print(f"recoveryctl keys generate: cannot create {args.out}: {exc}", file=err)
-        return 2
-    _print(_describe(key, args, args.out), args, out)
+        raise UsageError(f"cannot create {path}: {exc}") from exc
+    _print(ctx, _describe(key, ctx.args, path))
     return 0
 
 
-def run_show(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def _show(ctx: Context) -> int:
     """Print the key id, public key and roster entry of an existing private key file."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
-    try:
-        key = load_private_key(args.file)
-    except ValueError as exc:
-        print(f"recoveryctl keys show: {exc}", file=err)
-        return 2
-    report = _describe(key, args, args.file)
-    mode = args.file.stat().st_mode & 0o777
+    path: Path = ctx.args.file
+    key = load_private_key(path)
+    report = _describe(key, ctx.args, path)
+    mode = path.stat().st_mode & 0o777
     report["mode"] = f"{mode:04o}"
-    _print(report, args, out)
+    _print(ctx, report)
     if mode & 0o077:
         print(
-            f"warning: {args.file} is readable by others (mode {mode:04o}); chmod 600 it",
-            file=err,
+            f"warning: {path} is readable by others (mode {mode:04o}); chmod 600 it", file=ctx.err
         )
     return 0

@@ -13,16 +13,15 @@ reachable, or the operation is not in the ledger.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
+from typing import Any
 
-from ledger import Ledger, LedgerError, UnknownOperation
+from ledger import Ledger
 from machines import ANSWERED_KINDS, LineageRow
-from ops.commands.db import add_ledger_options, open_ledger
+from ops.commands.db import add_ledger_options
+from ops.context import Context, register_command
 
-__all__ = ["lineage_report", "register", "render_text", "run_lineage"]
+__all__ = ["lineage_report", "register", "render_text"]
 
 _OUTCOME_BUCKET = {"applied": "confirmed", "not_applied": "not_applied", "unknown": "unknown"}
 _COMPENSATED = "COMPENSATION_SUCCEEDED"
@@ -38,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("operation_id", metavar="OPERATION_ID")
     add_ledger_options(parser, json_help="print the tree as JSON")
-    parser.set_defaults(handler=run_lineage)
+    register_command(parser, _lineage)
 
 
 def lineage_report(ledger: Ledger, operation_id: str) -> dict[str, Any]:
@@ -156,27 +155,11 @@ def _refs(refs: Sequence[str]) -> str:
     return f" ({', '.join(refs)})" if refs else ""
 
 
-def run_lineage(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
-    """Print the lineage report; return 0 shown, 2 unusable database or unknown id."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-    ledger = open_ledger("lineage", args.database_url, err)
-    if ledger is None:
-        return 2
-    try:
-        report = lineage_report(ledger, args.operation_id)
-    except UnknownOperation as exc:
-        print(f"recoveryctl lineage: {exc}; check the operation id", file=err)
-        return 2
-    except LedgerError as exc:
-        print(f"recoveryctl lineage: {exc}", file=err)
-        return 2
-    finally:
-        ledger.close()
-    if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True), file=out)
+def _lineage(ctx: Context) -> int:
+    """Print the lineage report; 0 shown."""
+    report = lineage_report(ctx.ledger(), ctx.args.operation_id)
+    if ctx.json:
+        ctx.print_json(report)
     else:
-        print(render_text(report), file=out)
+        ctx.say(render_text(report))
     return 0

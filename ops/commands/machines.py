@@ -14,12 +14,9 @@ Exit status: 0 success, 1 a machine failed a check, 2 usage error.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from machines import (
@@ -31,6 +28,7 @@ from machines import (
     load_lock,
     load_machine,
     load_pinned_machine,
+    load_private_key,
     load_trusted_publishers,
     lock_entry,
     public_key_text,
@@ -38,7 +36,9 @@ from machines import (
     signature_path,
     write_private_key,
 )
-from ops.commands.validate import load_registry_or_report
+from ops.commands.validate import load_registry
+from ops.context import Context, register_command
+from ops.errors import CheckFailed, UsageError
 
 __all__ = ["register"]
 
@@ -57,23 +57,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     lock.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     lock.add_argument("--lock", type=Path, required=True, metavar="FILE")
     lock.add_argument("--publisher", required=True, metavar="ID")
-    lock.set_defaults(handler=run_lock)
+    register_command(lock, _lock)
 
     sign = sub.add_parser("sign", help="write RECOVERY.sig with a publisher's Ed25519 key")
     sign.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     sign.add_argument("--key", type=Path, required=True, metavar="PEM")
     sign.add_argument("--publisher", required=True, metavar="ID")
-    sign.set_defaults(handler=run_sign)
+    register_command(sign, _sign)
 
     verify = sub.add_parser("verify", help="check validity, pin and signature like the controller")
     verify.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     verify.add_argument("--lock", type=Path, required=True, metavar="FILE")
     verify.add_argument("--trust", type=Path, required=True, metavar="FILE")
-    verify.set_defaults(handler=run_verify)
+    register_command(verify, _verify)
 
     keygen = sub.add_parser("keygen", help="create an Ed25519 publisher key (PEM, mode 0600)")
     keygen.add_argument("--out", type=Path, required=True, metavar="PEM")
-    keygen.set_defaults(handler=run_keygen)
+    register_command(keygen, _keygen)
 
     for child in (lock, sign, verify):
         child.add_argument("--registry", type=Path, default=DEFAULT_REGISTRY, metavar="FILE")
@@ -81,19 +81,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         child.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _emit(args: argparse.Namespace, payload: object, text: str, out: TextIO) -> None:
-    if args.json:
-        print(json.dumps(payload, indent=2, sort_keys=True), file=out)
+def _emit(ctx: Context, payload: object, text: str) -> None:
+    if ctx.json:
+        ctx.print_json(payload)
     else:
-        print(text, file=out)
+        ctx.say(text)
 
 
-def run_lock(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def _lock(ctx: Context) -> int:
     """Validate each machine and write its pin into the lock file (atomically)."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
-    registry = load_registry_or_report(args.registry, err)
-    if registry is None:
-        return 2
+    args = ctx.args
+    registry = load_registry(args.registry)
     try:
         lock = load_lock(args.lock) if args.lock.exists() else LockFile(lock_version=1)
         entries = dict(lock.machines)
@@ -102,31 +100,21 @@ def run_lock(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
             entry = lock_entry(machine, args.publisher, path, args.lock.parent)
             entries[f"{machine.name}@{machine.version}"] = entry
     except MachineError as exc:
-        print(f"recoveryctl machines lock: {exc}", file=err)
-        return 1
+        raise CheckFailed(str(exc)) from exc
     updated = LockFile(lock_version=1, machines=dict(sorted(entries.items())))
     tmp = args.lock.with_name(args.lock.name + ".tmp")
     tmp.write_text(dump_model(updated), encoding="utf-8")
     tmp.replace(args.lock)
     pins = {k: v.digest for k, v in updated.machines.items()}
-    _emit(args, pins, "\n".join(f"pinned {k} {v}" for k, v in pins.items()), out)
+    _emit(ctx, pins, "\n".join(f"pinned {k} {v}" for k, v in pins.items()))
     return 0
 
 
-def run_sign(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def _sign(ctx: Context) -> int:
     """Sign each valid machine with the publisher's private key; write RECOVERY.sig."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
-    registry = load_registry_or_report(args.registry, err)
-    if registry is None:
-        return 2
-    try:
-        key = serialization.load_pem_private_key(args.key.read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as exc:
-        print(f"recoveryctl machines sign: cannot read key {args.key}: {exc}", file=err)
-        return 2
-    if not isinstance(key, Ed25519PrivateKey):
-        print(f"recoveryctl machines sign: {args.key} is not an Ed25519 private key", file=err)
-        return 2
+    args = ctx.args
+    registry = load_registry(args.registry)
+    key = load_private_key(args.key)
     signed: dict[str, str] = {}
     try:
         for path in args.paths:
@@ -135,25 +123,16 @@ def run_sign(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
             target.write_text(dump_model(sign_machine(machine, args.publisher, key)), "utf-8")
             signed[f"{machine.name}@{machine.version}"] = str(target)
     except MachineError as exc:
-        print(f"recoveryctl machines sign: {exc}", file=err)
-        return 1
-    _emit(args, signed, "\n".join(f"signed {k} -> {v}" for k, v in signed.items()), out)
+        raise CheckFailed(str(exc)) from exc
+    _emit(ctx, signed, "\n".join(f"signed {k} -> {v}" for k, v in signed.items()))
     return 0
 
 
-def run_verify(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
+def _verify(ctx: Context) -> int:
     """Load each machine exactly as the controller would and report the first failing check."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
-    registry = load_registry_or_report(args.registry, err)
-    if registry is None:
-        return 2
-    try:
-        trust = load_trusted_publishers(args.trust)
-    except MachineError as exc:
-        print(f"recoveryctl machines verify: {exc}", file=err)
-        return 2
+    args = ctx.args
+    registry = load_registry(args.registry)
+    trust = load_trusted_publishers(args.trust)
     results: list[dict[str, Any]] = []
     for path in args.paths:
         try:
@@ -169,22 +148,19 @@ def run_verify(
         else:
             details = "; ".join(f"{e['code']}: {e['message']}" for e in result["errors"])
             lines.append(f"{result['path']}: REFUSED {details}")
-    _emit(args, results, "\n".join(lines), out)
+    _emit(ctx, results, "\n".join(lines))
     return 0 if all(r["ok"] for r in results) else 1
 
 
-def run_keygen(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
+def _keygen(ctx: Context) -> int:
     """Create a new Ed25519 private key file (refusing to overwrite) and print its public key."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
+    path: Path = ctx.args.out
     key = Ed25519PrivateKey.generate()
     try:
-        write_private_key(args.out, key)  # PEM PKCS#8, mode 0600, never overwriting
+        write_private_key(path, key)  # PEM PKCS#8, mode 0600, never overwriting
     except OSError as exc:
-        print(f"recoveryctl machines keygen: cannot create {args.out}: {exc}", file=err)
-        return 2
+        raise UsageError(f"cannot create {path}: {exc}") from exc
     public = {"key_id": key_id(key.public_key()), "public_key": public_key_text(key.public_key())}
     text = f"{public['key_id']} {public['public_key']}\n(add the public key to trusted publishers)"
-    _emit(args, public, text, out)
+    _emit(ctx, public, text)
     return 0

@@ -22,32 +22,20 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import json
-import os
-import sys
 from datetime import UTC, datetime
-from typing import Any, Final, TextIO
+from typing import Any, Final
 
-from consumer import RawRecord, Refusal, RefusalCode, dead_letter
-from ledger import (
-    Batch,
-    DeadLetter,
-    FencedError,
-    Ledger,
-    LedgerError,
-    Position,
-    intake_chain_id,
-)
-from ops.commands.db import add_ledger_options, open_ledger
-from ops.errors import StackError
-from ops.stack import live_state
-from producers import KafkaReadError, PartitionExtent, StoredRecord, partition_extents, read_range
-from schemas import ENV_KAFKA_BOOTSTRAP, TopicNames
+from consumer import ControllerSettings, RawRecord, Refusal, RefusalCode, dead_letter
+from ledger import Batch, DeadLetter, FencedError, Ledger, Position, intake_chain_id
+from ops.commands.db import add_ledger_options
+from ops.context import Context, register_command
+from ops.errors import Refused, UsageError
+from producers import PartitionExtent, StoredRecord, partition_extents, read_range
+from schemas import TopicNames
 
-__all__ = ["SKIP_KIND", "register", "run_show", "run_skip"]
+__all__ = ["SKIP_KIND", "register"]
 
 SKIP_KIND: Final = "offsets-skipped"
-_DEFAULT_GROUP: Final = "recovery-controller"
 _MAX_SKIP: Final = 10_000
 
 
@@ -62,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = parser.add_subparsers(dest="offsets_action", metavar="ACTION", required=True)
     show = actions.add_parser("show", help="ledger offset, log end, lag, Kafka's advisory offset")
     _common(show)
-    show.set_defaults(handler=run_show)
+    register_command(show, _show)
     skip = actions.add_parser("skip", help="move a partition's stored offset forward, audited")
     _common(skip)
     skip.add_argument("--partition", type=int, required=True, help="the partition")
@@ -77,16 +65,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default=_MAX_SKIP,
         help=f"refuse to skip more offsets than this (default {_MAX_SKIP})",
     )
-    skip.set_defaults(handler=run_skip)
+    register_command(skip, _skip_command)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
     parser.add_argument(
         "--group",
-        default=os.environ.get("RECOVERY_CONTROLLER_GROUP_ID", _DEFAULT_GROUP),
-        help="the controller's consumer group (default: $RECOVERY_CONTROLLER_GROUP_ID "
-        f"or {_DEFAULT_GROUP})",
+        help="the controller's consumer group (default: the controller's "
+        f"{ControllerSettings.variable('group_id')}, else "
+        f"{ControllerSettings.model_fields['group_id'].default})",
     )
     parser.add_argument(
         "--topic", help="the events topic (default: $RECOVERY_TOPIC_EVENTS or recovery.events)"
@@ -94,24 +82,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
     add_ledger_options(parser)
 
 
-def _bootstrap(flag: str | None) -> str | None:
-    if flag:
-        return flag
-    if os.environ.get(ENV_KAFKA_BOOTSTRAP):
-        return os.environ[ENV_KAFKA_BOOTSTRAP]
-    try:
-        state = live_state()
-    except StackError:
-        return None
-    return None if state is None else state.kafka.bootstrap
+class _Refused(Refused):
+    """Nothing was written."""
 
-
-class _Usage(Exception):
-    """Exit 2 with this message."""
-
-
-class _Refused(Exception):
-    """Exit 1 with this message: nothing was written."""
+    def __init__(self, message: str) -> None:
+        super().__init__(f"refused, nothing written: {message}")
 
 
 def _topics(args: argparse.Namespace) -> TopicNames:
@@ -119,17 +94,8 @@ def _topics(args: argparse.Namespace) -> TopicNames:
     return topics.model_copy(update={"events": args.topic}) if args.topic else topics
 
 
-def _services(command: str, args: argparse.Namespace, err: TextIO) -> tuple[str, Ledger] | None:
-    bootstrap = _bootstrap(args.bootstrap)
-    if bootstrap is None:
-        print(
-            f"recoveryctl {command}: no broker known; pass --bootstrap, set "
-            f"{ENV_KAFKA_BOOTSTRAP}, or run `recoveryctl stack up`",
-            file=err,
-        )
-        return None
-    ledger = open_ledger(command, args.database_url, err)
-    return None if ledger is None else (bootstrap, ledger)
+def _group(ctx: Context) -> str:
+    return str(ctx.args.group or ControllerSettings.value_of("group_id"))
 
 
 def _rows(extents: tuple[PartitionExtent, ...], stored: dict[int, int]) -> list[dict[str, Any]]:
@@ -150,31 +116,17 @@ def _rows(extents: tuple[PartitionExtent, ...], stored: dict[int, int]) -> list[
     return rows
 
 
-def run_show(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Print the offsets table (or `--json`); 0 shown, 2 no broker or database."""
-    out = out or sys.stdout  # looked up per call, so a redirected stdout is honoured
-    err = err or sys.stderr
-    services = _services("offsets show", args, err)
-    if services is None:
-        return 2
-    bootstrap, ledger = services
-    topic = _topics(args).events
-    try:
-        stored = ledger.offsets(args.group, topic)
-        extents = partition_extents(bootstrap, topic, args.group)
-    except (LedgerError, KafkaReadError) as exc:
-        print(f"recoveryctl offsets show: {exc}", file=err)
-        return 2
-    finally:
-        ledger.close()
-    rows = _rows(extents, stored)
-    if args.json:
-        body = {"group": args.group, "topic": topic, "partitions": rows}
-        print(json.dumps(body, indent=2), file=out)
+def _show(ctx: Context) -> int:
+    """Print the offsets table (or `--json`); 0 shown."""
+    group, topic = _group(ctx), _topics(ctx.args).events
+    stored = ctx.ledger().offsets(group, topic)
+    rows = _rows(partition_extents(ctx.bootstrap(), topic, group), stored)
+    if ctx.json:
+        ctx.print_json({"group": group, "topic": topic, "partitions": rows})
         return 0
-    print(f"group {args.group}, topic {topic}", file=out)
+    ctx.say(f"group {group}, topic {topic}")
     header = ("partition", "ledger", "log start", "log end", "lag", "kafka (advice)")
-    print("  ".join(f"{h:>14}" for h in header), file=out)
+    ctx.say("  ".join(f"{h:>14}" for h in header))
     for r in rows:
         cells = [
             r["partition"],
@@ -184,70 +136,53 @@ def run_show(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
             r["lag"],
             "-" if r["kafka_offset"] is None else r["kafka_offset"],
         ]
-        print("  ".join(f"{c:>14}" for c in cells), file=out)
-    print(f"total lag {sum(r['lag'] for r in rows)}", file=out)
+        ctx.say("  ".join(f"{c:>14}" for c in cells))
+    ctx.say(f"total lag {sum(r['lag'] for r in rows)}")
     return 0
 
 
-def run_skip(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def _skip_command(ctx: Context) -> int:
     """Skip records of one partition (module docstring); 0 done, 1 refused, 2 usage."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-    reason = (args.reason or "").strip()
+    reason = (ctx.args.reason or "").strip()
     if not reason:
-        print(
-            "recoveryctl offsets skip: --reason must say why the records are skipped; "
-            "it goes into the audit record",
-            file=err,
+        raise UsageError(
+            "--reason must say why the records are skipped; it goes into the audit record"
         )
-        return 2
-    services = _services("offsets skip", args, err)
-    if services is None:
-        return 2
-    bootstrap, ledger = services
-    operator = args.operator or getpass.getuser()
-    try:
-        report = _skip(ledger, bootstrap, args, operator, reason)
-    except _Usage as exc:
-        print(f"recoveryctl offsets skip: {exc}", file=err)
-        return 2
-    except _Refused as exc:
-        print(f"recoveryctl offsets skip: refused, nothing written: {exc}", file=err)
-        return 1
-    except (LedgerError, KafkaReadError) as exc:
-        print(f"recoveryctl offsets skip: {exc}", file=err)
-        return 2
-    finally:
-        ledger.close()
-    if args.json:
-        print(json.dumps(report, indent=2), file=out)
-    else:
-        print(
-            f"skipped {report['topic']}[{report['partition']}] offsets {report['from_offset']}"
-            f"..{report['to_offset'] - 1} for group {report['group']}: "
-            f"{report['dead_lettered']} record(s) dead-lettered as record-skipped, "
-            f"{report['unreadable']} no longer in the log; audited on {report['chain']} "
-            f"(operator {operator}); the ledger's next offset is now {report['to_offset']}",
-            file=out,
-        )
-        print(
-            f"a controller that owned it is fenced on it (epoch {report['epoch']} is the "
-            "tool's) until the next rebalance gives it back: restart that member to go on "
-            "at once",
-            file=out,
-        )
+    bootstrap, ledger = ctx.bootstrap(), ctx.ledger()
+    operator = ctx.args.operator or getpass.getuser()
+    report = _skip(ledger, bootstrap, ctx.args, _group(ctx), operator, reason)
+    if ctx.json:
+        ctx.print_json(report)
+        return 0
+    ctx.say(
+        f"skipped {report['topic']}[{report['partition']}] offsets {report['from_offset']}"
+        f"..{report['to_offset'] - 1} for group {report['group']}: "
+        f"{report['dead_lettered']} record(s) dead-lettered as record-skipped, "
+        f"{report['unreadable']} no longer in the log; audited on {report['chain']} "
+        f"(operator {operator}); the ledger's next offset is now {report['to_offset']}"
+    )
+    ctx.say(
+        f"a controller that owned it is fenced on it (epoch {report['epoch']} is the "
+        "tool's) until the next rebalance gives it back: restart that member to go on "
+        "at once"
+    )
     return 0
 
 
 def _skip(
-    ledger: Ledger, bootstrap: str, args: argparse.Namespace, operator: str, reason: str
+    ledger: Ledger,
+    bootstrap: str,
+    args: argparse.Namespace,
+    group: str,
+    operator: str,
+    reason: str,
 ) -> dict[str, Any]:
     topics = _topics(args)
-    topic, group, partition = topics.events, args.group, args.partition
+    topic, partition = topics.events, args.partition
     extents = {e.partition: e for e in partition_extents(bootstrap, topic, group)}
     extent = extents.get(partition)
     if extent is None:
-        raise _Usage(f"{topic} has no partition {partition} (it has {sorted(extents)})")
+        raise UsageError(f"{topic} has no partition {partition} (it has {sorted(extents)})")
     stored = ledger.offsets(group, topic).get(partition)
     start = stored if stored is not None else extent.log_start
     to = args.to if args.to is not None else args.offset + 1

@@ -19,25 +19,24 @@ an unknown operation.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import Any
 
-from ledger import (
-    LedgerError,
-    LedgerInspector,
-    OperationRecord,
-    OperationSummary,
-    UnknownOperation,
-)
-from machines import awaits_human
+from ledger import OperationSummary
 from ops.commands.db import add_ledger_options
-from ops.commands.output import open_inspector, print_json, table
-from ops.commands.rules import LoadedRules, add_rules_options, load_rules_or_report, parse_duration
+from ops.context import (
+    Context,
+    PinnedMachines,
+    add_rules_options,
+    parse_duration,
+    register_command,
+    table,
+)
+from ops.usecases import timeline, waiting_for_human
 from schemas import is_drill_operation
 
-__all__ = ["register", "run_list", "run_show", "timeline"]
+__all__ = ["register", "render_timeline"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,12 +65,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.add_argument("--limit", type=int, default=1000, metavar="N", help="default 1000")
     add_ledger_options(listing, json_help="print the operations as JSON")
     add_rules_options(listing)
-    listing.set_defaults(handler=run_list)
+    register_command(listing, _list)
     show = actions.add_parser("show", help="one operation's timeline and audit status")
     show.add_argument("operation_id", metavar="OPERATION_ID")
     add_ledger_options(show, json_help="print the timeline as JSON")
     add_rules_options(show)
-    show.set_defaults(handler=run_show)
+    register_command(show, _show)
 
 
 def _age(now: datetime, then: datetime) -> str:
@@ -82,52 +81,35 @@ def _age(now: datetime, then: datetime) -> str:
     return f"{max(seconds, 0)}s"
 
 
-def _waiting(rules: LoadedRules, op: OperationSummary | Mapping[str, Any]) -> bool | None:
-    """Whether the operation waits for a human; None when its machine is not pinned."""
-    row: Mapping[str, Any] = op if isinstance(op, Mapping) else _summary_json(op, None)
-    machine = row.get("machine")
-    name, version, digest = (
-        (machine["name"], machine["version"], machine["digest"])
-        if machine is not None
-        else (row["machine_name"], row["machine_version"], row["machine_digest"])
-    )
-    pinned = rules.machine_for(str(name), str(version), str(digest))
-    return None if pinned is None else awaits_human(pinned, str(row["state"]), rules.rules.registry)
-
-
-def run_list(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """List operations; 0 listed (perhaps none), 2 no database or rules."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
-    rules = load_rules_or_report("ops list", args, err)
-    if rules is None:
-        return 2
-    inspector = open_inspector("ops list", args.database_url, err)
-    if inspector is None:
-        return 2
+def _list(ctx: Context) -> int:
+    """List operations; 0 listed (perhaps none). Reads no policy."""
+    args, pinned = ctx.args, ctx.machines
     name, _, version = (args.machine or "").partition("@")
     now = datetime.now(UTC)
     before = now - args.older_than if args.older_than is not None else None
-    try:
-        found = inspector.operations(
-            state=args.state,
-            machine=name or None,
-            machine_version=version or None,
-            updated_before=before,
-            limit=args.limit,
+    found = ctx.inspector().operations(
+        state=args.state,
+        machine=name or None,
+        machine_version=version or None,
+        updated_before=before,
+        limit=args.limit,
+    )
+    rows = [
+        (
+            op,
+            waiting_for_human(
+                pinned, op.machine_name, op.machine_version, op.machine_digest, op.state
+            ),
         )
-    except LedgerError as exc:
-        print(f"recoveryctl ops list: {exc}", file=err)
-        return 2
-    finally:
-        inspector.close()
-    rows = [(op, _waiting(rules, op)) for op in found]
+        for op in found
+    ]
     if args.waiting_for_human:
         rows = [(op, waiting) for op, waiting in rows if waiting]
-    if args.json:
-        print_json({"operations": [_summary_json(op, w) for op, w in rows]}, out)
+    if ctx.json:
+        ctx.print_json({"operations": [_summary_json(op, w) for op, w in rows]})
         return 0
     mark = {True: "yes", False: "no", None: "? (machine not pinned)"}
-    print(
+    ctx.say(
         table(
             ("operation", "machine", "state", "human", "age", "agent", "task"),
             [
@@ -142,11 +124,16 @@ def run_list(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | 
                 )
                 for op, waiting in rows
             ],
-        ),
-        file=out,
+        )
     )
-    print(f"{len(rows)} operation(s)", file=out)
+    ctx.say(f"{len(rows)} operation(s)")
     return 0
+
+
+def _waiting(pinned: PinnedMachines, op: OperationSummary) -> bool | None:
+    return waiting_for_human(
+        pinned, op.machine_name, op.machine_version, op.machine_digest, op.state
+    )
 
 
 def _summary_json(op: OperationSummary, waiting: bool | None) -> dict[str, Any]:
@@ -172,117 +159,14 @@ def _summary_json(op: OperationSummary, waiting: bool | None) -> dict[str, Any]:
     }
 
 
-def timeline(
-    inspector: LedgerInspector, record: OperationRecord, rules: LoadedRules
-) -> dict[str, Any]:
-    """The operation's timeline as JSON-ready data: identity, events with their
-    decisions, commands with publication and answers, approvals and audit status."""
-    by_event = {d["event"]["id"]: d for d in record.decisions}
-    published = {o.record_id: o for o in record.outbox}
-    answers = {
-        d["event"]["causation"]: d["event"]["id"]
-        for d in record.decisions
-        if d["event"]["causation"]
-    }
-    events = []
-    for event in record.events:
-        decision = by_event.get(event.event_id)
-        events.append(
-            {
-                "event_id": event.event_id,
-                "event_type": event.event_type,
-                "producer": event.envelope.get("producer"),
-                "event_time": event.envelope.get("event_time"),
-                "recorded_at": event.recorded_at.isoformat(),
-                "source": {
-                    "topic": event.source_topic,
-                    "partition": event.source_partition,
-                    "offset": event.source_offset,
-                },
-                "decision": None if decision is None else _decision_json(decision),
-            }
-        )
-    commands = []
-    for decision in record.decisions:
-        for invocation in decision["invocations"]:
-            sent = published.get(invocation["command_id"])
-            commands.append(
-                {
-                    "command_id": invocation["command_id"],
-                    "capability": invocation["capability"],
-                    "kind": invocation["kind"],
-                    "params": invocation["params"],
-                    "decision_sequence": decision["sequence"],
-                    "published_at": None
-                    if sent is None or sent.published_at is None
-                    else sent.published_at.isoformat(),
-                    "held": None if sent is None else sent.held_reason,
-                    "answered_by": answers.get(invocation["command_id"]),
-                }
-            )
-    breaks = inspector.verify_audit(record.view.operation_id)
-    row = dict(record.row)
-    return {
-        "operation": {
-            **{k: v for k, v in row.items() if k not in {"created_at", "updated_at"}},
-            "delegated_credentials": list(row["delegated_credentials"]),
-            "ancestors": list(row["ancestors"]),
-            "created_at": row["created_at"].isoformat(),
-            "updated_at": row["updated_at"].isoformat(),
-            "waiting_for_human": _waiting(rules, row),
-        },
-        "events": events,
-        "commands": commands,
-        "approvals": list(record.approvals),
-        "descendants": list(record.descendants),
-        "audit": {
-            "intact": not breaks,
-            "records": sum(1 for o in record.outbox if o.record_id.startswith("audit:")),
-            "breaks": [b.describe() for b in breaks],
-        },
-    }
-
-
-def _decision_json(decision: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "sequence": decision["sequence"],
-        "decided_at": decision["decided_at"],
-        "outcome": decision["outcome"],
-        "state_before": decision["state_before"],
-        "state_after": decision["state_after"],
-        "guards": decision["guards"],
-        "refusals": decision["refusals"],
-        "errors": decision["errors"],
-        "evidence": decision["evidence"],
-        "approval": decision["approval"],
-        "commands": [i["command_id"] for i in decision["invocations"]],
-    }
-
-
-def run_show(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Print one operation's timeline; 0 shown, 1 broken audit chain, 2 unusable."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
-    rules = load_rules_or_report("ops show", args, err)
-    if rules is None:
-        return 2
-    inspector = open_inspector("ops show", args.database_url, err)
-    if inspector is None:
-        return 2
-    try:
-        record = inspector.operation_record(args.operation_id)
-        report = timeline(inspector, record, rules)
-    except UnknownOperation as exc:
-        print(f"recoveryctl ops show: {exc}; list them with `recoveryctl ops list`", file=err)
-        return 2
-    except LedgerError as exc:
-        print(f"recoveryctl ops show: {exc}", file=err)
-        return 2
-    finally:
-        inspector.close()
-    if args.json:
-        print_json(report, out)
+def _show(ctx: Context) -> int:
+    """Print one operation's timeline; 0 shown, 1 broken audit chain. Reads no policy."""
+    inspector = ctx.inspector()
+    report = timeline(inspector, inspector.operation_record(ctx.args.operation_id), ctx.machines)
+    if ctx.json:
+        ctx.print_json(report)
     else:
-        print(render_timeline(report), file=out)
+        ctx.say(render_timeline(report))
     return 0 if report["audit"]["intact"] else 1
 
 

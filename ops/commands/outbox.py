@@ -13,14 +13,13 @@ held row has that id (`release`), 2 no database known or reachable.
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from typing import TextIO
 
-from ledger import HeldOutboxRow, LedgerError
-from ops.commands.db import add_ledger_options, open_ledger
+from ledger import HeldOutboxRow
+from ops.commands.db import add_ledger_options
+from ops.context import Context, register_command
+from ops.errors import Refused
 
-__all__ = ["register", "run_held", "run_release"]
+__all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,11 +33,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = parser.add_subparsers(dest="outbox_action", metavar="ACTION", required=True)
     held = actions.add_parser("held", help="list held rows and the keys they block")
     add_ledger_options(held)
-    held.set_defaults(handler=run_held)
+    register_command(held, _held)
     release = actions.add_parser("release", help="lift a hold so the relay retries its key")
     release.add_argument("record_id", metavar="RECORD_ID", help="the held row's record id")
     add_ledger_options(release)
-    release.set_defaults(handler=run_release)
+    register_command(release, _release)
 
 
 def _row_json(row: HeldOutboxRow) -> dict[str, object]:
@@ -53,58 +52,31 @@ def _row_json(row: HeldOutboxRow) -> dict[str, object]:
     }
 
 
-def run_held(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """List the held rows; return 0 none held, 1 some held, 2 unusable database."""
-    out = out or sys.stdout  # looked up per call, so a redirected stdout is honoured
-    err = err or sys.stderr
-    ledger = open_ledger("outbox held", args.database_url, err)
-    if ledger is None:
-        return 2
-    try:
-        rows = ledger.held_outbox()
-    except LedgerError as exc:
-        print(f"recoveryctl outbox held: {exc}", file=err)
-        return 2
-    finally:
-        ledger.close()
-    if args.json:
-        print(json.dumps({"held": [_row_json(r) for r in rows]}, indent=2), file=out)
+def _held(ctx: Context) -> int:
+    """List the held rows; 0 none held, 1 some held."""
+    rows = ctx.ledger().held_outbox()
+    if ctx.json:
+        ctx.print_json({"held": [_row_json(r) for r in rows]})
     else:
         for r in rows:
-            print(
+            ctx.say(
                 f"HELD {r.record_id} key={r.key} topic={r.topic} since={r.held_at.isoformat()} "
-                f"waiting={r.waiting}: {r.reason}",
-                file=out,
+                f"waiting={r.waiting}: {r.reason}"
             )
-        print(f"{len(rows)} held row(s), {len({r.key for r in rows})} key(s) blocked", file=out)
+        ctx.say(f"{len(rows)} held row(s), {len({r.key for r in rows})} key(s) blocked")
     return 1 if rows else 0
 
 
-def run_release(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
-    """Lift one hold; return 0 released, 1 no such held row, 2 unusable database."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-    ledger = open_ledger("outbox release", args.database_url, err)
-    if ledger is None:
-        return 2
-    try:
-        key = ledger.release_outbox(args.record_id)
-    except LedgerError as exc:
-        print(f"recoveryctl outbox release: {exc}", file=err)
-        return 2
-    finally:
-        ledger.close()
-    if args.json:
-        body = {"record_id": args.record_id, "released": key is not None, "key": key}
-        print(json.dumps(body, indent=2), file=out)
-    elif key is None:
-        print(
-            f"recoveryctl outbox release: no held, unpublished outbox row {args.record_id}; "
-            "list them with `recoveryctl outbox held`",
-            file=err,
+def _release(ctx: Context) -> int:
+    """Lift one hold; 0 released, 1 no such held row."""
+    record_id = ctx.args.record_id
+    key = ctx.ledger().release_outbox(record_id)
+    if ctx.json:
+        ctx.print_json({"record_id": record_id, "released": key is not None, "key": key})
+        return 0 if key is not None else 1
+    if key is None:
+        raise Refused(
+            f"no held, unpublished outbox row {record_id}; list them with `recoveryctl outbox held`"
         )
-    else:
-        print(f"released {args.record_id}: the relay retries key {key} on its next lease", file=out)
-    return 0 if key is not None else 1
+    ctx.say(f"released {record_id}: the relay retries key {key} on its next lease")
+    return 0

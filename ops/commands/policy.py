@@ -16,25 +16,19 @@ Exit status: 0 valid, 1 invalid, 2 unreadable file or registry.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from pathlib import Path
-from typing import TextIO
 
 from machines import (
-    DEFAULT_REGISTRY,
-    MachineError,
     Policy,
     PolicyError,
     check_policy_against_registry,
     load_policy,
     load_registry,
 )
-from ops.commands.output import print_json, table
+from ops.context import Context, register_command, table
+from ops.errors import CheckFailed, UsageError
 
-__all__ = ["register", "run_policy"]
-
-POLICY_SETTING = "RECOVERY_CONTROLLER_POLICY_PATH"
+__all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,60 +49,51 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         child.add_argument("file", type=Path, nargs="?", metavar="FILE")
         child.add_argument("--registry", type=Path, default=None, metavar="FILE")
         child.add_argument("--json", action="store_true", help="print JSON")
-        child.set_defaults(handler=run_policy, policy_action=name)
+        register_command(child, _policy)
 
 
-def _source(args: argparse.Namespace) -> Path | None:
-    if args.file is not None:
-        return Path(args.file)
-    configured = os.environ.get(POLICY_SETTING)
-    return Path(configured) if configured else None
-
-
-def run_policy(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
-    """Load the policy and act; see the module docstring for exit codes."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
-    source = _source(args)
+def _load(ctx: Context) -> tuple[Policy, str]:
+    """The policy FILE (else the controller's) names and where it came from; raises
+    `CheckFailed` when it is invalid, `UsageError` when it cannot be read."""
+    source = ctx.args.file or ctx.rules_settings.policy_path
     where = str(source) if source is not None else "<built-in default>"
     try:
         policy = load_policy(source) if source is not None else Policy(id="default")
     except OSError as exc:
-        print(f"recoveryctl policy {args.policy_action}: cannot read {where}: {exc}", file=err)
-        return 2
+        raise UsageError(f"cannot read {where}: {exc}") from exc
     except PolicyError as exc:
-        print(f"recoveryctl policy {args.policy_action}: INVALID {exc}", file=err)
-        return 1
-    registry_path = args.registry or os.environ.get("RECOVERY_CONTROLLER_REGISTRY_PATH")
+        raise CheckFailed(f"INVALID {exc}") from exc
     try:
-        registry = load_registry(registry_path or DEFAULT_REGISTRY)
-    except (MachineError, OSError) as exc:
-        print(f"recoveryctl policy {args.policy_action}: cannot load the registry: {exc}", file=err)
-        return 2
+        registry = load_registry(ctx.rules_settings.registry_path)
+    except OSError as exc:
+        raise UsageError(f"cannot load the registry: {exc}") from exc
     try:
         check_policy_against_registry(policy, registry)
     except PolicyError as exc:
-        print(f"recoveryctl policy {args.policy_action}: INVALID {exc}", file=err)
-        return 1
-    action = args.policy_action
+        raise CheckFailed(f"INVALID {exc}") from exc
+    return policy, where
+
+
+def _policy(ctx: Context) -> int:
+    """Load the policy and act; see the module docstring for exit codes."""
+    policy, where = _load(ctx)
+    action = ctx.args.policy_action
     if action == "digest":
-        if args.json:
-            print_json({"source": where, "id": policy.id, "digest": policy.digest}, out)
+        if ctx.json:
+            ctx.print_json({"source": where, "id": policy.id, "digest": policy.digest})
         else:
-            print(policy.digest, file=out)
+            ctx.say(policy.digest)
     elif action == "validate":
-        if args.json:
-            print_json({"source": where, "valid": True, "digest": policy.digest}, out)
+        if ctx.json:
+            ctx.print_json({"source": where, "valid": True, "digest": policy.digest})
         else:
-            print(f"{where}: valid policy {policy.id} {policy.digest}", file=out)
-    elif args.json:
-        print_json(
-            {"source": where, "digest": policy.digest, "policy": policy.model_dump(mode="json")},
-            out,
+            ctx.say(f"{where}: valid policy {policy.id} {policy.digest}")
+    elif ctx.json:
+        ctx.print_json(
+            {"source": where, "digest": policy.digest, "policy": policy.model_dump(mode="json")}
         )
     else:
-        print(_render(policy, where), file=out)
+        ctx.say(_render(policy, where))
     return 0
 
 

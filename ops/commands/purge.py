@@ -17,25 +17,15 @@ rows: let the relay catch up), 2 unusable (no database, no key, bad date).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 from datetime import UTC, datetime, timedelta
-from typing import TextIO
 
-from ledger import LedgerError, PostgresLedger, UnknownOperation
-from machines import KeyFileError, load_private_key
-from ops.commands.db import add_ledger_options, open_ledger
-from schemas import (
-    DEFAULT_CONTROLLER_ID,
-    ENV_CONTROLLER_ID,
-    ENV_CONTROLLER_SIGNING_KEY_FILE,
-    OutboxSigner,
-    RecordSigner,
-    TopicNames,
-)
+from ledger import LedgerError, PostgresLedger
+from ops.commands.db import add_ledger_options
+from ops.context import Context, register_command
+from ops.errors import UsageError
+from schemas import ENV_CONTROLLER_SIGNING_KEY_FILE, IdentitySettings, OutboxSigner, RecordSigner
 
-__all__ = ["register_purge", "run_purge"]
+__all__ = ["register_purge"]
 
 
 def register_purge(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,45 +46,33 @@ def register_purge(actions: argparse._SubParsersAction[argparse.ArgumentParser])
     )
     purge.add_argument("--dry-run", action="store_true", help="list what would be purged")
     add_ledger_options(purge)
-    purge.set_defaults(handler=run_purge)
+    register_command(purge, _purge)
 
 
-def _signer(args: argparse.Namespace, topics: TopicNames, err: TextIO) -> OutboxSigner | None:
-    path = args.key_file or os.environ.get(ENV_CONTROLLER_SIGNING_KEY_FILE)
-    if not path:
-        print(
-            "recoveryctl audit purge: a tombstone is signed with the controller's key: pass "
-            f"--key-file or set {ENV_CONTROLLER_SIGNING_KEY_FILE}",
-            file=err,
-        )
-        return None
-    try:
-        key = load_private_key(path, setting=ENV_CONTROLLER_SIGNING_KEY_FILE)
-    except KeyFileError as exc:
-        print(f"recoveryctl audit purge: {exc}", file=err)
-        return None
-    producer = os.environ.get(ENV_CONTROLLER_ID) or DEFAULT_CONTROLLER_ID
-    return OutboxSigner(RecordSigner(producer, key), topics)
+def _signer(ctx: Context) -> OutboxSigner:
+    key = ctx.controller_key("a tombstone is signed with the controller's key")
+    return OutboxSigner(RecordSigner(IdentitySettings.load().controller_id, key), ctx.topics)
 
 
-def _retention_days() -> dict[str, int]:
-    from consumer import ControllerSettings, load_rules  # the catalogue the controller pins
-
-    machines, _ = load_rules(ControllerSettings(bootstrap="unused", database_url="unused"))
+def _retention_days(ctx: Context) -> dict[str, int]:
     days: dict[str, int] = {}
-    for machine in machines.values():
+    for machine in ctx.machines.machines.values():  # the catalogue the controller pins
         days[machine.name] = max(days.get(machine.name, 0), machine.audit.retention_days)
     return days
 
 
-def _chosen(args: argparse.Namespace, ledger: PostgresLedger, now: datetime) -> list[str]:
+def _chosen(ctx: Context, ledger: PostgresLedger, now: datetime) -> list[str]:
+    args = ctx.args
     if args.operation:
         return list(dict.fromkeys(args.operation))
     if args.before:
-        before = datetime.fromisoformat(args.before)
+        try:
+            before = datetime.fromisoformat(args.before)
+        except ValueError as exc:
+            raise UsageError(f"--before {args.before}: {exc}") from exc
         before = before if before.tzinfo else before.replace(tzinfo=UTC)
         return [c.operation_id for c in ledger.purge_candidates(before)]
-    days = _retention_days()
+    days = _retention_days(ctx)
     out = []
     for c in ledger.purge_candidates(now):
         keep = days.get(c.machine_name)
@@ -103,72 +81,49 @@ def _chosen(args: argparse.Namespace, ledger: PostgresLedger, now: datetime) -> 
     return out
 
 
-def run_purge(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
-    """Purge; print what went; 0 done, 1 a purge refused, 2 unusable."""
-    out = out or sys.stdout
-    err = err or sys.stderr
-    topics = TopicNames.from_env()
-    signer = None if args.dry_run else _signer(args, topics, err)
-    if signer is None and not args.dry_run:
-        return 2
-    ledger = open_ledger("audit purge", args.database_url, err)
-    if ledger is None:
-        return 2
+def _purge(ctx: Context) -> int:
+    """Purge; print what went; 0 done, 1 a purge refused."""
+    args = ctx.args
+    signer = None if args.dry_run else _signer(ctx)
+    ledger = ctx.ledger()
     now = datetime.now(UTC)
     done: list[dict[str, object]] = []
     refused: list[dict[str, str]] = []
-    try:
+    for op in _chosen(ctx, ledger, now):
+        if signer is None:
+            done.append({"operation_id": op})
+            continue
         try:
-            chosen = _chosen(args, ledger, now)
-        except ValueError as exc:
-            print(f"recoveryctl audit purge: --before {args.before}: {exc}", file=err)
-            return 2
-        for op in chosen:
-            if args.dry_run:
-                done.append({"operation_id": op})
-                continue
-            try:
-                result = ledger.purge_operation(
-                    op, reason=args.reason, now=now, topics=topics, sign=signer
-                )
-            except (UnknownOperation, LedgerError) as exc:
-                refused.append({"operation_id": op, "reason": str(exc)})
-                continue
-            done.append(
-                {
-                    "operation_id": op,
-                    "rows_removed": result.rows_removed,
-                    "purged_through": result.purged_through,
-                    "tombstone_sequence": result.tombstone_sequence,
-                }
+            result = ledger.purge_operation(
+                op, reason=args.reason, now=now, topics=ctx.topics, sign=signer
             )
-    finally:
-        ledger.close()
-    _print(args, done, refused, out)
+        except LedgerError as exc:
+            refused.append({"operation_id": op, "reason": str(exc)})
+            continue
+        done.append(
+            {
+                "operation_id": op,
+                "rows_removed": result.rows_removed,
+                "purged_through": result.purged_through,
+                "tombstone_sequence": result.tombstone_sequence,
+            }
+        )
+    _print(ctx, done, refused)
     return 1 if refused else 0
 
 
-def _print(
-    args: argparse.Namespace,
-    done: list[dict[str, object]],
-    refused: list[dict[str, str]],
-    out: TextIO,
-) -> None:
-    if args.json:
-        body = {"dry_run": bool(args.dry_run), "purged": done, "refused": refused}
-        print(json.dumps(body, indent=2), file=out)
-    else:
-        for item in done:
-            if args.dry_run:
-                print(f"would purge {item['operation_id']}", file=out)
-            else:
-                print(
-                    f"purged {item['operation_id']}: {item['rows_removed']} row(s) through "
-                    f"sequence {item['purged_through']}; tombstone #{item['tombstone_sequence']}",
-                    file=out,
-                )
-        for no in refused:
-            print(f"REFUSED {no['operation_id']}: {no['reason']}", file=out)
-        print(f"{len(done)} purged, {len(refused)} refused", file=out)
+def _print(ctx: Context, done: list[dict[str, object]], refused: list[dict[str, str]]) -> None:
+    if ctx.json:
+        ctx.print_json({"dry_run": bool(ctx.args.dry_run), "purged": done, "refused": refused})
+        return
+    for item in done:
+        if ctx.args.dry_run:
+            ctx.say(f"would purge {item['operation_id']}")
+        else:
+            ctx.say(
+                f"purged {item['operation_id']}: {item['rows_removed']} row(s) through "
+                f"sequence {item['purged_through']}; tombstone #{item['tombstone_sequence']}"
+            )
+    for no in refused:
+        ctx.say(f"REFUSED {no['operation_id']}: {no['reason']}")
+    ctx.say(f"{len(done)} purged, {len(refused)} refused")

@@ -17,11 +17,10 @@ operation that could not be checked), 2 no database or rules, or an unknown oper
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import datetime
-from typing import Any, TextIO
+from typing import Any
 
-from ledger import LedgerError, LedgerInspector, OperationRecord, UnknownOperation
+from ledger import LedgerInspector, OperationRecord
 from machines import (
     Arrival,
     EventError,
@@ -30,10 +29,9 @@ from machines import (
     replay_decisions,
 )
 from ops.commands.db import add_ledger_options
-from ops.commands.output import open_inspector, print_json, table
-from ops.commands.rules import LoadedRules, add_rules_options, load_rules_or_report
+from ops.context import Context, LoadedRules, add_rules_options, register_command, table
 
-__all__ = ["register", "run_replay", "verify_operation"]
+__all__ = ["register", "verify_operation"]
 
 _ALL = 10_000_000
 
@@ -55,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_ledger_options(parser, json_help="print the report as JSON")
     add_rules_options(parser)
-    parser.set_defaults(handler=run_replay)
+    register_command(parser, _replay)
 
 
 def verify_operation(record: OperationRecord, loaded: LoadedRules) -> dict[str, Any]:
@@ -116,52 +114,29 @@ def verify_operation(record: OperationRecord, loaded: LoadedRules) -> dict[str, 
     return result
 
 
-def run_replay(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
+def _replay(ctx: Context) -> int:
     """Verify every (or each named) operation; see the module docstring."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
-    loaded = load_rules_or_report("replay", args, err)
-    if loaded is None:
-        return 2
-    inspector = open_inspector("replay", args.database_url, err)
-    if inspector is None:
-        return 2
-    try:
-        results = _verify_all(inspector, loaded, list(args.operation_ids))
-    except UnknownOperation as exc:
-        print(f"recoveryctl replay: {exc}; list them with `recoveryctl ops list`", file=err)
-        return 2
-    except LedgerError as exc:
-        print(f"recoveryctl replay: {exc}", file=err)
-        return 2
-    finally:
-        inspector.close()
+    results = _verify_all(ctx.inspector(), ctx.rules, list(ctx.args.operation_ids))
     failed = [r for r in results if r["status"] != "ok"]
-    if args.json:
-        print_json(
+    if ctx.json:
+        ctx.print_json(
             {
                 "operations": results,
                 "checked": sum(1 for r in results if r["status"] != "unchecked"),
                 "mismatched": sum(1 for r in results if r["status"] == "mismatch"),
-            },
-            out,
+            }
         )
-    else:
-        print(
-            table(
-                ("operation", "decisions", "replay"),
-                [(r["operation_id"], r["decisions"], r["status"].upper()) for r in results],
-            ),
-            file=out,
+        return 1 if failed else 0
+    ctx.say(
+        table(
+            ("operation", "decisions", "replay"),
+            [(r["operation_id"], r["decisions"], r["status"].upper()) for r in results],
         )
-        for r in failed:
-            for line in r["mismatches"] or [r["reason"]]:
-                print(f"  {line}", file=out)
-        print(
-            f"{len(results) - len(failed)} of {len(results)} operation(s) replay as recorded",
-            file=out,
-        )
+    )
+    for r in failed:
+        for line in r["mismatches"] or [r["reason"]]:
+            ctx.say(f"  {line}")
+    ctx.say(f"{len(results) - len(failed)} of {len(results)} operation(s) replay as recorded")
     return 1 if failed else 0
 
 

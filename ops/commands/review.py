@@ -24,56 +24,49 @@ decide in time), 2 usage: no database, broker or rules, unknown operation, unrea
 from __future__ import annotations
 
 import argparse
-import sys
-import time
+import secrets
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ledger import LedgerError, LedgerInspector, OperationRecord, UnknownOperation
-from machines import Lineage, Policy, ReviewPacket, Verdict, public_key_b64, review_packet
+from machines import Policy, ReviewPacket, Verdict, load_private_key, public_key_b64, sign_decision
 from ops.commands.db import add_ledger_options
-from ops.commands.output import (
-    open_inspector,
-    print_json,
-    resolve_bootstrap,
-    table,
-    topics_with,
+from ops.context import Context, add_rules_options, parse_duration, register_command, table
+from ops.errors import Refused
+from ops.usecases import (
+    VERDICT_EVENTS,
+    await_decision,
+    proposed_decision,
+    review,
+    submit_decision,
 )
-from ops.commands.rules import LoadedRules, add_rules_options, load_rules_or_report, parse_duration
 from producers import DeliveryFailed, EventPublisher, ProducersError, RecoveryClient
 from schemas import RecordSigner, WireError
 
-__all__ = ["assemble_packet", "load_private_key", "register", "render_packet", "run_review"]
+__all__ = ["register", "render_packet"]
 
-_EVENT = {"approve": "HUMAN_APPROVED", "reject": "HUMAN_REJECTED"}
 _VERDICT: dict[str, Verdict] = {"approve": "approved", "reject": "rejected"}
-
-
-class PacketError(Exception):
-    """The packet cannot be assembled for this operation (named in the message)."""
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `review`, `approve` and `reject` subcommands."""
-    review = subparsers.add_parser(
+    parser = subparsers.add_parser(
         "review",
         help="print the review packet of an operation waiting for a human",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    review.add_argument("operation_id", metavar="OPERATION_ID")
-    add_ledger_options(review, json_help="print the packet as JSON")
-    add_rules_options(review)
-    review.set_defaults(handler=run_review)
-    for verb in ("approve", "reject"):
+    parser.add_argument("operation_id", metavar="OPERATION_ID")
+    add_ledger_options(parser, json_help="print the packet as JSON")
+    add_rules_options(parser)
+    register_command(parser, _review)
+    for verb, verdict in _VERDICT.items():
         parser = subparsers.add_parser(
             verb,
-            help=f"sign and publish {_EVENT[verb]} for a reviewed operation",
+            help=f"sign and publish {VERDICT_EVENTS[verdict]} for a reviewed operation",
             description=__doc__,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
@@ -114,249 +107,116 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         )
         add_ledger_options(parser, json_help="print what was published as JSON")
         add_rules_options(parser)
-        parser.set_defaults(handler=run_decide, verb=verb)
+        register_command(parser, _decide_command)
+        parser.set_defaults(verdict=verdict)
 
 
-def assemble_packet(record: OperationRecord, loaded: LoadedRules, now: datetime) -> ReviewPacket:
-    """The review packet of `record` under the controller's machines and policy. Raises
-    `PacketError` when the operation's machine is not pinned by those rules."""
-    row = record.row
-    machine = loaded.machine_for(row["machine_name"], row["machine_version"], row["machine_digest"])
-    if machine is None:
-        raise PacketError(
-            f"operation {row['operation_id']} runs machine {row['machine_name']}@"
-            f"{row['machine_version']} ({row['machine_digest']}), which the lock file does not "
-            "pin with that digest; pass the controller's --lock"
-        )
-    return review_packet(
-        machine=machine,
-        policy=loaded.rules.policy,
-        registry=loaded.rules.registry,
-        view=record.view,
-        operation=row,
-        events=[e.envelope for e in record.events],
-        decisions=record.decisions,
-        descendants=record.descendants,
-        now=now,
-    )
-
-
-def _packet_for(
-    command: str, args: argparse.Namespace, err: TextIO
-) -> tuple[ReviewPacket, OperationRecord, LoadedRules, LedgerInspector] | int:
-    loaded = load_rules_or_report(command, args, err)
-    if loaded is None:
-        return 2
-    inspector = open_inspector(command, args.database_url, err)
-    if inspector is None:
-        return 2
-    try:
-        record = inspector.operation_record(args.operation_id)
-        packet = assemble_packet(record, loaded, datetime.now(UTC))
-    except UnknownOperation as exc:
-        inspector.close()
-        print(f"recoveryctl {command}: {exc}; list them with `recoveryctl ops list`", file=err)
-        return 2
-    except (LedgerError, PacketError) as exc:
-        inspector.close()
-        print(f"recoveryctl {command}: {exc}", file=err)
-        return 2
-    return packet, record, loaded, inspector
-
-
-def run_review(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
-    """Print the packet; 0 shown, 2 unusable database, rules or operation."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
-    found = _packet_for("review", args, err)
-    if isinstance(found, int):
-        return found
-    packet, _, _, inspector = found
-    inspector.close()
-    if args.json:
-        print_json(packet.to_dict(), out)
+def _review(ctx: Context) -> int:
+    """Print the packet; 0 shown."""
+    found = review(ctx.inspector(), ctx.rules, ctx.args.operation_id, datetime.now(UTC))
+    if ctx.json:
+        ctx.print_json(found.packet.to_dict())
     else:
-        print(render_packet(packet), file=out)
+        ctx.say(render_packet(found.packet))
     return 0
-
-
-def load_private_key(path: Path) -> Ed25519PrivateKey:
-    """The Ed25519 private key in PEM file `path`; raises `ValueError` saying why not."""
-    try:
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as exc:
-        raise ValueError(f"cannot read private key {path}: {exc}") from exc
-    if not isinstance(key, Ed25519PrivateKey):
-        raise ValueError(f"{path} is not an Ed25519 private key; make one with `keys generate`")
-    return key
 
 
 def _approver_for(policy: Policy, key: Ed25519PrivateKey, wanted: str | None) -> str:
     public = public_key_b64(key)
     holders = [a.id for a in policy.approvers if a.public_key == public]
     if not holders:
-        raise ValueError(
+        raise Refused(
             f"the key's public half {public} is not in policy {policy.id}'s approver roster; "
             "add it (`recoveryctl keys show FILE` prints the entry) and restart the controller"
         )
     if wanted is not None and wanted not in holders:
-        raise ValueError(f"the key belongs to approver {holders[0]} in the roster, not {wanted}")
+        raise Refused(f"the key belongs to approver {holders[0]} in the roster, not {wanted}")
     return wanted or holders[0]
 
 
-def run_decide(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
-    """Re-assemble the packet, compare digests, sign and publish; see the module doc."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
-    verb: str = args.verb
-    found = _packet_for(verb, args, err)
-    if isinstance(found, int):
-        return found
-    packet, record, loaded, inspector = found
-    try:
-        return _decide(args, verb, packet, record, loaded, inspector, out, err)
-    finally:
-        inspector.close()
-
-
-def _decide(
-    args: argparse.Namespace,
-    verb: str,
-    packet: ReviewPacket,
-    record: OperationRecord,
-    loaded: LoadedRules,
-    inspector: LedgerInspector,
-    out: TextIO,
-    err: TextIO,
-) -> int:
-    op = packet.operation_id
-    if packet.digest != args.packet_digest:
-        print(
-            f"recoveryctl {verb}: operation {op}: the review packet changed since it was shown "
-            f"(shown {args.packet_digest}, now {packet.digest}; state "
-            f"{record.view.state}, {len(record.decisions)} decision(s)); nothing was signed: "
-            f"review it again with `recoveryctl review {op}`",
-            file=err,
-        )
-        return 1
-    event_type = _EVENT[verb]
-    proposal = packet.proposal(event_type)
-    if proposal is None:
-        print(
-            f"recoveryctl {verb}: operation {op} is in state {record.view.state}, which does "
-            f"not accept {event_type}; nothing was signed",
-            file=err,
-        )
-        return 1
-    try:
-        key = load_private_key(args.key_file)
-        approver = _approver_for(loaded.rules.policy, key, args.approver)
-    except ValueError as exc:
-        print(f"recoveryctl {verb}: {exc}", file=err)
-        return 2 if "cannot read" in str(exc) or "not an Ed25519" in str(exc) else 1
-    bootstrap = resolve_bootstrap(args.bootstrap, err, verb)
-    if bootstrap is None:
-        return 2
-    expires_at = datetime.now(UTC) + args.expires_in
-    row = record.row
-    lineage = Lineage(
-        agent=row["agent"],
-        task=row["task"],
-        initiating_principal=row["initiating_principal"],
-        origin_operation=row["origin_operation"],
-        parent_operation=row["parent_operation"],
-        delegated_credentials=tuple(row["delegated_credentials"]),
+def _decide_command(ctx: Context) -> int:
+    """Review again, compare digests, sign, check and publish; see the module doc."""
+    args = ctx.args
+    verdict: Verdict = args.verdict
+    rules, inspector = ctx.rules, ctx.inspector()
+    now = datetime.now(UTC)
+    found = review(inspector, rules, args.operation_id, now)
+    proposal = found.proposal(verdict, args.packet_digest)
+    key = load_private_key(args.key_file)
+    approver = _approver_for(rules.rules.policy, key, args.approver)
+    expires_at = now + args.expires_in
+    decision = sign_decision(
+        proposed_decision(
+            proposal,
+            verdict=verdict,
+            approver=approver,
+            view=found.record.view,
+            expires_at=expires_at,
+            nonce=secrets.token_hex(16),
+        ),
+        key,
     )
     try:
-        # The approver signs the record as its producer with the same key (the roster lists
-        # the approver with role `approver`), and the decision inside it.
-        signer = RecordSigner(approver, key)
+        # The approver signs the record as its producer with the same key (the roster
+        # lists the approver with role `approver`), and the decision inside it.
         with EventPublisher(
-            bootstrap, signer=signer, topics=topics_with(args.events_topic)
+            ctx.bootstrap(),
+            signer=RecordSigner(approver, key),
+            topics=ctx.topics,
+            security=ctx.kafka("tool"),
         ) as publisher:
-            event = RecoveryClient(publisher, approver).publish_human_decision(
-                private_key=key,
-                verdict=_VERDICT[verb],
-                operation_id=op,
-                correlation_id=row["correlation_id"],
-                machine_name=row["machine_name"],
-                machine_version=row["machine_version"],
-                machine_digest=record.view.machine_digest,
-                state=str(proposal["state"]),
-                transition=str(proposal["transition"]),
-                lineage=lineage,
-                expires_at=expires_at,
-                reviewed_digest=str(proposal.get("reviewed_digest", "")),
-            )
+            client = RecoveryClient(publisher, approver)
+            event = submit_decision(found, decision, client=client, rules=rules, now=now)
     except (DeliveryFailed, ProducersError, WireError) as exc:
-        print(f"recoveryctl {verb}: operation {op}: could not publish: {exc}", file=err)
-        return 1
+        raise Refused(f"operation {found.packet.operation_id}: could not publish: {exc}") from exc
     report: dict[str, Any] = {
-        "operation_id": op,
-        "event_type": event_type,
+        "operation_id": found.packet.operation_id,
+        "event_type": VERDICT_EVENTS[verdict],
         "event_id": event.event_id,
         "approver": approver,
         "state": proposal["state"],
         "transition": proposal["transition"],
         "expires_at": expires_at.isoformat(),
-        "packet_digest": packet.digest,
+        "packet_digest": found.packet.digest,
         "decision": None,
     }
     if args.wait > 0:
-        report["decision"] = _await_decision(inspector, op, event.event_id, args.wait)
-    if args.json:
-        print_json(report, out)
-    else:
-        print(
-            f"published {event_type} {event.event_id} for {op} by {approver}: "
-            f"{proposal['state']} -> {proposal['transition']}, valid until "
-            f"{expires_at.isoformat()}",
-            file=out,
+        report["decision"] = await_decision(
+            inspector, found.packet.operation_id, event.event_id, args.wait
         )
-        if report["decision"] is not None:
-            d = report["decision"]
-            print(
-                f"controller decided #{d['sequence']}: {d['outcome']}, {d['state_before']} -> "
-                f"{d['state_after']}" + "".join(f"; refused {r['code']}" for r in d["refusals"]),
-                file=out,
-            )
-    return _exit_status(args.wait, report["decision"], verb, op, err)
+    _print_decision(ctx, report)
+    return _exit_status(ctx, report)
 
 
-def _exit_status(
-    wait: float, decision: Mapping[str, Any] | None, verb: str, op: str, err: TextIO
-) -> int:
+def _print_decision(ctx: Context, report: Mapping[str, Any]) -> None:
+    if ctx.json:
+        ctx.print_json(report)
+        return
+    ctx.say(
+        f"published {report['event_type']} {report['event_id']} for {report['operation_id']} "
+        f"by {report['approver']}: {report['state']} -> {report['transition']}, valid until "
+        f"{report['expires_at']}"
+    )
+    d = report["decision"]
+    if d is not None:
+        ctx.say(
+            f"controller decided #{d['sequence']}: {d['outcome']}, {d['state_before']} -> "
+            f"{d['state_after']}" + "".join(f"; refused {code}" for code in d["refusals"])
+        )
+
+
+def _exit_status(ctx: Context, report: Mapping[str, Any]) -> int:
+    wait: float = ctx.args.wait
     if wait <= 0:
         return 0
+    decision = report["decision"]
     if decision is None:
-        print(
-            f"recoveryctl {verb}: operation {op}: no decision within {wait:.0f}s; check that "
-            f"the controller runs (`recoveryctl ops show {op}`)",
-            file=err,
+        op = report["operation_id"]
+        raise Refused(
+            f"operation {op}: no decision within {wait:.0f}s; check that the controller "
+            f"runs (`recoveryctl ops show {op}`)"
         )
-        return 1
     return 0 if decision["outcome"] == "transitioned" else 1
-
-
-def _await_decision(
-    inspector: LedgerInspector, op: str, event_id: str, wait: float
-) -> dict[str, Any] | None:
-    deadline = time.monotonic() + wait
-    while True:
-        for decision in inspector.operation_record(op).decisions:
-            if decision["event"]["id"] == event_id:
-                return {
-                    "sequence": decision["sequence"],
-                    "outcome": decision["outcome"],
-                    "state_before": decision["state_before"],
-                    "state_after": decision["state_after"],
-                    "refusals": decision["refusals"],
-                }
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.2)
 
 
 def render_packet(packet: ReviewPacket) -> str:
@@ -448,8 +308,9 @@ def render_packet(packet: ReviewPacket) -> str:
         for k in evidence["checkpoints"]
     ]
     lines += ["", "consequences"]
-    for verb in ("approve", "reject"):
-        lines += _consequence_lines(verb, c["consequences"][verb], packet.proposal(_EVENT[verb]))
+    for verb, verdict in _VERDICT.items():
+        event_type = VERDICT_EVENTS[verdict]
+        lines += _consequence_lines(verb, c["consequences"][verb], packet.proposal(event_type))
     lines += [
         "",
         f"to decide: recoveryctl approve {op['operation_id']} --key-file KEY --packet-digest "

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -36,6 +35,8 @@ from machines import (
     load_registry,
     parse_event,
 )
+from ops.context import Context, register_command
+from ops.errors import UsageError
 
 __all__ = ["register"]
 
@@ -78,10 +79,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="operator policy file (default: a strict policy trusting no verifier)",
     )
     parser.add_argument("--registry", type=Path, default=DEFAULT_REGISTRY)
-    parser.set_defaults(handler=_run)
+    register_command(parser, _run)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(ctx: Context) -> int:
+    args = ctx.args
     try:
         registry = load_registry(args.registry)
         machine = load_machine(args.path, registry)
@@ -90,22 +92,21 @@ def _run(args: argparse.Namespace) -> int:
         check_policy_against_machines(policy, (machine,), registry)
         lines = args.events.read_text(encoding="utf-8").splitlines()
     except (MachineError, PolicyError, OSError) as exc:
-        print(f"recoveryctl simulate: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from exc
     sim = Simulation(machine, registry, policy)
     failed = False
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            _feed(sim, json.loads(line))
+            _feed(ctx, sim, json.loads(line))
         except (ValueError, EventError, SimulationError, ValidationError) as exc:
             failed = True
-            print(f"{args.events}:{number}: dead-letter: {exc}", file=sys.stderr)
+            print(f"{args.events}:{number}: dead-letter: {exc}", file=ctx.err)
     return 1 if failed else 0
 
 
-def _feed(sim: Simulation, data: Any) -> None:
+def _feed(ctx: Context, sim: Simulation, data: Any) -> None:
     if not isinstance(data, dict):
         raise ValueError("each line must be a JSON object")
     if "operation" in data:
@@ -123,4 +124,4 @@ def _feed(sim: Simulation, data: Any) -> None:
         return
     event = parse_event(data)
     decision = sim.feed(event, event.event_time)
-    print(json.dumps(decision.to_dict(), sort_keys=True), flush=True)
+    print(json.dumps(decision.to_dict(), sort_keys=True), file=ctx.out, flush=True)

@@ -4,13 +4,11 @@ PostgreSQL server."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
-from ops.errors import StackError
+from ops.context import Context, register_command
 from ops.kafka_security import write_compose_material
 from ops.keys import stack_roster
 from ops.paths import stack_dir
@@ -54,12 +52,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="1: one broker; 3: a KRaft cluster of three nodes, every topic with three "
         "replicas and min.insync.replicas 2 (default: as the recorded stack, else 1)",
     )
-    up.set_defaults(handler=_up)
+    register_command(up, _up)
 
     down = actions.add_parser("down", help="stop the local services of the stack")
     down.add_argument("--purge", action="store_true", help="also delete their data")
     down.add_argument("--json", action="store_true", help="print what was stopped as JSON")
-    down.set_defaults(handler=_down)
+    register_command(down, _down)
 
     compose = actions.add_parser(
         "compose-env",
@@ -68,34 +66,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     compose.add_argument(
         "--dir", type=Path, default=None, help="where (default: <stack dir>/compose)"
     )
-    compose.set_defaults(handler=_compose_env)
+    register_command(compose, _compose_env)
 
     status = actions.add_parser("status", help="say whether each service answers now")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
-    status.set_defaults(handler=_status)
+    register_command(status, _status)
 
 
-def _up(args: argparse.Namespace) -> int:
-    try:
-        stack = stack_up(plaintext=args.plaintext, brokers=args.brokers)
-    except StackError as exc:
-        print(f"recoveryctl stack up: {exc}", file=sys.stderr)
-        return 1
+def _up(ctx: Context) -> int:
+    stack = stack_up(plaintext=ctx.args.plaintext, brokers=ctx.args.brokers)
     state = stack.state
-    if args.json:
-        print(json.dumps({"reused": stack.reused, **state.model_dump(mode="json")}, indent=2))
+    if ctx.json:
+        ctx.print_json({"reused": stack.reused, **state.model_dump(mode="json")})
         return 0
     if stack.reused:
-        print(f"already running since {state.started_at:%Y-%m-%d %H:%M:%S} UTC")
-    _print_state(state)
+        ctx.say(f"already running since {state.started_at:%Y-%m-%d %H:%M:%S} UTC")
+    _print_state(ctx, state)
     return 0
 
 
 _RUNTIME_UID = 10001  # the `recovery` user of ops/Dockerfile
 
 
-def _compose_env(args: argparse.Namespace) -> int:
-    directory = args.dir or stack_dir() / "compose"
+def _compose_env(ctx: Context) -> int:
+    directory = ctx.args.dir or stack_dir() / "compose"
     env_file = write_compose_material(directory)
     # The controller's key (0600, made once) and a roster naming it, for the runtime
     # image's user (uid 10001, ops/Dockerfile) to read.
@@ -103,27 +97,24 @@ def _compose_env(args: argparse.Namespace) -> int:
     key = roster.parent / "controller.key"
     if os.geteuid() == 0:
         os.chown(key, _RUNTIME_UID, _RUNTIME_UID)
-    print(f"wrote {directory / 'kafka'} (broker TLS material) and {env_file} (0600)")
-    print(f"wrote {key} (the controller's signing key, 0600) and {roster}")
-    print(f"  docker compose --env-file {env_file} up -d")
+    ctx.say(f"wrote {directory / 'kafka'} (broker TLS material) and {env_file} (0600)")
+    ctx.say(f"wrote {key} (the controller's signing key, 0600) and {roster}")
+    ctx.say(f"  docker compose --env-file {env_file} up -d")
     return 0
 
 
-def _down(args: argparse.Namespace) -> int:
-    try:
-        state = stack_down(purge=args.purge)
-    except StackError as exc:
-        print(f"recoveryctl stack down: {exc}", file=sys.stderr)
-        return 1
-    if args.json:
+def _down(ctx: Context) -> int:
+    args = ctx.args
+    state = stack_down(purge=args.purge)
+    if ctx.json:
         payload: dict[str, Any] = {
             "stopped": state is not None,
             "purged": args.purge,
             "state": state.model_dump(mode="json") if state is not None else None,
         }
-        print(json.dumps(payload, indent=2))
+        ctx.print_json(payload)
     elif state is None:
-        print("no local stack recorded; nothing to stop" + (" (data purged)" * args.purge))
+        ctx.say("no local stack recorded; nothing to stop" + (" (data purged)" * args.purge))
     else:
         stopped = [
             name
@@ -133,59 +124,52 @@ def _down(args: argparse.Namespace) -> int:
             )
             if not external
         ]
-        print(f"stopped: {', '.join(stopped) or 'nothing (both services are external)'}")
+        ctx.say(f"stopped: {', '.join(stopped) or 'nothing (both services are external)'}")
         if args.purge:
-            print(f"deleted their data under {state.stack_dir}")
+            ctx.say(f"deleted their data under {state.stack_dir}")
     return 0
 
 
-def _status(args: argparse.Namespace) -> int:
-    try:
-        statuses = stack_status()
-    except StackError as exc:
-        print(f"recoveryctl stack status: {exc}", file=sys.stderr)
-        return 1
+def _status(ctx: Context) -> int:
+    statuses = stack_status()
     healthy = bool(statuses) and all(s.running for s in statuses)
-    if args.json:
-        print(
-            json.dumps(
-                {"running": healthy, "services": [s.model_dump(mode="json") for s in statuses]},
-                indent=2,
-            )
+    if ctx.json:
+        ctx.print_json(
+            {"running": healthy, "services": [s.model_dump(mode="json") for s in statuses]}
         )
     elif not statuses:
-        print("no local stack recorded; start one with `recoveryctl stack up`")
+        ctx.say("no local stack recorded; start one with `recoveryctl stack up`")
     else:
         for status in statuses:
-            print(_status_line(status))
+            ctx.say(_status_line(status))
     return 0 if healthy else 1
 
 
-def _print_state(state: StackState) -> None:
+def _print_state(ctx: Context, state: StackState) -> None:
     kafka, postgres = state.kafka, state.postgres
     kafka_origin = "external" if kafka.external else f"pid {kafka.pid}, data {kafka.data_dir}"
     pg_origin = "external" if postgres.external else f"pid {postgres.pid}, data {postgres.root}"
     if kafka.node_pids:
         cluster = f"{kafka.brokers}-node cluster ({kafka.security_protocol})"
-        print(f"kafka     {cluster}, data {kafka.data_dir}")
+        ctx.say(f"kafka     {cluster}, data {kafka.data_dir}")
         for node_id, (address, pid) in enumerate(
             zip(kafka.bootstrap.split(","), kafka.node_pids, strict=True), start=1
         ):
-            print(f"  node {node_id}  {address}  (pid {pid})")
+            ctx.say(f"  node {node_id}  {address}  (pid {pid})")
     else:
-        print(f"kafka     {kafka.bootstrap}  ({kafka_origin}; {kafka.security_protocol})")
-    print(f"postgres  {postgres.url}  ({pg_origin})")
+        ctx.say(f"kafka     {kafka.bootstrap}  ({kafka_origin}; {kafka.security_protocol})")
+    ctx.say(f"postgres  {postgres.url}  ({pg_origin})")
     if kafka.external or postgres.external:
-        print(f"using existing services named by {ENV_KAFKA_BOOTSTRAP} / {ENV_DATABASE_URL}")
-    print(f"ready in {state.startup_seconds:.1f} s (started {state.started_at:%H:%M:%S} UTC)")
-    print("for other shells:")
-    print(f"  export {ENV_KAFKA_BOOTSTRAP}={kafka.bootstrap}")
-    print(f"  export {ENV_DATABASE_URL}={postgres.url}")
+        ctx.say(f"using existing services named by {ENV_KAFKA_BOOTSTRAP} / {ENV_DATABASE_URL}")
+    ctx.say(f"ready in {state.startup_seconds:.1f} s (started {state.started_at:%H:%M:%S} UTC)")
+    ctx.say("for other shells:")
+    ctx.say(f"  export {ENV_KAFKA_BOOTSTRAP}={kafka.bootstrap}")
+    ctx.say(f"  export {ENV_DATABASE_URL}={postgres.url}")
     if kafka.client_files:
-        print(f"  export {ENV_KAFKA_CONFIG_FILE}={kafka.client_files['admin']}")
-        print(f"each component's Kafka principal ({ENV_KAFKA_CONFIG_FILE} of that process):")
+        ctx.say(f"  export {ENV_KAFKA_CONFIG_FILE}={kafka.client_files['admin']}")
+        ctx.say(f"each component's Kafka principal ({ENV_KAFKA_CONFIG_FILE} of that process):")
         for component, path in sorted(kafka.client_files.items()):
-            print(f"  {component:<10} {ENV_KAFKA_CONFIG_FILE}={path}")
+            ctx.say(f"  {component:<10} {ENV_KAFKA_CONFIG_FILE}={path}")
 
 
 def _status_line(status: ServiceStatus) -> str:

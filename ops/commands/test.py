@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,8 @@ from machines import (
     load_registry,
     run_case,
 )
+from ops.context import Context, register_command
+from ops.errors import UsageError
 
 __all__ = ["register"]
 
@@ -52,19 +53,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="administrator registry (default: the shipped one)",
     )
     parser.add_argument("--json", action="store_true", help="print results as JSON")
-    parser.set_defaults(handler=_run)
+    register_command(parser, _run)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(ctx: Context) -> int:
     try:
-        suite = _suite(args.paths, args.registry)
+        suite = _suite(ctx.args.paths, ctx.args.registry)
     except (CaseError, MachineError) as exc:
-        print(f"recoveryctl test: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(suite.to_dict(), indent=2, sort_keys=True, default=str))
+        raise UsageError(str(exc)) from exc
+    if ctx.json:
+        ctx.say(json.dumps(suite.to_dict(), indent=2, sort_keys=True, default=str))
     else:
-        _print_human(suite)
+        _print_human(ctx, suite)
     return 0 if suite.passed else 1
 
 
@@ -86,31 +86,31 @@ def _show(value: Any) -> str:
     return json.dumps(value, default=str)
 
 
-def _print_human(suite: SuiteResult) -> None:
+def _print_human(ctx: Context, suite: SuiteResult) -> None:
     for result in suite.results:
         mark = "PASS" if result.passed else "FAIL"
-        print(f"{mark} {result.path} :: {result.name}  [{'; '.join(result.scenarios)}]")
+        ctx.say(f"{mark} {result.path} :: {result.name}  [{'; '.join(result.scenarios)}]")
         last_step = None
         for m in result.mismatches:
             if m.step != last_step:
-                print(f"    step {m.step} ({m.label}):")
+                ctx.say(f"    step {m.step} ({m.label}):")
                 last_step = m.step
-            print(f"      {m.field}:")
-            print(f"        expected {_show(m.expected)}")
-            print(f"        actual   {_show(m.actual)}")
+            ctx.say(f"      {m.field}:")
+            ctx.say(f"        expected {_show(m.expected)}")
+            ctx.say(f"        actual   {_show(m.actual)}")
         if not result.passed:
-            _print_context(result)
+            _print_context(ctx, result)
     data = suite.to_dict()
     counts = data["counts"]
-    print(
+    ctx.say(
         f"{counts['cases']} cases: {counts['passed']} passed, {counts['failed']} failed; "
         f"scenarios covered {len(data['scenarios_covered'])}/{len(SCENARIOS)}"
     )
     if data["scenarios_missing"]:
-        print("missing scenarios: " + "; ".join(data["scenarios_missing"]))
+        ctx.say("missing scenarios: " + "; ".join(data["scenarios_missing"]))
 
 
-def _print_context(result: CaseResult) -> None:
+def _print_context(ctx: Context, result: CaseResult) -> None:
     # The decisions of the failing steps explain the diff: what was refused and why.
     failing = {m.step for m in result.mismatches}
     for index, decision in enumerate(result.decisions, start=1):
@@ -118,9 +118,9 @@ def _print_context(result: CaseResult) -> None:
             continue
         notes = [f"{n.code}: {n.message}" for n in (*decision.refusals, *decision.errors)]
         guards = ", ".join(f"{g.guard}={g.value}" for g in decision.guards)
-        print(
+        ctx.say(
             f"    step {index} decided {decision.outcome} {decision.state_before} -> "
             f"{decision.state_after}; guards [{guards}]"
         )
         for note in notes:
-            print(f"      note {note}")
+            ctx.say(f"      note {note}")

@@ -13,18 +13,12 @@ Exit status: 0 done, 1 the broker refused, 2 no broker known.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import sys
 from dataclasses import asdict
-from typing import TextIO
 
-from ops.errors import StackError
-from ops.stack import live_state
-from producers import ProvisionError, provision, provision_acls
-from schemas import ENV_KAFKA_BOOTSTRAP, KafkaConfigError, KafkaSecurity
+from ops.context import Context, register_command
+from producers import provision, provision_acls
 
-__all__ = ["admin_connection", "register", "run_create"]
+__all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,62 +42,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     create.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
     create.add_argument("--json", action="store_true", help="print a JSON list of topics")
-    create.set_defaults(handler=run_create)
+    register_command(create, _create)
 
 
-def admin_connection(bootstrap: str | None) -> tuple[str, KafkaSecurity] | None:
-    """Where to administer Kafka and as whom: `bootstrap`, else RECOVERY_KAFKA_BOOTSTRAP
-    (both with the environment's security settings), else the running local stack as
-    its admin principal; None when no broker is known. Raises `KafkaConfigError` for
-    unusable security settings."""
-    if bootstrap:
-        return bootstrap, KafkaSecurity.from_env()
-    if os.environ.get(ENV_KAFKA_BOOTSTRAP):
-        return os.environ[ENV_KAFKA_BOOTSTRAP], KafkaSecurity.from_env()
-    try:
-        state = live_state()
-    except StackError:
-        return None
-    if state is None:
-        return None
-    return state.kafka.bootstrap, state.kafka.client("admin")
-
-
-def run_create(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
-    """Provision the topics and ACLs; print one line per topic (or JSON); return the
-    exit status."""
-    # Resolved per call, not at import, so that redirected streams are honoured.
-    out = out or sys.stdout
-    err = err or sys.stderr
-    try:
-        connection = admin_connection(args.bootstrap)
-    except KafkaConfigError as exc:
-        print(f"recoveryctl topics create: {exc}", file=err)
-        return 2
-    if connection is None:
-        print(
-            f"recoveryctl topics create: no broker known; pass --bootstrap, set "
-            f"{ENV_KAFKA_BOOTSTRAP}, or run `recoveryctl stack up` first",
-            file=err,
-        )
-        return 2
-    bootstrap, security = connection
-    try:
-        results = provision(bootstrap, args.partitions, args.replication, security=security)
-        acls = provision_acls(bootstrap, security=security)
-    except (ProvisionError, KafkaConfigError) as exc:
-        print(f"recoveryctl topics create: {exc}", file=err)
-        return 1
-    if args.json:
-        print(json.dumps([asdict(r) for r in results], indent=2), file=out)
+def _create(ctx: Context) -> int:
+    bootstrap, security = ctx.bootstrap(), ctx.kafka("admin")
+    args = ctx.args
+    results = provision(bootstrap, args.partitions, args.replication, security=security)
+    acls = provision_acls(bootstrap, security=security)
+    if ctx.json:
+        ctx.print_json([asdict(r) for r in results])
         return 0
     for result in results:
         verb = "created" if result.created else "exists "
-        print(f"{verb} {result.name} ({result.partitions} partitions)", file=out)
+        ctx.say(f"{verb} {result.name} ({result.partitions} partitions)")
     if acls.enabled:
-        print(f"ACLs: {len(acls.entries)} bindings in place (recoveryctl acls show)", file=out)
+        ctx.say(f"ACLs: {len(acls.entries)} bindings in place (recoveryctl acls show)")
     else:
-        print("ACLs: none provisioned, the broker has no authorizer (plaintext)", file=out)
+        ctx.say("ACLs: none provisioned, the broker has no authorizer (plaintext)")
     return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
@@ -20,13 +19,17 @@ from machines import (
     Registry,
     RegistryInvalid,
     ValidationReport,
-    load_registry,
     overlap_warning,
     overlapping_pairs,
     validate_path,
 )
+from machines import (
+    load_registry as read_registry,
+)
+from ops.context import Context, register_command
+from ops.errors import UsageError
 
-__all__ = ["register", "run"]
+__all__ = ["load_registry", "register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,18 +49,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help=f"administrator registry to resolve guards and actions (default: {DEFAULT_REGISTRY})",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON list of results")
-    parser.set_defaults(handler=run)
+    register_command(parser, _validate)
 
 
-def load_registry_or_report(path: Path, err: TextIO) -> Registry | None:
-    """The registry at `path`, or None after printing every problem to `err`."""
+def load_registry(path: Path) -> Registry:
+    """The registry at `path`; `UsageError` listing every problem when it is refused."""
     try:
-        return load_registry(path)
+        return read_registry(path)
     except RegistryInvalid as exc:
-        print(f"recoveryctl: registry {path} refused:", file=err)
-        for problem in exc.problems:
-            print(f"  {problem}", file=err)
-        return None
+        problems = "".join(f"\n  {problem}" for problem in exc.problems)
+        raise UsageError(f"registry {path} refused:{problems}") from exc
 
 
 def _print_problem(problem: Problem, kind: str, out: TextIO) -> None:
@@ -90,19 +91,15 @@ def _with_overlaps(reports: list[ValidationReport]) -> list[ValidationReport]:
     return [replace(r, warnings=(*r.warnings, *extra.get(r.digest or "", []))) for r in reports]
 
 
-def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def _validate(ctx: Context) -> int:
     """Validate every path; print human or JSON output; return the exit status."""
-    out, err = out or sys.stdout, err or sys.stderr  # resolved per call, not at import
+    args, out = ctx.args, ctx.out
     missing = [p for p in args.paths if not p.exists()]
     if missing:
-        for path in missing:
-            print(f"recoveryctl validate: no such file or folder: {path}", file=err)
-        return 2
-    registry = load_registry_or_report(args.registry, err)
-    if registry is None:
-        return 2
+        raise UsageError("; ".join(f"no such file or folder: {path}" for path in missing))
+    registry = load_registry(args.registry)
     reports = _with_overlaps([validate_path(path, registry) for path in args.paths])
-    if args.json:
+    if ctx.json:
         json.dump([r.as_dict() for r in reports], out, indent=2, ensure_ascii=False)
         out.write("\n")
     else:

@@ -5,7 +5,8 @@ Pages (each needs a signed-in reviewer; everything is read through one read-only
 
 - `/` the escalation queue (operations whose state waits for a human) and the most
   recently changed operations;
-- `/operations/{id}` one operation's timeline (`ops.commands.operations.timeline`);
+- `/operations/{id}` one operation's timeline (`ops.usecases.timeline`, as `recoveryctl
+  ops show` shows it);
 - `/operations/{id}/review` the review packet (SPEC §9) with both consequences, its
   digest, and for each decision the state accepts the exact payload to sign;
 - `/dead-letters` and `/audit` (every operation's audit chain, verified now);
@@ -16,9 +17,10 @@ Pages (each needs a signed-in reviewer; everything is read through one read-only
 the packet digest shown; it assembles the packet again and refuses when the digest
 moved, checks the signature and binding exactly as the controller will
 (`machines.check_decision`), and publishes the signed decision through the client
-library. The server never sees a private key. Every POST carries the session's CSRF
-token (form field or `X-CSRF-Token`) and, when the browser sends one, an Origin equal
-to the console's own.
+library: the same use cases (`ops.usecases`) as `recoveryctl approve` and `reject`.
+The server never sees a private key. Every POST carries the session's CSRF token (form
+field or `X-CSRF-Token`) and, when the browser sends one, an Origin equal to the
+console's own.
 """
 
 from __future__ import annotations
@@ -28,8 +30,7 @@ import binascii
 import contextlib
 import json
 import secrets
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -46,18 +47,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from ledger import LedgerError, LedgerInspector, UnknownOperation
-from machines import (
-    HumanDecision,
-    Lineage,
-    ReviewPacket,
-    awaits_human,
-    check_decision,
-    ed25519_verify,
-    public_key_bytes,
-)
-from ops.commands.operations import timeline
-from ops.commands.review import PacketError, assemble_packet
-from ops.commands.rules import LoadedRules
+from machines import HumanDecision, Verdict, ed25519_verify, public_key_bytes
 from ops.console.sessions import Session, Sessions
 from ops.console.signing import (
     CHECK_DOMAIN,
@@ -66,8 +56,19 @@ from ops.console.signing import (
     submitted_decision,
 )
 from ops.console.tokens import TokenError, TokenFile
+from ops.context import LoadedRules
+from ops.errors import OpsError
+from ops.usecases import (
+    VERDICT_EVENTS,
+    DecisionRefused,
+    await_decision,
+    review,
+    submit_decision,
+    timeline,
+    waiting_for_human,
+)
 from producers import DeliveryFailed, EventPublisher, ProducersError, RecoveryClient
-from schemas import TopicNames, WireError
+from schemas import KafkaSecurity, TopicNames, WireError
 
 __all__ = ["ConsoleConfig", "console_app"]
 
@@ -84,7 +85,6 @@ _SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
-_VERDICTS = {"approved": "HUMAN_APPROVED", "rejected": "HUMAN_REJECTED"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +97,7 @@ class ConsoleConfig:
     bootstrap: str
     topics: TopicNames
     tokens: TokenFile
+    security: KafkaSecurity | None = None
     decision_ttl: timedelta = timedelta(minutes=15)
     session_ttl: timedelta = timedelta(hours=8)
     decision_wait: float = 10.0
@@ -128,7 +129,9 @@ class _Console:
         # The console forwards decisions signed in the browser under its own producer
         # identity (RECOVERY_PRODUCER_ID / RECOVERY_PRODUCER_KEY_FILE, a roster producer
         # with the `approver` role); it never holds a reviewer's private key.
-        self.publisher = EventPublisher(self.config.bootstrap, topics=self.config.topics)
+        self.publisher = EventPublisher(
+            self.config.bootstrap, topics=self.config.topics, security=self.config.security
+        )
         self.producer = next(iter(self.publisher.signers))
         try:
             yield
@@ -226,9 +229,13 @@ class _Console:
     async def queue(self, request: Request, session: Session) -> Response:
         rules = self.config.rules
         ops = await run_in_threadpool(self._ledger().operations, limit=200)
-        rows = [(op, _awaits(rules, op.machine_name, op.machine_version, op.machine_digest,
-                             op.state)) for op in ops]  # fmt: skip
-        waiting = [op for op, w in rows if w]
+        waiting = [
+            op
+            for op in ops
+            if waiting_for_human(
+                rules, op.machine_name, op.machine_version, op.machine_digest, op.state
+            )
+        ]
         recent = sorted(ops, key=lambda o: o.updated_at, reverse=True)[:50]
         return self.page(request, "queue.html", session, waiting=waiting, recent=recent)
 
@@ -248,15 +255,18 @@ class _Console:
     async def review(self, request: Request, session: Session) -> Response:
         op = request.path_params["operation_id"]
         try:
-            packet, row = await run_in_threadpool(self._packet, op)
+            found = await run_in_threadpool(
+                review, self._ledger(), self.config.rules, op, datetime.now(UTC)
+            )
         except UnknownOperation:
             return self.error(request, session, 404, f"no operation {op} in the ledger")
-        except PacketError as exc:
+        except OpsError as exc:
             return self.error(request, session, 409, str(exc))
+        packet = found.packet
         decisions = pending(
             packet,
+            view=found.record.view,
             approver=session.approver,
-            machine_digest=str(row["machine_digest"]),
             now=datetime.now(UTC),
             ttl=self.config.decision_ttl,
             nonce=secrets.token_hex(16),
@@ -264,10 +274,6 @@ class _Console:
         return self.page(
             request, "review.html", session, packet=packet, c=packet.content, decisions=decisions
         )
-
-    def _packet(self, op: str) -> tuple[ReviewPacket, Mapping[str, Any]]:
-        record = self._ledger().operation_record(op)
-        return assemble_packet(record, self.config.rules, datetime.now(UTC)), record.row
 
     async def dead_letters(self, request: Request, session: Session) -> Response:
         letters = await run_in_threadpool(self._ledger().dead_letters, self.config.topics.dlq)
@@ -312,7 +318,7 @@ class _Console:
         op = request.path_params["operation_id"]
         body = await _json(request)
         verdict = str(body.get("verdict", ""))
-        if verdict not in _VERDICTS:
+        if verdict not in VERDICT_EVENTS:
             return _refusal(400, f"verdict {verdict!r} is neither approved nor rejected")
         try:
             decision = submitted_decision(
@@ -331,51 +337,38 @@ class _Console:
             )
         except UnknownOperation:
             return _refusal(404, f"no operation {op} in the ledger")
-        except (PacketError, LedgerError) as exc:
-            return _refusal(409, f"operation {op}: {exc}")
+        except (OpsError, LedgerError) as exc:
+            return _refusal(409, f"operation {op}: {exc}" if op not in str(exc) else str(exc))
 
     def _publish(self, op: str, decision: HumanDecision, shown: str) -> Response:
-        record = self._ledger().operation_record(op)
         now = datetime.now(UTC)
-        packet = assemble_packet(record, self.config.rules, now)
-        if packet.digest != shown:
+        found = review(self._ledger(), self.config.rules, op, now)
+        verdict: Verdict = decision.decision
+        proposal = found.proposal(verdict, shown)
+        if (proposal["state"], proposal["transition"]) != (decision.state, decision.transition):
             return _refusal(
                 409,
-                f"operation {op}: the review packet changed since it was shown (shown {shown}, "
-                f"now {packet.digest}); nothing was published: reload the packet and review "
-                "it again",
-            )
-        event_type = _VERDICTS[decision.decision]
-        proposal = packet.proposal(event_type)
-        if proposal is None or (proposal["state"], proposal["transition"]) != (
-            decision.state,
-            decision.transition,
-        ):
-            return _refusal(
-                409,
-                f"operation {op} in state {record.view.state} does not accept this {event_type}"
-                "; nothing was published",
+                f"operation {op} in state {found.record.view.state} does not accept this "
+                f"{VERDICT_EVENTS[verdict]}; nothing was published",
             )
         if decision.expires_at > now + self.config.decision_ttl + timedelta(minutes=1):
             return _refusal(400, "the decision's expiry is later than the console allows")
-        refused = check_decision(
-            decision,
-            event_type=event_type,
-            view=record.view,
-            policy=self.config.rules.rules.policy,
-            now=now,
-        )
-        if refused is not None:
-            return _refusal(
-                400, f"operation {op}: the controller would refuse this decision: {refused}; "
-                "nothing was published (reload the packet; check the imported key)",
-            )  # fmt: skip
-        event_id = self._send(record.row, decision)
-        outcome = self._await(op, event_id)
+        if self.publisher is None:
+            raise RuntimeError("the console's publisher is not open (lifespan not started)")
+        client = RecoveryClient(self.publisher, self.producer)
+        try:
+            event = submit_decision(
+                found, decision, client=client, rules=self.config.rules, now=now
+            )
+        except DecisionRefused as exc:
+            return _refusal(400, f"{exc} (reload the packet; check the imported key)")
+        except (DeliveryFailed, ProducersError, WireError) as exc:
+            return _refusal(409, f"operation {op}: could not publish the decision: {exc}")
+        outcome = await_decision(self._ledger(), op, event.event_id, self.config.decision_wait)
         return JSONResponse(
             {
-                "published": event_id,
-                "event_type": event_type,
+                "published": event.event_id,
+                "event_type": VERDICT_EVENTS[verdict],
                 "operation_id": op,
                 "approver": decision.approver,
                 "state": decision.state,
@@ -384,53 +377,8 @@ class _Console:
             }
         )
 
-    def _send(self, row: Mapping[str, Any], decision: HumanDecision) -> str:
-        if self.publisher is None:
-            raise RuntimeError("the console's publisher is not open (lifespan not started)")
-        lineage = Lineage(
-            agent=row["agent"],
-            task=row["task"],
-            initiating_principal=row["initiating_principal"],
-            origin_operation=row["origin_operation"],
-            parent_operation=row["parent_operation"],
-            delegated_credentials=tuple(row["delegated_credentials"]),
-        )
-        try:
-            event = RecoveryClient(self.publisher, self.producer).publish_signed_decision(
-                decision,
-                correlation_id=row["correlation_id"],
-                machine_name=row["machine_name"],
-                machine_version=row["machine_version"],
-                lineage=lineage,
-            )
-            self.publisher.flush(10.0)
-        except (DeliveryFailed, ProducersError, WireError) as exc:
-            raise PacketError(f"could not publish the decision: {exc}") from exc
-        return event.event_id
-
-    def _await(self, op: str, event_id: str) -> dict[str, Any] | None:
-        deadline = time.monotonic() + self.config.decision_wait
-        while True:
-            for d in self._ledger().operation_record(op).decisions:
-                if d["event"]["id"] == event_id:
-                    return {
-                        "sequence": d["sequence"],
-                        "outcome": d["outcome"],
-                        "state_before": d["state_before"],
-                        "state_after": d["state_after"],
-                        "refusals": [r["code"] for r in d["refusals"]],
-                    }
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.2)
-
 
 Handler = Callable[[Request, Session], Awaitable[Response]]
-
-
-def _awaits(rules: LoadedRules, name: str, version: str, digest: str, state: str) -> bool:
-    machine = rules.machine_for(name, version, digest)
-    return machine is not None and awaits_human(machine, state, rules.rules.registry)
 
 
 def _same_origin(request: Request) -> bool:

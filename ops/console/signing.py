@@ -17,14 +17,14 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from machines import HumanDecision, ReviewPacket, Verdict, signing_payload
+from machines import HumanDecision, OperationView, ReviewPacket, Verdict, signing_payload
+from ops.usecases import VERDICT_EVENTS, proposed_decision
 
 __all__ = ["CHECK_DOMAIN", "PendingDecision", "SigningRefused", "pending", "submitted_decision"]
 
 # The key check a page signs after importing a key: not a decision, never published.
 CHECK_DOMAIN = "agent-recovery/console-key-check/v1"
 
-_EVENT: dict[Verdict, str] = {"approved": "HUMAN_APPROVED", "rejected": "HUMAN_REJECTED"}
 _FIELDS = frozenset(
     {
         "domain",
@@ -61,31 +61,29 @@ class PendingDecision:
 def pending(
     packet: ReviewPacket,
     *,
+    view: OperationView,
     approver: str,
-    machine_digest: str,
     now: datetime,
     ttl: timedelta,
     nonce: str,
 ) -> list[PendingDecision]:
-    """The decisions `approver` may sign on `packet` (one per verdict its state
-    accepts), each valid for `ttl` from `now`. Nonces are `nonce` with the verdict."""
-    found = []
-    for verdict, event_type in _EVENT.items():
+    """The decisions `approver` may sign on `packet` of the operation whose view is
+    `view` (one per verdict its state accepts), each valid for `ttl` from `now`. Nonces
+    are `nonce` with the verdict."""
+    decisions = []
+    for verdict, event_type in VERDICT_EVENTS.items():
         proposal = packet.proposal(event_type)
         if proposal is None:
             continue
-        decision = HumanDecision(
+        decision = proposed_decision(
+            proposal,
+            verdict=verdict,
             approver=approver,
-            operation_id=packet.operation_id,
-            state=str(proposal["state"]),
-            transition=str(proposal["transition"]),
-            machine_digest=machine_digest,
+            view=view,
             expires_at=(now + ttl).replace(microsecond=0),
             nonce=f"{nonce}-{verdict}",
-            decision=verdict,
-            reviewed_digest=str(proposal.get("reviewed_digest", "")),
         )
-        found.append(
+        decisions.append(
             PendingDecision(
                 verdict=verdict,
                 event_type=event_type,
@@ -94,7 +92,7 @@ def pending(
                 payload=signing_payload(decision).decode("utf-8"),
             )
         )
-    return found
+    return decisions
 
 
 def submitted_decision(

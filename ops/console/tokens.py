@@ -20,13 +20,15 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from ops.errors import UsageError
+
 __all__ = ["TOKENS_FORMAT", "IssuedToken", "TokenError", "TokenFile"]
 
 TOKENS_FORMAT = "recovery-console-tokens/1"
 _PREFIX = "rct_"
 
 
-class TokenError(Exception):
+class TokenError(UsageError):
     """The console's tokens file cannot be read or written (named in the message)."""
 
 

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from ops.commands.run import Services
 from ops.demo import run_demo
 from ops.demo_scenarios import SCENARIOS
+from ops.runtime import Services
 from schemas import KAFKA_PRINCIPALS, TopicNames, kafka_config
 from tests.support.services import SecuredBroker
 

@@ -3,6 +3,7 @@ way developers and the demo use it (in a separate process, as from a shell)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -16,10 +17,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from ops.commands.run import resolve_services
-from ops.errors import StackError
+from ops.context import Context
+from ops.errors import NotConfigured, StackError
 from ops.kafka import wait_for_kafka
 from ops.process import pid_alive, pid_cmdline
+from ops.runtime import Services
 from ops.settings import DATABASE_NAME, ENV_STACK_DIR
 from ops.stack import KafkaState, live_state, read_state, stack_up
 from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_CONFIG_FILE, KafkaSecurity
@@ -243,6 +245,14 @@ def test_stack_up_brokers_3_runs_a_cluster_and_restarts_only_its_dead_node(
     assert "runs 3 broker(s), but --brokers 1 was asked for" in one.stderr
 
 
+def _resolved() -> Services | None:
+    """The runtime's services as every command resolves them, or None when none is known."""
+    try:
+        return Context(argparse.Namespace()).runtime_services()
+    except NotConfigured:
+        return None
+
+
 def test_no_command_trusts_the_state_of_a_stack_that_is_gone(
     stack_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -251,10 +261,10 @@ def test_no_command_trusts_the_state_of_a_stack_that_is_gone(
     monkeypatch.setenv(ENV_STACK_DIR, str(stack_home))
     # Stopped by the process that started it (as `recoveryctl bench` does): forgotten.
     stack = stack_up(stack_home)
-    assert resolve_services(None, None) is not None
+    assert _resolved() is not None
     stack.stop()
     assert read_state(stack_home) is None
-    assert resolve_services(None, None) is None
+    assert _resolved() is None
     # Killed behind the state file's back: the file stays, but nobody trusts it.
     killed = stack_up(stack_home)
     state = killed.state
@@ -268,7 +278,7 @@ def test_no_command_trusts_the_state_of_a_stack_that_is_gone(
     killed.kafka.process.wait(5)  # reap our child
     assert read_state(stack_home) == state
     assert live_state(stack_home) is None
-    assert resolve_services(None, None) is None
+    assert _resolved() is None
     migrate = _recoveryctl(stack_home, "db", "migrate")
     assert migrate.returncode == 2
     assert "no database: pass --database-url" in migrate.stderr

@@ -191,12 +191,11 @@ def test_verdicts_hold_issue_20s_targets() -> None:
 
 
 def _bench_config(*argv: str) -> BenchConfig:
-    import ops.cli  # noqa: F401  (the commands' registry, which imports the bench command)
-    from ops.bench.command import _config, register
+    from ops.bench.command import _arguments, _config
 
     parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
-    return _config(parser.parse_args(["bench", *argv]), "127.0.0.1:9092", "postgresql://h/d")
+    _arguments(parser)
+    return _config(parser.parse_args(list(argv)), "127.0.0.1:9092", "postgresql://h/d")
 
 
 def test_members_are_none_by_default_and_at_most_the_partitions() -> None:

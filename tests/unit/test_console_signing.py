@@ -106,7 +106,7 @@ def escalated(email: Machine, registry: Registry) -> tuple[OperationView, Review
 
 def _pending(escalated: tuple[OperationView, ReviewPacket]) -> dict[str, PendingDecision]:
     view, packet = escalated
-    found = pending(packet, approver="approver-1", machine_digest=view.machine_digest, now=T0,
+    found = pending(packet, view=view, approver="approver-1", now=T0,
                     ttl=timedelta(minutes=15), nonce="n1")  # fmt: skip
     return {d.verdict: d for d in found}
 

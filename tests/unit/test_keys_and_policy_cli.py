@@ -53,7 +53,7 @@ def test_keys_show_warns_about_a_readable_file_and_refuses_garbage(
     junk = tmp_path / "junk.pem"
     junk.write_text("not a key")
     assert main(["keys", "show", str(junk)]) == 2
-    assert "cannot read private key" in capsys.readouterr().err
+    assert f"key file {junk} is neither PEM nor base64" in capsys.readouterr().err
 
 
 def test_policy_digest_show_and_validate(

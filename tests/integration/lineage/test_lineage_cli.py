@@ -3,14 +3,13 @@ status for an unknown operation."""
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 
 import pytest
 
 from ledger import PostgresLedger
-from ops.commands.lineage import run_lineage
+from ops.cli import build_parser, execute
 from tests.unit.ledger.ledger_support import GROUP, TOPIC, feed
 from tests.unit.ledger.lineage_contract import tree_event
 
@@ -19,8 +18,8 @@ pytestmark = pytest.mark.integration
 
 def _run(url: str, operation: str, *, as_json: bool) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    args = argparse.Namespace(operation_id=operation, database_url=url, json=as_json)
-    return run_lineage(args, out, err), out.getvalue(), err.getvalue()
+    argv = ["lineage", operation, "--database-url", url, *(["--json"] if as_json else [])]
+    return execute(build_parser().parse_args(argv), out, err), out.getvalue(), err.getvalue()
 
 
 def test_lineage_prints_the_tree_of_a_descendant_with_commands(database_url: str) -> None:

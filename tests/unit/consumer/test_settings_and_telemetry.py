@@ -16,6 +16,7 @@ from consumer import (
     ControllerSettings,
     Intake,
     SettingsError,
+    TelemetrySettings,
     build_telemetry,
     consumer_config,
     decide_batch,
@@ -90,8 +91,9 @@ def test_heartbeats_a_third_of_the_session_unless_set() -> None:
 
 
 def test_console_and_none_exporters_build() -> None:
-    build_telemetry("console", instance="c-1").shutdown()
-    build_telemetry("none", instance="c-1").shutdown()
+    for exporter in ("console", "none"):
+        chosen = TelemetrySettings.load({"RECOVERY_CONTROLLER_EXPORTER": exporter})
+        build_telemetry(instance="c-1", settings=chosen).shutdown()
 
 
 def test_trace_context_is_read_from_headers_and_written_for_commands() -> None:

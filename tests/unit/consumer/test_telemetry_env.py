@@ -11,7 +11,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
-from consumer import Telemetry, TelemetryError, build_telemetry
+from consumer import Telemetry, TelemetryError, TelemetrySettings, build_telemetry
 from consumer.telemetry import CONTROLLER_SERVICE, RELAY_SERVICE
 
 
@@ -20,6 +20,12 @@ def _no_otel_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("OTEL_"):
             monkeypatch.delenv(name)
+
+
+def _legacy(exporter: str) -> TelemetrySettings:
+    """The settings with the deprecated RECOVERY_CONTROLLER_EXPORTER set, over the
+    process's OTEL_* variables."""
+    return TelemetrySettings.load(dict(os.environ, RECOVERY_CONTROLLER_EXPORTER=exporter))
 
 
 def _service(telemetry: Telemetry) -> object:
@@ -74,7 +80,7 @@ def test_otel_sdk_disabled_wins_over_everything(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
-    telemetry = build_telemetry("console", instance="c-1")
+    telemetry = build_telemetry(instance="c-1", settings=_legacy("console"))
     assert isinstance(telemetry.tracer_provider, trace.NoOpTracerProvider)
     assert isinstance(telemetry.meter_provider, metrics.NoOpMeterProvider)
 
@@ -87,7 +93,7 @@ def test_an_unknown_exporter_is_refused_with_its_variable(
         build_telemetry(instance="c-1")
     monkeypatch.delenv("OTEL_METRICS_EXPORTER")
     with pytest.raises(TelemetryError, match="RECOVERY_CONTROLLER_EXPORTER='zipkin'"):
-        build_telemetry("zipkin", instance="c-1")
+        build_telemetry(instance="c-1", settings=_legacy("zipkin"))
 
 
 def test_the_deprecated_exporter_applies_where_no_otel_variable_decides_and_warns(
@@ -95,7 +101,7 @@ def test_the_deprecated_exporter_applies_where_no_otel_variable_decides_and_warn
 ) -> None:
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
     with caplog.at_level(logging.WARNING, logger="consumer.telemetry"):
-        telemetry = build_telemetry("console", instance="c-1")
+        telemetry = build_telemetry(instance="c-1", settings=_legacy("console"))
     assert isinstance(telemetry.tracer_provider, TracerProvider)
     assert isinstance(telemetry.meter_provider, metrics.NoOpMeterProvider)
     assert any(

@@ -1,0 +1,301 @@
+"""What an operator does with an operation, whatever the face: `recoveryctl` and the
+reviewer console call these same functions, so they cannot drift apart.
+
+- `timeline`: one operation's history (events with their decisions, commands with
+  publication and answers, signed decisions, audit status);
+- `waiting_for_human`: whether an operation's state waits for a human decision;
+- `review`: the review packet (SPEC §9) as the ledger holds the operation now, and,
+  for a decision, the check that the packet the reviewer saw is still the one the
+  operation has and that its state accepts that decision (`Review.proposal`);
+- `proposed_decision`: the unsigned decision a reviewer signs on a proposal;
+- `submit_decision`: a signed decision checked as the controller will check it
+  (`machines.check_decision`), then published through the client library;
+- `await_decision`: the controller's decision on a published event, waited for with a
+  bound.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from ledger import LedgerInspector, OperationRecord
+from machines import (
+    Event,
+    HumanDecision,
+    OperationView,
+    ReviewPacket,
+    Verdict,
+    awaits_human,
+    check_decision,
+)
+from machines import review_packet as build_packet
+from ops.context import LoadedRules, PinnedMachines
+from ops.errors import Refused, UsageError
+from producers import RecoveryClient
+
+__all__ = [
+    "VERDICT_EVENTS",
+    "DecisionRefused",
+    "Review",
+    "await_decision",
+    "proposed_decision",
+    "review",
+    "submit_decision",
+    "timeline",
+    "waiting_for_human",
+]
+
+VERDICT_EVENTS: Final[Mapping[Verdict, str]] = {
+    "approved": "HUMAN_APPROVED",
+    "rejected": "HUMAN_REJECTED",
+}
+
+
+class DecisionRefused(Refused):
+    """The controller would refuse this signed decision (bad signature, stale binding,
+    an approver in the affected agent's lineage); nothing was published."""
+
+
+def waiting_for_human(
+    pinned: PinnedMachines | LoadedRules, name: str, version: str, digest: str, state: str
+) -> bool | None:
+    """Whether an operation of machine `name@version` (`digest`) in `state` waits for a
+    human; None when that machine is not pinned here."""
+    machine = pinned.machine_for(name, version, digest)
+    if machine is None:
+        return None
+    registry = pinned.registry if isinstance(pinned, PinnedMachines) else pinned.rules.registry
+    return awaits_human(machine, state, registry)
+
+
+def timeline(
+    inspector: LedgerInspector, record: OperationRecord, pinned: PinnedMachines | LoadedRules
+) -> dict[str, Any]:
+    """The operation's timeline as JSON-ready data: identity, events with their
+    decisions, commands with publication and answers, approvals and audit status."""
+    by_event = {d["event"]["id"]: d for d in record.decisions}
+    published = {o.record_id: o for o in record.outbox}
+    answers = {
+        d["event"]["causation"]: d["event"]["id"]
+        for d in record.decisions
+        if d["event"]["causation"]
+    }
+    events = []
+    for event in record.events:
+        decision = by_event.get(event.event_id)
+        events.append(
+            {
+                "event_id": event.event_id,
+                "event_type": event.event_type,
+                "producer": event.envelope.get("producer"),
+                "event_time": event.envelope.get("event_time"),
+                "recorded_at": event.recorded_at.isoformat(),
+                "source": {
+                    "topic": event.source_topic,
+                    "partition": event.source_partition,
+                    "offset": event.source_offset,
+                },
+                "decision": None if decision is None else _decision_json(decision),
+            }
+        )
+    commands = []
+    for decision in record.decisions:
+        for invocation in decision["invocations"]:
+            sent = published.get(invocation["command_id"])
+            commands.append(
+                {
+                    "command_id": invocation["command_id"],
+                    "capability": invocation["capability"],
+                    "kind": invocation["kind"],
+                    "params": invocation["params"],
+                    "decision_sequence": decision["sequence"],
+                    "published_at": None
+                    if sent is None or sent.published_at is None
+                    else sent.published_at.isoformat(),
+                    "held": None if sent is None else sent.held_reason,
+                    "answered_by": answers.get(invocation["command_id"]),
+                }
+            )
+    breaks = inspector.verify_audit(record.view.operation_id)
+    row = dict(record.row)
+    waiting = waiting_for_human(
+        pinned, row["machine_name"], row["machine_version"], row["machine_digest"], row["state"]
+    )
+    return {
+        "operation": {
+            **{k: v for k, v in row.items() if k not in {"created_at", "updated_at"}},
+            "delegated_credentials": list(row["delegated_credentials"]),
+            "ancestors": list(row["ancestors"]),
+            "created_at": row["created_at"].isoformat(),
+            "updated_at": row["updated_at"].isoformat(),
+            "waiting_for_human": waiting,
+        },
+        "events": events,
+        "commands": commands,
+        "approvals": list(record.approvals),
+        "descendants": list(record.descendants),
+        "audit": {
+            "intact": not breaks,
+            "records": sum(1 for o in record.outbox if o.record_id.startswith("audit:")),
+            "breaks": [b.describe() for b in breaks],
+        },
+    }
+
+
+def _decision_json(decision: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "sequence": decision["sequence"],
+        "decided_at": decision["decided_at"],
+        "outcome": decision["outcome"],
+        "state_before": decision["state_before"],
+        "state_after": decision["state_after"],
+        "guards": decision["guards"],
+        "refusals": decision["refusals"],
+        "errors": decision["errors"],
+        "evidence": decision["evidence"],
+        "approval": decision["approval"],
+        "commands": [i["command_id"] for i in decision["invocations"]],
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    """An operation as a reviewer sees it now: its record and review packet."""
+
+    record: OperationRecord
+    packet: ReviewPacket
+
+    def proposal(self, verdict: Verdict, shown_digest: str) -> Mapping[str, Any]:
+        """The transition `verdict` would take, once the packet the reviewer saw
+        (`shown_digest`) is checked to be the one the operation has now. Raises
+        `Refused` when the packet changed or the state accepts no such decision."""
+        op, packet = self.packet.operation_id, self.packet
+        if packet.digest != shown_digest:
+            raise Refused(
+                f"operation {op}: the review packet changed since it was shown (shown "
+                f"{shown_digest}, now {packet.digest}; state {self.record.view.state}, "
+                f"{len(self.record.decisions)} decision(s)); nothing was signed or "
+                "published: review it again"
+            )
+        event_type = VERDICT_EVENTS[verdict]
+        found = packet.proposal(event_type)
+        if found is None:
+            raise Refused(
+                f"operation {op} is in state {self.record.view.state}, which does not "
+                f"accept {event_type}; nothing was signed or published"
+            )
+        return found
+
+
+def review(
+    inspector: LedgerInspector, rules: LoadedRules, operation_id: str, now: datetime
+) -> Review:
+    """The operation's record and review packet, read in one snapshot, under the
+    controller's machines and policy. Raises `ledger.UnknownOperation`, and
+    `UsageError` when the operation's machine is not pinned by those rules."""
+    record = inspector.operation_record(operation_id)
+    row = record.row
+    machine = rules.machine_for(row["machine_name"], row["machine_version"], row["machine_digest"])
+    if machine is None:
+        raise UsageError(
+            f"operation {operation_id} runs machine {row['machine_name']}@"
+            f"{row['machine_version']} ({row['machine_digest']}), which the lock file does not "
+            "pin with that digest; pass the controller's --lock"
+        )
+    packet = build_packet(
+        machine=machine,
+        policy=rules.rules.policy,
+        registry=rules.rules.registry,
+        view=record.view,
+        operation=row,
+        events=[e.envelope for e in record.events],
+        decisions=record.decisions,
+        descendants=record.descendants,
+        now=now,
+    )
+    return Review(record, packet)
+
+
+def proposed_decision(
+    proposal: Mapping[str, Any],
+    *,
+    verdict: Verdict,
+    approver: str,
+    view: OperationView,
+    expires_at: datetime,
+    nonce: str,
+) -> HumanDecision:
+    """The unsigned decision `approver` signs to take `proposal` on the operation whose
+    view is `view`."""
+    return HumanDecision(
+        approver=approver,
+        operation_id=view.operation_id,
+        state=str(proposal["state"]),
+        transition=str(proposal["transition"]),
+        machine_digest=view.machine_digest,
+        expires_at=expires_at,
+        nonce=nonce,
+        decision=verdict,
+        reviewed_digest=str(proposal.get("reviewed_digest", "")),
+    )
+
+
+def submit_decision(
+    found: Review,
+    decision: HumanDecision,
+    *,
+    client: RecoveryClient,
+    rules: LoadedRules,
+    now: datetime,
+) -> Event:
+    """Check the signed `decision` as the controller will (the signature under the
+    approver's roster key, the binding to the operation as it is now) and publish it.
+    Raises `Refused` when the controller would refuse it: nothing is published."""
+    event_type = VERDICT_EVENTS[decision.decision]
+    refused = check_decision(
+        decision,
+        event_type=event_type,
+        view=found.record.view,
+        policy=rules.rules.policy,
+        now=now,
+    )
+    if refused is not None:
+        raise DecisionRefused(
+            f"operation {decision.operation_id}: the controller would refuse this "
+            f"{event_type}: {refused}; nothing was published"
+        )
+    row = found.record.row
+    event = client.publish_signed_decision(
+        decision,
+        correlation_id=row["correlation_id"],
+        machine_name=row["machine_name"],
+        machine_version=row["machine_version"],
+        lineage=found.record.lineage,
+    )
+    client.flush(10.0)
+    return event
+
+
+def await_decision(
+    inspector: LedgerInspector, operation_id: str, event_id: str, wait: float
+) -> dict[str, Any] | None:
+    """The controller's decision on event `event_id` of the operation, waiting up to
+    `wait` seconds for it; None when there is none by then."""
+    deadline = time.monotonic() + wait
+    while True:
+        for decision in inspector.operation_record(operation_id).decisions:
+            if decision["event"]["id"] == event_id:
+                return {
+                    "sequence": decision["sequence"],
+                    "outcome": decision["outcome"],
+                    "state_before": decision["state_before"],
+                    "state_after": decision["state_after"],
+                    "refusals": [r["code"] for r in decision["refusals"]],
+                }
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.2)
