@@ -42,7 +42,6 @@ from schemas import record_id
 
 __all__ = [
     "CASCADE_EVENT",
-    "CONTROLLER_PRODUCER",
     "CascadeEvent",
     "LineagePlan",
     "lineage_message",
@@ -52,7 +51,6 @@ __all__ = [
 CASCADE_EVENT: Final = "ANCESTOR_CONTAINED"
 # The producer identity of events the controller itself emits. It is never an agent, so
 # the core's authority check (SPEC §7.7) lets it speak for a contained ancestor.
-CONTROLLER_PRODUCER: Final = "recovery-controller"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +84,7 @@ def plan_lineage(
     opened: Sequence[LineageRow],
     changes: Sequence[Containment],
     now: datetime,
+    producer: str,
 ) -> LineagePlan:
     """Link the operations a batch opens and apply its containment changes.
 
@@ -93,7 +92,8 @@ def plan_lineage(
     known ancestors, every existing operation below an opened one (children reported
     first), every descendant of an operation in `changes`, and the operations in
     `changes` themselves. `opened` are the rows the batch inserts (their lineage columns
-    empty); `now` is the time of the batch's decisions, which an arrival event carries.
+    empty); `now` is the time of the batch's decisions, which an arrival event carries;
+    `producer` the controller's roster id, which signs the events and which they name.
     Returns every row whose lineage columns change (opened ones always), the events to
     emit and the audit bodies."""
     rows: dict[str, LineageRow] = dict(stored)
@@ -123,7 +123,7 @@ def plan_lineage(
         for c in changes
         if c.change is Change.CONTAIN and c.event_type == "ANCESTOR_CONTAINED"
     }
-    events = _owed_events(rows, stored, causes, opened_ids & told, opened_ids, audit, now)
+    events = _owed_events(rows, stored, causes, opened_ids & told, opened_ids, audit, now, producer)
     changed = {op: r for op, r in rows.items() if op in opened_ids or stored.get(op) != r}
     return LineagePlan(
         rows=changed,
@@ -158,6 +158,7 @@ def _owed_events(
     opened_ids: set[str],
     audit: dict[str, list[Mapping[str, Any]]],
     now: datetime,
+    producer: str,
 ) -> list[CascadeEvent]:
     """One event per operation contained at the end of the batch that was not before
     it: signalled by a containment of this batch, or contained on arrival (linked below
@@ -188,7 +189,7 @@ def _owed_events(
             )
             if op in told:
                 continue
-        events.append(_cascade_event(row, ancestor, chain, trigger, now))
+        events.append(_cascade_event(row, ancestor, chain, trigger, now, producer))
     return events
 
 
@@ -286,7 +287,12 @@ def _cause_json(change: Containment) -> dict[str, Any]:
 
 
 def _cascade_event(
-    row: LineageRow, ancestor: str, chain: str, trigger: Containment | None, now: datetime
+    row: LineageRow,
+    ancestor: str,
+    chain: str,
+    trigger: Containment | None,
+    now: datetime,
+    producer: str,
 ) -> CascadeEvent:
     """The `ANCESTOR_CONTAINED` event for `row`. Its id is a function of the descendant
     and the containing decision, so a replanned or replayed batch emits the same one.
@@ -303,7 +309,7 @@ def _cascade_event(
         machine_version=row.machine_version,
         event_time=trigger.decided_at if trigger else now,
         evidence_ref=f"cascade:{chain}",
-        producer=CONTROLLER_PRODUCER,
+        producer=producer,
         lineage=row.lineage(),
         evidence=EvidencePayload(ancestor_operation=ancestor, reference=chain),
     )

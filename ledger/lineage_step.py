@@ -20,10 +20,11 @@ from ledger.errors import VersionConflict
 from ledger.jsonutil import dumps
 from ledger.records import AuditItem, BatchRows, OperationRow, OutboxRow, RowSigner, signed_row
 from machines import LineageRow, arrival_of
-from schemas import TopicNames
+from schemas import DEFAULT_CONTROLLER_ID, TopicNames
 
 __all__ = [
     "batch_time",
+    "cascade_producer",
     "check_arrivals",
     "lineage_inputs",
     "lineage_moved",
@@ -80,6 +81,12 @@ def opened_lineage(plan: BatchRows) -> tuple[LineageRow, ...]:
         for r in plan.operations
         if r.opens
     )
+
+
+def cascade_producer(sign: RowSigner | None) -> str:
+    """Who cascade events name as their producer: the controller that signs them (an
+    unsigned batch, as in simulations, names the default controller id)."""
+    return sign.producer if sign is not None else DEFAULT_CONTROLLER_ID
 
 
 def batch_time(plan: BatchRows) -> datetime:

@@ -50,6 +50,7 @@ from ledger.interface import (
 from ledger.jsonutil import dumps
 from ledger.lineage_step import (
     batch_time,
+    cascade_producer,
     check_arrivals,
     lineage_inputs,
     lineage_moved,
@@ -216,7 +217,13 @@ class MemoryLedger(Ledger):
         for op in self._below(roots):
             stored[op] = known[op]
         check_arrivals(plan, stored)
-        lineage = plan_lineage(stored, opened_lineage(plan), plan.containments, batch_time(plan))
+        lineage = plan_lineage(
+            stored,
+            opened_lineage(plan),
+            plan.containments,
+            batch_time(plan),
+            cascade_producer(batch.sign),
+        )
         return with_lineage_plan(plan, lineage, batch.topics, batch.sign), dict(lineage.rows)
 
     def _below(self, roots: set[str]) -> set[str]:

@@ -25,6 +25,7 @@ from ledger.cascade import LineagePlan, plan_lineage
 from ledger.jsonutil import column_json
 from ledger.lineage_step import (
     batch_time,
+    cascade_producer,
     check_arrivals,
     lineage_inputs,
     opened_lineage,
@@ -122,7 +123,13 @@ def lineage_step(
                 _WALK_ROUNDS,
             )
     check_arrivals(plan, stored)
-    lineage = plan_lineage(stored, opened_lineage(plan), plan.containments, batch_time(plan))
+    lineage = plan_lineage(
+        stored,
+        opened_lineage(plan),
+        plan.containments,
+        batch_time(plan),
+        cascade_producer(batch.sign),
+    )
     return with_lineage_plan(plan, lineage, batch.topics, batch.sign), lineage
 
 

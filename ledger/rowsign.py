@@ -11,10 +11,25 @@ bytes it signed, which the ledger stores with the row (outbox column `value`, mi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from typing import Protocol
 
 from schemas import SignedRow
 
 __all__ = ["RowSigner", "SignedRow"]
 
-RowSigner = Callable[[str, str, str, Mapping[str, str], str], SignedRow]
+
+class RowSigner(Protocol):
+    """Signs an outbox row as the controller whose roster id is `producer`; what the
+    ledger writes in the controller's name (a cascade event's `producer`) names that id."""
+
+    @property
+    def producer(self) -> str:
+        """The controller's producer id in the roster."""
+        ...
+
+    def __call__(
+        self, topic: str, key: str, record_id: str, headers: Mapping[str, str], payload_json: str
+    ) -> SignedRow:
+        """The row's value bytes and headers, signed."""
+        ...

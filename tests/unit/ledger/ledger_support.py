@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from functools import cache
 
-from ledger import Batch, CommitResult, Entry, Ledger, Position, Source
+from ledger import Batch, CommitResult, Entry, Ledger, Position, RowSigner, Source
 from machines import CATALOGUE, Machine, Registry, load_catalogue, load_registry
 from machines.decision import apply, decide
 from machines.event import Event, EvidencePayload, Lineage
@@ -147,12 +147,13 @@ def feed(
     epoch: int,
     partition: int = 0,
     first_offset: int = 0,
+    sign: RowSigner | None = None,
 ) -> CommitResult:
-    """Decide and commit `events` as one batch."""
+    """Decide and commit `events` as one batch (its outbox rows signed by `sign`)."""
     batch = decide_batch(
         ledger, events, epoch=epoch, partition=partition, first_offset=first_offset
     )
-    return ledger.commit(batch)
+    return ledger.commit(replace(batch, sign=sign))
 
 
 def with_approval(batch: Batch, nonce: str) -> Batch:

@@ -8,11 +8,21 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ledger import Ledger, VersionConflict
-from ledger.cascade import CONTROLLER_PRODUCER
 from machines import Arrival
 from machines.event import Event, Lineage, parse_event
+from schemas import (
+    DEFAULT_CONTROLLER_ID,
+    DEFAULT_TOPICS,
+    OutboxSigner,
+    RecordSigner,
+    WireDecoder,
+    record_to_event,
+    verify_record,
+)
+from tests.support.signed_outbox import SIGNED_AT, controller_roster, published
 from tests.unit.ledger.ledger_support import GROUP, T0, TOPIC, core, decide_batch, feed
 
 _AGENTS = {"root": "research-orchestrator"}
@@ -111,7 +121,7 @@ class LineageContract:
         assert sorted(e.operation_id for e in events) == ["a", "a1", "b"]
         for e in events:
             assert e.event_type == "ANCESTOR_CONTAINED"
-            assert e.producer == CONTROLLER_PRODUCER
+            assert e.producer == DEFAULT_CONTROLLER_ID
             assert e.evidence is not None
             assert e.evidence.ancestor_operation == "root"
             assert e.evidence_ref == "cascade:root#1/root-e0"
@@ -123,6 +133,31 @@ class LineageContract:
         lineage = [r.record for r in records if r.kind == "lineage"]
         assert lineage[-1]["descendants"] == ["a", "a1", "b"]
         assert lineage[-1]["cause"]["event_id"] == "root-e0"
+
+    def test_a_cascade_names_the_controller_that_signs_it(self, ledger: Ledger) -> None:
+        # A controller deployed under another roster id (RECOVERY_CONTROLLER_ID) signs
+        # its cascade events as that id; the envelope must name the same producer, or
+        # intake refuses every cascade as `identity-mismatch`.
+        key = Ed25519PrivateKey.generate()
+        sign = OutboxSigner(RecordSigner("controller-b", key), DEFAULT_TOPICS)
+        epoch = self._claim(ledger)
+        feed(ledger, [tree_event("a", 0, "STEP_FAILED", parent="root")], epoch=epoch)
+        feed(
+            ledger,
+            [tree_event("root", 0, "AUTHORIZATION_DENIED")],
+            epoch=epoch,
+            first_offset=1,
+            sign=sign,
+        )
+        ((_, encoded, headers),) = [
+            r for r in published(ledger) if r[1].topic == DEFAULT_TOPICS.events
+        ]
+        roster = controller_roster(key, "controller-b")
+        entry = verify_record(
+            roster, encoded.topic, encoded.key.encode(), encoded.value, headers, at=SIGNED_AT
+        )
+        _, record = WireDecoder().decode(encoded.value, encoded.content_type)
+        assert record_to_event(record).producer == entry.id == "controller-b"
 
     def test_the_commit_result_counts_the_cascade_events_it_wrote(self, ledger: Ledger) -> None:
         epoch = self._claim(ledger)

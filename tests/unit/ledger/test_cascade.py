@@ -11,6 +11,7 @@ from ledger.cascade import plan_lineage
 from machines import Change, Containment, LineageRow, containment_of, with_lineage
 from machines.decision import decide
 from machines.view import LineageStatus
+from schemas import DEFAULT_CONTROLLER_ID
 from tests.unit.ledger.ledger_support import POLICY, core, event, opened_view
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -69,7 +70,9 @@ def test_release_clears_the_ancestor_from_every_descendant_without_new_events() 
         "a": _row("a", "root", ancestors=("root",), contained_ancestors=("root",)),
         "a1": _row("a1", "a", ancestors=("a", "root"), contained_ancestors=("root", "a")),
     }
-    plan = plan_lineage(stored, (), (_change("root", Change.RELEASE, 7),), NOW)
+    plan = plan_lineage(
+        stored, (), (_change("root", Change.RELEASE, 7),), NOW, DEFAULT_CONTROLLER_ID
+    )
     assert plan.events == ()
     assert plan.rows["root"].containing is False
     assert plan.rows["a"].contained_ancestors == ()
@@ -79,7 +82,7 @@ def test_release_clears_the_ancestor_from_every_descendant_without_new_events() 
 def test_contain_then_release_in_one_batch_owes_descendants_nothing() -> None:
     stored = {"root": _row("root"), "a": _row("a", "root", ancestors=("root",))}
     changes = (_change("root", Change.CONTAIN, 2), _change("root", Change.RELEASE, 5))
-    plan = plan_lineage(stored, (), changes, NOW)
+    plan = plan_lineage(stored, (), changes, NOW, DEFAULT_CONTROLLER_ID)
     # Nothing is contained at the end, so no event is owed.
     assert plan.events == ()
     assert plan.rows == {}  # every lineage column ends as it was
@@ -87,7 +90,7 @@ def test_contain_then_release_in_one_batch_owes_descendants_nothing() -> None:
 
 def test_an_arrival_below_a_containing_ancestor_is_signalled_and_audited() -> None:
     stored = {"root": _row("root", containing=True, containment_cause="root#3/root-e")}
-    plan = plan_lineage(stored, (_row("a", "root"),), (), NOW)
+    plan = plan_lineage(stored, (_row("a", "root"),), (), NOW, DEFAULT_CONTROLLER_ID)
     assert [e.key for e in plan.events] == ["a"]
     assert [b["kind"] for b in plan.audit["a"]] == ["contained-on-arrival"]
 
@@ -99,7 +102,7 @@ def test_an_arrival_that_took_ancestor_contained_itself_is_audited_but_not_signa
     # machine already stopped it in this batch: a second signal would only be rejected.
     stored = {"root": _row("root", containing=True, containment_cause="root#3/root-e")}
     told = replace(_change("a", Change.CONTAIN, 1), event_type="ANCESTOR_CONTAINED")
-    plan = plan_lineage(stored, (_row("a", "root"),), (told,), NOW)
+    plan = plan_lineage(stored, (_row("a", "root"),), (told,), NOW, DEFAULT_CONTROLLER_ID)
     assert plan.events == ()
     assert plan.rows["a"].containing is True
     assert plan.rows["a"].contained_ancestors == ("root",)
@@ -110,13 +113,15 @@ def test_an_arrival_that_contained_itself_for_another_reason_is_still_signalled(
     # Its own transition (AUTHORIZATION_DENIED, say) stops and revokes at task scope; the
     # ancestor's signal may reach further, so it is still owed.
     stored = {"root": _row("root", containing=True, containment_cause="root#3/root-e")}
-    plan = plan_lineage(stored, (_row("a", "root"),), (_change("a", Change.CONTAIN, 1),), NOW)
+    plan = plan_lineage(
+        stored, (_row("a", "root"),), (_change("a", Change.CONTAIN, 1),), NOW, DEFAULT_CONTROLLER_ID
+    )
     assert [e.key for e in plan.events] == ["a"]
 
 
 def test_a_reported_parent_cycle_does_not_loop() -> None:
     stored = {"x": _row("x", "y")}
-    plan = plan_lineage(stored, (_row("y", "x"),), (), NOW)
+    plan = plan_lineage(stored, (_row("y", "x"),), (), NOW, DEFAULT_CONTROLLER_ID)
     assert set(plan.rows) <= {"x", "y"}
     assert len(plan.rows["y"].ancestors) <= 64
 

@@ -13,7 +13,7 @@ from ledger.cascade import plan_lineage
 from machines import Change, Containment, LineageRow
 from machines.event import Lineage
 from producers.encoding import RecordEncoder, UnpublishableRow
-from schemas import AvroSingleObjectCodec, TopicNames, record_to_event
+from schemas import DEFAULT_CONTROLLER_ID, AvroSingleObjectCodec, TopicNames, record_to_event
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 TOPICS = TopicNames(events="prod.events")
@@ -44,7 +44,7 @@ def _row() -> OutboxRecord:
         ),
     }
     change = Containment("root", Change.CONTAIN, 3, "ev-9", "HUMAN_REJECTED", NOW, "root#3/ev-9")
-    (event,) = plan_lineage(stored, (), (change,), NOW).events
+    (event,) = plan_lineage(stored, (), (change,), NOW, DEFAULT_CONTROLLER_ID).events
     return OutboxRecord(
         1,
         event.record_id,
