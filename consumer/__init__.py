@@ -37,7 +37,6 @@ from consumer.service import (
     run_controller,
 )
 from consumer.settings import (
-    DEFAULT_CONTROLLER_GROUP,
     ENV_DEMO_MODE,
     ENV_METRICS_ADDRESS,
     ControllerSettings,
@@ -50,7 +49,6 @@ from consumer.tracing import BatchTracer, extract_context, trace_headers
 
 __all__ = [
     "CONTROLLER_SERVICE",
-    "DEFAULT_CONTROLLER_GROUP",
     "ENV_DEMO_MODE",
     "ENV_METRICS_ADDRESS",
     "FORGED_REFUSALS",

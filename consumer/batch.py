@@ -314,7 +314,7 @@ def _guarded(decided: _Decided, item: Accepted, now: datetime, observe: Observer
                 decided.fold.restore(op, None)
             return refusal
         stage = "deciding"
-        refusal = _decide(decided, item, run, observe, now)
+        refusal = _decide_accepted(decided, item, run, observe, now)
     except Exception as exc:
         refusal = failed(item.record, stage, exc, item.event)
     if refusal is not None and refusal.code in _UNDONE:
@@ -368,7 +368,7 @@ def _authorized(item: Accepted, check: Callable[[], None]) -> Refusal | None:
 _UNDONE: Final = frozenset({RefusalCode.DECISION_FAILED, RefusalCode.RECORD_FAILED})
 
 
-def _decide(
+def _decide_accepted(
     decided: _Decided,
     item: Accepted,
     run: Callable[[], Decision],

@@ -346,7 +346,7 @@ class Controller:
         if self._watch:
             self._process_watched(consumer, records)
         else:
-            self._decide(consumer, records)
+            self._commit_batch(consumer, records)
 
     def _process_watched(self, consumer: Consumer, records: list[RawRecord]) -> None:
         """Crash quarantine (`consumer.quarantine`): record this start's attempt on each
@@ -375,11 +375,11 @@ class Controller:
         if batched:
             # Whatever becomes of it, the partitions decided singly go on: each failure
             # rewinds only the records it concerns.
-            self._decide(consumer, batched)
+            self._commit_batch(consumer, batched)
         for part in singly:
-            self._decide_singly(consumer, part)
+            self._commit_singly(consumer, part)
 
-    def _decide_singly(self, consumer: Consumer, part: list[RawRecord]) -> None:
+    def _commit_singly(self, consumer: Consumer, part: list[RawRecord]) -> None:
         """Decide one partition's records one at a time, each after recording its
         attempt, until the suspected range is passed; then the rest as one batch."""
         for i, record in enumerate(part):
@@ -391,12 +391,12 @@ class Controller:
             if watch is None or through is None or record.offset > through:
                 self._watch.pop(tp, None)
                 log.info("%s[%d]: past the suspected range; batching again", *tp)
-                self._decide(consumer, part[i:])
+                self._commit_batch(consumer, part[i:])
                 return
             attempt = watch.attempt(record.offset, through)
             if not self._record_attempts(consumer, [attempt], part[i:]):
                 return
-            if not self._decide(consumer, [record]):
+            if not self._commit_batch(consumer, [record]):
                 return
             if watch.quarantine is not None and watch.quarantine <= record.offset:
                 self._watch[tp] = watch = watch.quarantined()
@@ -434,7 +434,7 @@ class Controller:
             return Rejected(record, quarantine_refusal(record, watch.deaths, watch.alone))
         return self._intake.examine(record)
 
-    def _decide(self, consumer: Consumer, records: list[RawRecord]) -> bool:
+    def _commit_batch(self, consumer: Consumer, records: list[RawRecord]) -> bool:
         """Decide and commit one batch; True when it committed."""
         started = time.monotonic()
         outcomes = [self._examine(r) for r in records]
@@ -598,7 +598,7 @@ class Controller:
         for p in positions:
             part = [r for r in records if (r.topic, r.partition) == (p.topic, p.partition)]
             if (p.topic, p.partition) in self._epochs:
-                self._decide(consumer, part)
+                self._commit_batch(consumer, part)
 
     def _fence(self, consumer: Consumer, tp: TopicPartition) -> None:
         """Stop deciding a partition a newer claim owns. If Kafka still assigns it to us

@@ -22,6 +22,7 @@ from pydantic_settings import SettingsConfigDict
 from consumer.errors import SettingsError
 from machines import DEFAULT_REGISTRY
 from schemas import (
+    DEFAULT_CONTROLLER_GROUP,
     ConfigurationError,
     IdentitySettings,
     KafkaSecurity,
@@ -32,7 +33,6 @@ from schemas import (
 )
 
 __all__ = [
-    "DEFAULT_CONTROLLER_GROUP",
     "ENV_DEMO_MODE",
     "ENV_METRICS_ADDRESS",
     "ControllerSettings",
@@ -43,9 +43,6 @@ __all__ = [
 
 ENV_DEMO_MODE: Final = "RECOVERY_DEMO_MODE"
 ENV_METRICS_ADDRESS: Final = "RECOVERY_METRICS_ADDRESS"
-# The controllers' consumer group (the `controller` principal may use groups
-# `recovery-controller*`, `producers.acl_bindings`).
-DEFAULT_CONTROLLER_GROUP: Final = "recovery-controller"
 _MACHINES = Path(DEFAULT_REGISTRY).resolve().parent
 
 

@@ -6,25 +6,25 @@ I/O beyond reading the files it is asked to load; imports nothing from `ledger`,
 from __future__ import annotations
 
 from machines.applicability import (
-    SCOPE_MISSING,
-    MachineSelectionError,
     OperationScope,
     applies,
     matching_scope,
     overlap_warning,
     overlapping_pairs,
     scope_refusal,
-    select_machine,
 )
 from machines.approvals import (
-    ApprovalRejection,
     check_decision,
     public_key_b64,
     review_digest,
     sign_decision,
     signing_payload,
 )
-from machines.batch import BatchFold, OperationSetup, Rules, open_view
+from machines.batch import (
+    BatchFold,
+    OperationSetup,
+    Rules,
+)
 from machines.casefile import (
     SCENARIOS,
     CaseError,
@@ -34,7 +34,6 @@ from machines.casefile import (
     load_case,
     run_case,
 )
-from machines.compiled import GuardEvaluation
 from machines.containment import (
     MAX_LINEAGE_DEPTH,
     Arrival,
@@ -46,33 +45,27 @@ from machines.containment import (
     lineage_below,
     with_lineage,
 )
-from machines.decision import CORRELATION_MISMATCH, Decision, Invocation, Outcome, apply, decide
+from machines.decision import (
+    CORRELATION_MISMATCH,
+    Decision,
+    Invocation,
+    Outcome,
+    apply,
+    decide,
+)
 from machines.digest import (
-    CANONICAL_FORM,
     canonical_ascii_json,
     canonical_json,
     canonical_text,
-    digest_of,
 )
 from machines.ed25519 import sign as ed25519_sign
 from machines.ed25519 import verify as ed25519_verify
 from machines.errors import (
-    Code,
-    Location,
     MachineError,
-    MachineInvalid,
     Problem,
-    ProvenanceError,
     RegistryInvalid,
-    Severity,
 )
 from machines.event import (
-    ENVELOPE_FIELD_INVALID,
-    ENVELOPE_INVALID,
-    EVENT_TIME_OUT_OF_RANGE,
-    EVENT_TIME_WINDOW,
-    MAX_PAYLOAD_DEPTH,
-    CheckpointReport,
     ClassifierOutput,
     DeclaredFacts,
     Event,
@@ -85,11 +78,9 @@ from machines.event import (
     canonical_bytes,
     parse_event,
 )
-from machines.guards import STANDARD_GUARDS, GuardContext, GuardResult
-from machines.invariants import ANSWERED_KINDS, Notice
+from machines.invariants import ANSWERED_KINDS
 from machines.keys import (
     KeyFileError,
-    key_id_of_text,
     load_private_key,
     public_key_bytes,
     public_key_from_text,
@@ -98,37 +89,18 @@ from machines.keys import (
 from machines.loader import (
     CATALOGUE,
     ValidationReport,
-    catalogue_packages,
     load_catalogue,
     load_machine,
     validate_path,
-    validate_text,
 )
-from machines.minimization import (
-    minimize_event,
-    minimize_payload,
-    payload_category,
-    redact,
-)
+from machines.minimization import minimize_event
 from machines.model import (
-    SPEC_VERSION,
-    ActionRef,
-    AppliesTo,
-    AuditSpec,
-    CapabilityKind,
-    CapabilitySpec,
-    GuardSpec,
     Machine,
-    MachineProvenance,
     Registry,
-    State,
-    Transition,
 )
 from machines.policy import (
-    Approver,
     Policy,
     PolicyError,
-    PublicNameKey,
     check_policy_against_machines,
     check_policy_against_registry,
     load_policy,
@@ -137,8 +109,6 @@ from machines.policy import (
     public_name_keys,
 )
 from machines.producer_roles import (
-    DEFAULT_EVENT_ROLES,
-    EventRoles,
     check_event_role,
     check_opening,
 )
@@ -155,16 +125,17 @@ from machines.provenance import (
     sign_machine,
     signature_path,
 )
-from machines.registry import DEFAULT_REGISTRY, load_registry, parse_registry
-from machines.replay import ReplayMismatch, compare_decisions, replay_decisions
+from machines.registry import (
+    DEFAULT_REGISTRY,
+    load_registry,
+)
+from machines.replay import (
+    compare_decisions,
+    replay_decisions,
+)
 from machines.review import (
-    HUMAN_DECISION_EVENTS,
-    HYPOTHETICAL_APPROVER,
-    PACKET_FORM,
     ReviewPacket,
     awaits_human,
-    human_targets,
-    packet_digest,
     review_packet,
 )
 from machines.roster import (
@@ -177,13 +148,15 @@ from machines.roster import (
     Role,
     Roster,
 )
-from machines.simulation import Simulation, SimulationError
+from machines.simulation import (
+    Simulation,
+    SimulationError,
+)
 from machines.testkeys import insecure_test_key
 from machines.view import (
     LineageStatus,
     OperationView,
     ToolFacts,
-    checkpoint_digest,
     new_view,
     view_from_json,
     view_from_json_text,
@@ -193,67 +166,35 @@ from machines.view import (
 __all__ = [
     "ANSWERED_KINDS",
     "ANY",
-    "CANONICAL_FORM",
     "CATALOGUE",
     "CORRELATION_MISMATCH",
-    "DEFAULT_EVENT_ROLES",
     "DEFAULT_REGISTRY",
-    "ENVELOPE_FIELD_INVALID",
-    "ENVELOPE_INVALID",
-    "EVENT_TIME_OUT_OF_RANGE",
-    "EVENT_TIME_WINDOW",
-    "HUMAN_DECISION_EVENTS",
-    "HYPOTHETICAL_APPROVER",
     "MAX_LINEAGE_DEPTH",
-    "MAX_PAYLOAD_DEPTH",
-    "PACKET_FORM",
     "SCENARIOS",
-    "SCOPE_MISSING",
-    "SPEC_VERSION",
-    "STANDARD_GUARDS",
-    "ActionRef",
-    "AppliesTo",
-    "ApprovalRejection",
-    "Approver",
     "Arrival",
-    "AuditSpec",
     "AuthRefusal",
     "AuthenticationError",
     "BatchFold",
-    "CapabilityKind",
-    "CapabilitySpec",
     "CaseError",
     "CaseResult",
     "Change",
-    "CheckpointReport",
     "ClassifierOutput",
-    "Code",
     "Containment",
     "Decision",
     "DeclaredFacts",
     "Event",
     "EventError",
-    "EventRoles",
     "EvidencePayload",
     "Grant",
-    "GuardContext",
-    "GuardEvaluation",
-    "GuardResult",
-    "GuardSpec",
     "HumanDecision",
     "Invocation",
     "KeyFileError",
     "Lineage",
     "LineageRow",
     "LineageStatus",
-    "Location",
     "LockFile",
     "Machine",
     "MachineError",
-    "MachineInvalid",
-    "MachineProvenance",
-    "MachineSelectionError",
-    "Notice",
     "OperationScope",
     "OperationSetup",
     "OperationView",
@@ -263,23 +204,17 @@ __all__ = [
     "Problem",
     "ProducerEntry",
     "ProducerKey",
-    "ProvenanceError",
-    "PublicNameKey",
     "Registry",
     "RegistryInvalid",
-    "ReplayMismatch",
     "ReviewPacket",
     "Role",
     "Roster",
     "Rules",
     "Scope",
-    "Severity",
     "Simulation",
     "SimulationError",
-    "State",
     "SuiteResult",
     "ToolFacts",
-    "Transition",
     "ValidationReport",
     "Verdict",
     "applies",
@@ -290,25 +225,20 @@ __all__ = [
     "canonical_bytes",
     "canonical_json",
     "canonical_text",
-    "catalogue_packages",
     "check_decision",
     "check_event_role",
     "check_opening",
     "check_policy_against_machines",
     "check_policy_against_registry",
-    "checkpoint_digest",
     "compare_decisions",
     "containment_of",
     "decide",
-    "digest_of",
     "discover",
     "dump_model",
     "ed25519_sign",
     "ed25519_verify",
-    "human_targets",
     "insecure_test_key",
     "key_id",
-    "key_id_of_text",
     "lineage_below",
     "load_case",
     "load_catalogue",
@@ -324,34 +254,26 @@ __all__ = [
     "lock_entry",
     "matching_scope",
     "minimize_event",
-    "minimize_payload",
     "new_view",
-    "open_view",
     "overlap_warning",
     "overlapping_pairs",
-    "packet_digest",
     "parse_event",
     "parse_policy",
-    "parse_registry",
-    "payload_category",
     "public_key_b64",
     "public_key_bytes",
     "public_key_from_text",
     "public_key_text",
     "public_name_keys",
-    "redact",
     "replay_decisions",
     "review_digest",
     "review_packet",
     "run_case",
     "scope_refusal",
-    "select_machine",
     "sign_decision",
     "sign_machine",
     "signature_path",
     "signing_payload",
     "validate_path",
-    "validate_text",
     "view_from_json",
     "view_from_json_text",
     "view_to_json",

@@ -226,11 +226,11 @@ def decide(
     every refusal and error is recorded in the decision instead. `guard_table` maps the
     registry's implementation names to guards; tests pass a table with faults in it."""
     draft = _Draft(view)
-    _decide(draft, machine, view, event, policy, registry, now, guard_table)
+    _draft_decision(draft, machine, view, event, policy, registry, now, guard_table)
     return _finish(draft, machine, view, event, policy, now)
 
 
-def _decide(
+def _draft_decision(
     draft: _Draft,
     machine: Machine,
     view: OperationView,

@@ -137,7 +137,7 @@ class Policy(BaseModel):
     escalate_rejected_events: bool = True
     escalation_capability: str = "human.escalate"
     escalation_params: dict[str, str] = Field(
-        default_factory=lambda: {"queue": "recovery-controller", "severity": "high"},
+        default_factory=lambda: {"queue": "recovery-oncall", "severity": "high"},
         description="static params of every escalation; the core adds `reason`",
     )
     trusted_verifiers: tuple[str, ...] = ()

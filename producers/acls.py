@@ -39,7 +39,14 @@ from confluent_kafka.admin._acl import (
 from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 
 from producers.errors import ProvisionError
-from schemas import KAFKA_PRINCIPALS, KafkaSecurity, TopicNames, kafka_config, librdkafka_logger
+from schemas import (
+    DEFAULT_CONTROLLER_GROUP,
+    KAFKA_PRINCIPALS,
+    KafkaSecurity,
+    TopicNames,
+    kafka_config,
+    librdkafka_logger,
+)
 
 __all__ = [
     "DEFAULT_GROUP_PREFIXES",
@@ -52,7 +59,7 @@ __all__ = [
 
 # Component -> the prefix of the consumer groups its principal may use.
 DEFAULT_GROUP_PREFIXES: Final[Mapping[str, str]] = {
-    "controller": "recovery-controller",
+    "controller": DEFAULT_CONTROLLER_GROUP,
     "worker": "recovery-worker",
     "siem": "recovery-siem",
     "bench": "bench-",

@@ -74,6 +74,7 @@ from schemas.outbox_wire import (
     outbox_stream,
 )
 from schemas.settings import (
+    DEFAULT_CONTROLLER_GROUP,
     DEFAULT_CONTROLLER_ID,
     DEFAULT_TOPICS,
     ENV_CONTROLLER_ID,
@@ -113,6 +114,7 @@ __all__ = [
     "CONTENT_TYPE_AVRO",
     "CONTENT_TYPE_JSON",
     "DEAD_LETTER",
+    "DEFAULT_CONTROLLER_GROUP",
     "DEFAULT_CONTROLLER_ID",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_TOPICS",

@@ -54,7 +54,7 @@ from schemas.headers import (
     HEADER_SCHEMA,
 )
 from schemas.ocsf import audit_to_ocsf, audit_to_ocsf_json
-from schemas.settings import TopicNames
+from schemas.settings import DEFAULT_CONTROLLER_ID, TopicNames
 from schemas.signing import HEADER_KEY_ID, HEADER_PRODUCER, HEADER_SIGNATURE, RecordSigner
 
 __all__ = [
@@ -95,7 +95,6 @@ WIRE_ROW_HEADERS: Final = {
     ROW_COMMAND_ID: HEADER_COMMAND_ID,
 }
 _ROW_NAME_OF: Final = {header: name for name, header in WIRE_ROW_HEADERS.items()}
-_CONTROLLER: Final = "recovery-controller"
 _DEFAULT_NAMES: Final = TopicNames()
 _EPOCH: Final = "1970-01-01T00:00:00+00:00"
 _OWN_TIMES: Final = ("occurred_at", "occurred_time", "decided_at")
@@ -382,7 +381,7 @@ def _dead_letter(key: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         # Deterministic (a republished dead letter is byte-identical): the refused
         # event's own time stands in when the writer recorded none.
         "dead_lettered_at": _time(payload.get("dead_lettered_at") or when or _EPOCH),
-        "controller": str(payload.get("controller") or _CONTROLLER),
+        "controller": str(payload.get("controller") or DEFAULT_CONTROLLER_ID),
     }
 
 

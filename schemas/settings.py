@@ -37,6 +37,7 @@ from pydantic_settings import (
 from pydantic_settings.sources.utils import parse_env_vars
 
 __all__ = [
+    "DEFAULT_CONTROLLER_GROUP",
     "DEFAULT_CONTROLLER_ID",
     "DEFAULT_TOPICS",
     "ENV_CONTROLLER_ID",
@@ -69,6 +70,9 @@ ENV_CONTROLLER_SIGNING_KEY_FILE: Final = "RECOVERY_CONTROLLER_SIGNING_KEY_FILE"
 # them (`RECOVERY_CONTROLLER_ID`). One concept, one name: the controller's consumer
 # group, its telemetry service and its escalation queue have names of their own.
 DEFAULT_CONTROLLER_ID: Final = "recovery-controller"
+# The controllers' consumer group; the `controller` principal may use groups with this
+# prefix (`producers.acl_bindings`), so `recovery-controller-demo` is one of its groups.
+DEFAULT_CONTROLLER_GROUP: Final = "recovery-controller"
 _TOPIC_NAME: Final = r"^[A-Za-z0-9._-]{1,249}$"
 
 # Every `Settings` class by name, for `given` fields to find the class declaring them.

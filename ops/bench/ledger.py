@@ -67,7 +67,13 @@ from machines import (
 )
 from ops.bench.core import T0, bench_event
 from ops.postgres import start_postgres
-from schemas import DEFAULT_TOPICS, OutboxSigner, RecordSigner, ServiceSettings
+from schemas import (
+    DEFAULT_CONTROLLER_ID,
+    DEFAULT_TOPICS,
+    OutboxSigner,
+    RecordSigner,
+    ServiceSettings,
+)
 
 GROUP, TOPIC = "bench", "recovery.events"
 TARGET_EVENTS_PER_SECOND = 20_000
@@ -163,7 +169,7 @@ def fill_signed_ledger(url: str, operations: int) -> None:
     registry = load_registry()
     machine = load_catalogue(registry, CATALOGUE)["delegated-research"]
     key = Ed25519PrivateKey.generate()
-    sign = OutboxSigner(RecordSigner("recovery-controller", key), DEFAULT_TOPICS)
+    sign = OutboxSigner(RecordSigner(DEFAULT_CONTROLLER_ID, key), DEFAULT_TOPICS)
     writer = PostgresLedger(url, max_size=1)
     try:
         writer.claim(GROUP, TOPIC, [0], "bench")
@@ -213,7 +219,7 @@ def _writer(
     sign = None
     if signed:
         key = Ed25519PrivateKey.generate()
-        sign = OutboxSigner(RecordSigner("recovery-controller", key), DEFAULT_TOPICS)
+        sign = OutboxSigner(RecordSigner(DEFAULT_CONTROLLER_ID, key), DEFAULT_TOPICS)
     batches = build_batches(machine, registry, operations, batch_size, partition, sign)
     # The prebuilt batches stand for the Kafka backlog, which a controller does not hold
     # as Python objects (it holds one batch, and freezes its startup objects out of the

@@ -77,7 +77,7 @@ from producers import (
     lineage_from_ledger,
     provision,
 )
-from schemas import DEFAULT_TOPICS, OutboxSigner, RecordSigner, TopicNames
+from schemas import DEFAULT_CONTROLLER_ID, DEFAULT_TOPICS, OutboxSigner, RecordSigner, TopicNames
 
 _TOPIC = "recovery.events"
 _GROUP = "bench-relay-encode"
@@ -102,7 +102,7 @@ def build_outbox(
     sign = None
     if signed:
         key = Ed25519PrivateKey.generate()
-        sign = OutboxSigner(RecordSigner("recovery-controller", key), DEFAULT_TOPICS)
+        sign = OutboxSigner(RecordSigner(DEFAULT_CONTROLLER_ID, key), DEFAULT_TOPICS)
     spec = WorkloadSpec(run_id="encode", phase="bench", events=events, seed=seed)
     batch: list[RawRecord] = []
     for offset, item in enumerate(generate(spec)):

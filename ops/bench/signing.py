@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from ledger import OutboxRecord
 from machines import ed25519_sign
 from ops.bench.relay_encode import build_outbox
-from schemas import DEFAULT_TOPICS, OutboxSigner, RecordSigner, outbox_stream
+from schemas import DEFAULT_CONTROLLER_ID, DEFAULT_TOPICS, OutboxSigner, RecordSigner, outbox_stream
 
 __all__ = ["main"]
 
@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ledger, records = build_outbox(args.events, args.seed)
     key = Ed25519PrivateKey.generate()
-    signer = OutboxSigner(RecordSigner("recovery-controller", key), DEFAULT_TOPICS)
+    signer = OutboxSigner(RecordSigner(DEFAULT_CONTROLLER_ID, key), DEFAULT_TOPICS)
     rows = [_row(r) for r in records]
     decided = sum(len(ledger.decisions(op)) for op in ledger.audit_operation_ids())
     runs = [_cpu_per_row(signer, rows) for _ in range(args.repeat)]

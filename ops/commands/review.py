@@ -107,7 +107,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         )
         add_ledger_options(parser, json_help="print what was published as JSON")
         add_rules_options(parser)
-        register_command(parser, _decide_command)
+        register_command(parser, _sign_and_publish)
         parser.set_defaults(verdict=verdict)
 
 
@@ -134,7 +134,7 @@ def _approver_for(policy: Policy, key: Ed25519PrivateKey, wanted: str | None) ->
     return wanted or holders[0]
 
 
-def _decide_command(ctx: Context) -> int:
+def _sign_and_publish(ctx: Context) -> int:
     """Review again, compare digests, sign, check and publish; see the module doc."""
     args = ctx.args
     verdict: Verdict = args.verdict

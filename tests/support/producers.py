@@ -19,7 +19,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from machines import (
     ANY,
-    DEFAULT_EVENT_ROLES,
     Grant,
     Policy,
     ProducerEntry,
@@ -29,6 +28,7 @@ from machines import (
     insecure_test_key,
     public_key_text,
 )
+from machines.producer_roles import DEFAULT_EVENT_ROLES
 from schemas import DEFAULT_CONTROLLER_ID, RecordSigner
 from tests.support.keys import controller_key
 

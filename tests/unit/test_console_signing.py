@@ -16,8 +16,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from machines import (
     CATALOGUE,
     DEFAULT_REGISTRY,
-    ApprovalRejection,
-    Approver,
     Event,
     Lineage,
     Machine,
@@ -31,10 +29,12 @@ from machines import (
     decide,
     load_machine,
     load_registry,
-    open_view,
     public_key_b64,
     review_packet,
 )
+from machines.approvals import ApprovalRejection
+from machines.batch import open_view
+from machines.policy import Approver
 from ops.cli import main
 from ops.console import (
     PendingDecision,

@@ -26,11 +26,11 @@ from machines import (
     decide,
     load_machine,
     load_registry,
-    open_view,
-    packet_digest,
     review_digest,
     review_packet,
 )
+from machines.batch import open_view
+from machines.review import packet_digest
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 OP = "op-review"

@@ -31,13 +31,13 @@ from machines import (
     canonical_ascii_json,
     canonical_json,
     canonical_text,
-    digest_of,
     load_catalogue,
     load_registry,
 )
 from machines.classifier import ClassifierRecord
 from machines.compiled import GuardEvaluation
 from machines.decision import Decision, Invocation, Outcome
+from machines.digest import digest_of
 from machines.event import canonical_bytes, sha256_digest
 from machines.evidence import EvidenceDelta
 from machines.invariants import Notice

@@ -11,20 +11,18 @@ from pathlib import Path
 import pytest
 
 from machines import (
-    AppliesTo,
-    AuditSpec,
-    Code,
     Machine,
-    MachineSelectionError,
     OperationScope,
     applies,
     load_catalogue,
     load_registry,
     overlapping_pairs,
-    redact,
-    select_machine,
 )
+from machines.applicability import MachineSelectionError, select_machine
+from machines.errors import Code
 from machines.loader import CATALOGUE
+from machines.minimization import redact
+from machines.model import AppliesTo, AuditSpec
 from ops.cli import main
 
 SCOPED = AppliesTo(

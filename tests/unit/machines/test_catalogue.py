@@ -6,16 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from machines import (
-    CATALOGUE,
-    CapabilityKind,
-    Registry,
-    catalogue_packages,
-    load_catalogue,
-    load_machine,
-    load_registry,
-    validate_path,
-)
+from machines import CATALOGUE, Registry, load_catalogue, load_machine, load_registry, validate_path
+from machines.loader import catalogue_packages
+from machines.model import CapabilityKind
 
 PACKAGES = list(catalogue_packages())
 REQUIRED = {

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from machines import Code, MachineInvalid, Registry, load_machine, load_registry, validate_path
+from machines import Registry, load_machine, load_registry, validate_path
+from machines.errors import Code, MachineInvalid
 
 CORPUS = Path(__file__).parent / "invalid"
 FILES = sorted(CORPUS.glob("*.yaml"))

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from machines import Code, Registry, ValidationReport, load_registry, validate_path, validate_text
+from machines import Registry, ValidationReport, load_registry, validate_path
+from machines.errors import Code
+from machines.loader import validate_text
 from machines.yamlsafe import MAX_BYTES
 
 FAST_SECONDS = 1.0

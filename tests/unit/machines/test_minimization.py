@@ -16,14 +16,11 @@ from hypothesis import strategies as st
 
 from machines import (
     CATALOGUE,
-    AuditSpec,
     Machine,
     canonical_json,
     load_catalogue,
     load_registry,
     minimize_event,
-    payload_category,
-    redact,
 )
 from machines.event import (
     ClassifierOutput,
@@ -33,6 +30,8 @@ from machines.event import (
     Lineage,
     sha256_digest,
 )
+from machines.minimization import payload_category, redact
+from machines.model import AuditSpec
 
 MACHINES = sorted(load_catalogue(load_registry(), CATALOGUE).values(), key=lambda m: m.name)
 SECRET = "SECRET-7F3A"  # no generated text holds an upper-case letter

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from machines import Code, Registry, load_catalogue, load_registry, validate_text
+from machines import Registry, load_catalogue, load_registry
+from machines.errors import Code
+from machines.loader import validate_text
 from machines.model import PRODUCER_ROLES
 
 BASE = (Path(__file__).parent / "invalid" / "26-initial-not-a-state.yaml").read_text()

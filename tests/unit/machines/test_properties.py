@@ -14,15 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from machines import (
-    Code,
-    MachineInvalid,
-    Registry,
-    ValidationReport,
-    load_machine,
-    load_registry,
-    validate_text,
-)
+from machines import Registry, ValidationReport, load_machine, load_registry
+from machines.errors import Code, MachineInvalid
+from machines.loader import validate_text
 
 REGISTRY: Registry = load_registry()
 GUARDS = sorted(REGISTRY.guards)

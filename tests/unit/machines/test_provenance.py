@@ -10,15 +10,9 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from machines import (
-    CATALOGUE,
-    Code,
-    ProvenanceError,
-    Registry,
-    catalogue_packages,
-    load_machine,
-    load_registry,
-)
+from machines import CATALOGUE, Registry, load_machine, load_registry
+from machines.errors import Code, ProvenanceError
+from machines.loader import catalogue_packages
 from machines.provenance import (
     LockFile,
     TrustedPublishers,

@@ -14,20 +14,17 @@ import yaml
 
 from machines import (
     CATALOGUE,
-    Code,
-    Location,
-    MachineInvalid,
     Problem,
     Registry,
     RegistryInvalid,
-    Severity,
     canonical_json,
-    digest_of,
     load_registry,
-    parse_registry,
     validate_path,
-    validate_text,
 )
+from machines.digest import digest_of
+from machines.errors import Code, Location, MachineInvalid, Severity
+from machines.loader import validate_text
+from machines.registry import parse_registry
 from machines.yamlsafe import Document, parse_yaml
 
 BASE = (Path(__file__).parent / "invalid" / "26-initial-not-a-state.yaml").read_text()

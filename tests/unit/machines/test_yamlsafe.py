@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from machines import Code, Problem
+from machines import Problem
+from machines.errors import Code
 from machines.yamlsafe import Document, parse_yaml
 
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from machines import MAX_PAYLOAD_DEPTH
+from machines.event import MAX_PAYLOAD_DEPTH
 from schemas import (
     EVENT_ENVELOPE,
     AvroSingleObjectCodec,
