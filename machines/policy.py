@@ -12,19 +12,20 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from machines.errors import Problem
 from machines.event import sha256_digest
 from machines.model import CapabilityKind, Machine, Registry, Transition
 from machines.roster import ProducerEntry, Roster
 from machines.testkeys import public_name_key_b64
+from machines.yamlsafe import parse_yaml, read_bytes
 
 # Keys an operator might reach for to loosen an invariant. Each is refused by name so
 # the message says why, instead of a bare "extra field not permitted".
@@ -223,32 +224,80 @@ def _roster(policy: Policy) -> Roster:
     return roster
 
 
-def parse_policy(data: Any, *, source: str = "<policy>") -> Policy:
-    """Validate decoded policy data; raises `PolicyError` naming `source` and each problem."""
+def parse_policy(
+    data: Any, *, source: str = "<policy>", lines: Mapping[str, int] | None = None
+) -> Policy:
+    """Validate decoded policy data; raises `PolicyError` naming `source` and each
+    problem, with its line when `lines` (a path's line, `machines.yamlsafe`) has it."""
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:
-        raise PolicyError(f"policy {source}: {exc}") from exc
+        raise PolicyError(f"policy {source}: {_problems(exc, lines or {})}") from exc
+
+
+def _problems(exc: ValidationError, lines: Mapping[str, int]) -> str:
+    """One line per validation error: where (the key path and its line), and what."""
+    found = []
+    for error in exc.errors():
+        path = _dotted(error["loc"])
+        line = _line_of(path, lines)
+        where = f"line {line}, {path}" if line is not None else path or "the file"
+        found.append(f"{where}: {error['msg']}")
+    return "; ".join(found)
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def _line_of(path: str, lines: Mapping[str, int]) -> int | None:
+    """The line of `path`, else of the nearest enclosing key the file has."""
+    while path:
+        if path in lines:
+            return lines[path]
+        path = path[: max(path.rfind("."), path.rfind("["), 0)]
+    return None
+
+
+def _read_document(path: str | Path, what: str) -> tuple[Any, Mapping[str, int]]:
+    """The data of a policy or roster file (YAML, or JSON by its suffix) and the line
+    of each key path; raises `PolicyError` naming the file, line and problem."""
+    file = str(path)
+    raw = read_bytes(Path(path), file)
+    if isinstance(raw, Problem):
+        raise PolicyError(f"{what} {file}: {raw.message}")
+    if file.endswith(".json"):
+        try:
+            return json.loads(raw), {}
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise PolicyError(f"{what} {file}: not JSON: {exc}") from exc
+    document = parse_yaml(raw, file)
+    if isinstance(document, Problem):
+        line = f" line {document.location.line}" if document.location.line else ""
+        raise PolicyError(f"{what} {file}{line}: {document.message}")
+    return document.data, document.lines
 
 
 def load_policy(path: str | Path) -> Policy:
-    """Read and validate a policy file (YAML or JSON)."""
-    text = Path(path).read_text(encoding="utf-8")
-    data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
-    return parse_policy(data, source=str(path))
+    """Read and validate a policy file (YAML or JSON); raises `PolicyError` naming the
+    file, and the line of each problem in a YAML file."""
+    data, lines = _read_document(path, "policy")
+    return parse_policy(data, source=str(path), lines=lines)
 
 
 def load_roster(path: str | Path) -> Roster:
     """The producer roster in `path`: a policy file's `producers`, or a file holding only
     `producers:` (what a worker needs to verify the controller's commands)."""
-    text = Path(path).read_text(encoding="utf-8")
-    data = json.loads(text) if str(path).endswith(".json") else yaml.safe_load(text)
+    data, lines = _read_document(path, "roster")
     if isinstance(data, dict) and "id" in data:
-        return parse_policy(data, source=str(path)).roster
+        return parse_policy(data, source=str(path), lines=lines).roster
     try:
         return Roster.model_validate(data)
     except ValidationError as exc:
-        raise PolicyError(f"roster {path}: {exc}") from exc
+        raise PolicyError(f"roster {path}: {_problems(exc, lines)}") from exc
 
 
 # Event names that report success or confirm an effect: a classifier never proposes one,
