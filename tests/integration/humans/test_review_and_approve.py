@@ -189,6 +189,17 @@ def test_escalated_operation_is_approved_with_recoveryctl_and_moves_on(
         assert found.returncode == 0, found.stderr
         ids = [o["operation_id"] for o in json.loads(found.stdout)["operations"]]
         assert ids == expected, filters
+    # Read-only commands never load a policy: none named, or one that is not there.
+    bare = recoveryctl("ops", "list", "--database-url", reader)
+    assert bare.returncode == 0, bare.stderr
+    assert "op-h1" in bare.stdout
+    missing = policy.with_name("no-such-policy.yaml")
+    shown = recoveryctl("ops", "show", "op-h1", "--database-url", reader, "--policy", str(missing))
+    assert shown.returncode == 0, shown.stderr
+    # The packet shows what a decision would do, so it needs the policy, and says so.
+    needs = recoveryctl("review", "op-h1", "--database-url", reader)
+    assert needs.returncode == 2
+    assert "needs the controller's policy: pass --policy FILE" in needs.stderr
 
 
 def test_approval_of_a_packet_that_changed_after_display_is_refused(
