@@ -205,14 +205,20 @@ class Context:
         except StackError:
             return None
 
-    def database_url(self, role: str | None = None) -> str:
-        """The ledger database (module docstring). On the local stack, `role` (a key of
-        `ledger.LOGIN_ROLES`) picks that role's URL when the stack has one."""
+    def role_url(self, role: str) -> str | None:
+        """The local stack's URL for login role `role` (a key of `ledger.LOGIN_ROLES`)
+        when the database is the stack's and it has one; None otherwise (a database named
+        by flag or environment is used as it is named)."""
+        if self.services.database_url is None and self.stack is not None:
+            return self.stack.postgres.role_urls.get(role)
+        return None
+
+    def database_url(self) -> str:
+        """The ledger database (module docstring)."""
         if self.services.database_url is not None:
             return self.services.database_url
         if self.stack is not None:
-            urls = self.stack.postgres.role_urls
-            return urls.get(role, self.stack.postgres.url) if role else self.stack.postgres.url
+            return self.stack.postgres.url
         raise NotConfigured(
             f"no database: pass --database-url, set {ENV_DATABASE_URL}, or run "
             "`recoveryctl stack up`"
@@ -243,8 +249,8 @@ class Context:
         return Services(
             bootstrap=self.bootstrap(),
             database_url=self.database_url(),
-            controller_url=self.database_url("controller"),
-            relay_url=self.database_url("relay"),
+            controller_url=self.role_url("controller"),
+            relay_url=self.role_url("relay"),
             kafka={component: self.kafka(component) for component in KAFKA_PRINCIPALS},
         )
 

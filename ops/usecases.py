@@ -178,15 +178,15 @@ class Review:
             raise Refused(
                 f"operation {op}: the review packet changed since it was shown (shown "
                 f"{shown_digest}, now {packet.digest}; state {self.record.view.state}, "
-                f"{len(self.record.decisions)} decision(s)); nothing was signed or "
-                "published: review it again"
+                f"{len(self.record.decisions)} decision(s)); nothing was signed and "
+                "nothing was published: review it again"
             )
         event_type = VERDICT_EVENTS[verdict]
         found = packet.proposal(event_type)
         if found is None:
             raise Refused(
                 f"operation {op} is in state {self.record.view.state}, which does not "
-                f"accept {event_type}; nothing was signed or published"
+                f"accept {event_type}; nothing was signed and nothing was published"
             )
         return found
 

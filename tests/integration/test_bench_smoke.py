@@ -1,4 +1,4 @@
-"""`recoveryctl bench --quick --members 1,2 --profile` runs every phase end to end on
+"""`ops/dev bench --quick --members 1,2 --profile` runs every phase end to end on
 the real broker and database, in its own process as from a shell, and reports every
 figure sanely: throughput by number of controllers, CPU per record by process kind, and
 the profiles."""
@@ -34,8 +34,7 @@ def quick_run(
         [
             sys.executable,
             "-m",
-            "ops.cli",
-            "bench",
+            "ops.bench",
             "--quick",
             "--members",
             "1,2",

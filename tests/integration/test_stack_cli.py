@@ -39,10 +39,17 @@ def stack_home() -> Iterator[Path]:
 
 
 def _recoveryctl(home: Path, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return _run(home, "ops.cli", *args, timeout=timeout)
+
+
+def _run(
+    home: Path, module: str, *args: str, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    """`python -m MODULE ARGS` with no RECOVERY_* setting but the stack's folder."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("RECOVERY_")}
     env[ENV_STACK_DIR] = str(home)
     return subprocess.run(
-        [sys.executable, "-m", "ops.cli", *args],
+        [sys.executable, "-m", module, *args],
         env=env,
         capture_output=True,
         text=True,
@@ -96,8 +103,13 @@ def test_stack_up_starts_both_services_reports_them_and_down_stops_them(
 
     # A fresh stack has its principals but no ACLs (`topics create` makes them): the
     # benchmark provisions its own rather than being refused its scratch topics.
-    bench = _recoveryctl(
-        stack_home, "bench", "--quick", "--json-out", str(stack_home / "bench.json"), timeout=240
+    bench = _run(
+        stack_home,
+        "ops.bench",
+        "--quick",
+        "--json-out",
+        str(stack_home / "bench.json"),
+        timeout=240,
     )
     assert bench.returncode == 0, bench.stderr
     saturation = json.loads((stack_home / "bench.json").read_text())["saturation"]
@@ -259,7 +271,7 @@ def test_no_command_trusts_the_state_of_a_stack_that_is_gone(
     monkeypatch.delenv(ENV_KAFKA_BOOTSTRAP, raising=False)
     monkeypatch.delenv(ENV_DATABASE_URL, raising=False)
     monkeypatch.setenv(ENV_STACK_DIR, str(stack_home))
-    # Stopped by the process that started it (as `recoveryctl bench` does): forgotten.
+    # Stopped by the process that started it (as `ops/dev bench` does): forgotten.
     stack = stack_up(stack_home)
     assert _resolved() is not None
     stack.stop()
