@@ -23,6 +23,8 @@ from consumer.errors import SettingsError
 from machines import DEFAULT_REGISTRY
 from schemas import (
     DEFAULT_CONTROLLER_GROUP,
+    MAX_EVENT_RECORD_BYTES,
+    MAX_EVENT_RECORD_CEILING,
     ConfigurationError,
     IdentitySettings,
     KafkaSecurity,
@@ -127,9 +129,11 @@ class ControllerSettings(RulesSettings):
         "records fetched but not yet batched (docs/PERFORMANCE.md).",
     )
     max_record_bytes: int = Field(
-        default=1024 * 1024,
+        default=MAX_EVENT_RECORD_BYTES,
         ge=1024,
-        description="Larger records are dead-lettered as oversized before they are parsed.",
+        le=MAX_EVENT_RECORD_CEILING,
+        description="Larger records (key, value and headers) are dead-lettered as "
+        "oversized, as a bounded excerpt, before they are parsed.",
     )
     quarantine_after_starts: int = Field(
         default=3,

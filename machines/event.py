@@ -57,9 +57,14 @@ EVENT_TIME_WINDOW: tuple[datetime, datetime] = (
 # "coupa:request:REQ-1 (12 laptops)"): longer, inner spaces allowed, but not blank,
 # not padded and without control characters.
 MAX_ID_LENGTH = 256
-# How deep an event's free-form payload may nest (a mapping or list is one level).
+# How deep an event's free-form payload may nest (a mapping or list is one level), and
+# how large it may be as canonical JSON: it is stored, audited and may be published, so
+# one tool's report must never grow a row past what the topics carry.
 MAX_PAYLOAD_DEPTH = 32
+MAX_PAYLOAD_BYTES = 64 * 1024
 MAX_REFERENCE_LENGTH = 2048
+# Credentials delegated to one operation (each an id, `MAX_ID_LENGTH`).
+MAX_DELEGATED_CREDENTIALS = 64
 _TOKEN = re.compile(r"[^\s\x00-\x1f\x7f]+")
 _REFERENCE = re.compile(r"[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f\u2028\u2029]*[^\s\x00-\x1f\x7f])?")
 _EVENT_TYPE = re.compile(r"[A-Z][A-Z0-9_]{0,127}")
@@ -382,11 +387,11 @@ def parse_event(data: Mapping[str, Any]) -> Event:
     `payload_digest` is ignored and recomputed, so a sender cannot make two different
     payloads look identical."""
     body = {k: v for k, v in data.items() if k != "payload_digest"}
-    too_deep = _payload_too_deep(body.get("payload"))
-    if too_deep:
+    too_big = _payload_refusal(body.get("payload"))
+    if too_big:
         raise EventError(
-            f"event {str(data.get('event_id', '<no event_id>'))[:MAX_ID_LENGTH]!r}: {too_deep}; "
-            "dead-letter it and send flatter context",
+            f"event {str(data.get('event_id', '<no event_id>'))[:MAX_ID_LENGTH]!r}: {too_big}; "
+            "dead-letter it and send a reference to the context instead",
             ENVELOPE_FIELD_INVALID,
         )
     try:
@@ -420,9 +425,12 @@ def parse_event(data: Mapping[str, Any]) -> Event:
     return event
 
 
-def _payload_too_deep(payload: Any) -> str | None:
-    """Why `payload` is refused before it is validated (walked without recursion, so a
-    hostile nesting cannot exhaust the stack), or None."""
+def _payload_refusal(payload: Any) -> str | None:
+    """Why `payload` is refused before it is validated, or None: nested deeper than
+    `MAX_PAYLOAD_DEPTH` (walked without recursion, so a hostile nesting cannot exhaust
+    the stack) or larger than `MAX_PAYLOAD_BYTES` as canonical JSON."""
+    if payload is None:
+        return None
     stack: list[tuple[Any, int]] = [(payload, 0)]
     while stack:
         node, depth = stack.pop()
@@ -432,6 +440,12 @@ def _payload_too_deep(payload: Any) -> str | None:
             stack.extend((v, depth + 1) for v in node.values())
         elif isinstance(node, (list, tuple)):
             stack.extend((v, depth + 1) for v in node)
+    try:
+        size = len(canonical_bytes(payload))
+    except (TypeError, ValueError):
+        return None  # not JSON: the validation that follows names the field
+    if size > MAX_PAYLOAD_BYTES:
+        return f"payload is {size} bytes of canonical JSON; at most {MAX_PAYLOAD_BYTES}"
     return None
 
 
@@ -461,6 +475,18 @@ def envelope_problems(event: Event) -> list[str]:
         problem = _token_problem(name, value, MAX_ID_LENGTH)
         if problem:
             problems.append(problem)
+    credentials = lineage.delegated_credentials
+    if len(credentials) > MAX_DELEGATED_CREDENTIALS:
+        problems.append(
+            f"lineage.delegated_credentials lists {len(credentials)}; at most "
+            f"{MAX_DELEGATED_CREDENTIALS}"
+        )
+    longest = max((len(c) for c in credentials), default=0)
+    if longest > MAX_ID_LENGTH:
+        problems.append(
+            f"lineage.delegated_credentials holds one of {longest} characters; at most "
+            f"{MAX_ID_LENGTH}"
+        )
     problem = _token_problem("evidence_ref", event.evidence_ref, MAX_REFERENCE_LENGTH, _REFERENCE)
     if problem:
         problems.append(problem)

@@ -14,7 +14,13 @@ from producers.acls import (
 )
 from producers.client import RESULT_EVENTS, EventPublisher, RecoveryClient, event_record_id
 from producers.encoding import EncodedRecord, RecordEncoder
-from producers.errors import DeliveryFailed, KafkaReadError, ProducersError, ProvisionError
+from producers.errors import (
+    DeliveryFailed,
+    KafkaReadError,
+    ProducersError,
+    ProvisionError,
+    RecordRefused,
+)
 from producers.execution_store import (
     ENV_WORKER_STORE,
     Execution,
@@ -27,7 +33,13 @@ from producers.readback import TopicRecord, read_commands, read_topic
 from producers.relay import LineageCache, OutboxRelay, lineage_from_ledger
 from producers.relay_health import relay_probes
 from producers.settings import RelaySettings, WorkerSettings
-from producers.topics import BrokerProbe, TopicResult, provision
+from producers.topics import (
+    BrokerProbe,
+    TopicLimitError,
+    TopicResult,
+    check_message_limits,
+    provision,
+)
 from producers.worker import (
     ENV_WORKER_START,
     ActionResult,
@@ -65,16 +77,19 @@ __all__ = [
     "ProducersError",
     "ProvisionError",
     "RecordEncoder",
+    "RecordRefused",
     "RecoveryClient",
     "RelaySettings",
     "StartPosition",
     "StoredAnswer",
     "StoredRecord",
+    "TopicLimitError",
     "TopicRecord",
     "TopicResult",
     "WorkerSettings",
     "WorkerStats",
     "acl_bindings",
+    "check_message_limits",
     "demo_handlers",
     "drill_answer",
     "event_record_id",

@@ -123,8 +123,11 @@ def _grants(
         ("controller", topic, names.events, literal, read),
         ("controller", group, groups["controller"], prefixed, read),
         *(
-            ("relay", topic, name, literal, write)
+            ("relay", topic, name, literal, operation)
             for name in (names.commands, names.audit, names.dlq, names.evidence, names.events)
+            # DescribeConfigs: the relay checks at start that each topic admits its
+            # largest record (`producers.check_message_limits`).
+            for operation in (write, AclOperation.DESCRIBE_CONFIGS)
         ),
         ("siem", topic, names.audit, literal, read),
         ("siem", group, groups["siem"], prefixed, read),

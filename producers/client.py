@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import Any, Final
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from opentelemetry import propagate
 
@@ -48,13 +48,14 @@ from machines import (
     Verdict,
     sign_decision,
 )
-from producers.errors import DeliveryFailed, ProducersError
+from producers.errors import DeliveryFailed, ProducersError, RecordRefused
 from schemas import (
     CONTENT_TYPE,
     EVENT_ENVELOPE,
     HEADER_RECORD_ID,
     HEADER_SCHEMA,
     HEADER_SIGNATURE,
+    MAX_EVENT_RECORD_BYTES,
     AvroSingleObjectCodec,
     CapabilityCommand,
     JsonCodec,
@@ -108,6 +109,18 @@ _DEFAULT_PRODUCER: Final[Mapping[str, Any]] = {
     "logger": librdkafka_logger("client"),
 }
 _BUFFER_RETRIES: Final = 50
+# Broker or client errors that refuse a record for what it is: sent again as it is, it
+# is refused again (any other error is an outage, retried).
+_REFUSING: Final = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_MSG,
+        KafkaError.INVALID_TIMESTAMP,
+        KafkaError.POLICY_VIOLATION,
+    }
+)
 
 
 def event_record_id(event: Event) -> str:
@@ -130,8 +143,12 @@ class EventPublisher:
         use_json: bool = False,
         codec: AvroSingleObjectCodec | None = None,
         security: KafkaSecurity | None = None,
+        max_record_bytes: int = MAX_EVENT_RECORD_BYTES,
     ) -> None:
         # `security`: the principal's client settings (else the environment's).
+        # `max_record_bytes`: a larger record (key, value, headers) is refused before it
+        # is produced (`RecordRefused`): the controller would only dead-letter it.
+        self._max_record_bytes = max_record_bytes
         if isinstance(signer, _FromEnv):
             try:
                 signer = signer_from_env()
@@ -156,6 +173,7 @@ class EventPublisher:
         self._json = JsonCodec() if use_json else None
         self._pending: dict[str, int] = {}
         self._failures: list[tuple[str, str]] = []
+        self._refused: dict[str, str] = {}
         self._closed = False
 
     def publish(self, event: Event, *, topic: str | None = None) -> str:
@@ -271,7 +289,15 @@ class EventPublisher:
     ) -> None:
         """Hand one record to the producer, tracked under `tracking_id` until its
         delivery report; serves delivery reports while the local queue is full and
-        raises `ProducersError` when it stays full."""
+        raises `ProducersError` when it stays full, `RecordRefused` when the record is
+        larger than this publisher's bound or the client refuses it."""
+        size = len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers)
+        if size > self._max_record_bytes:
+            raise RecordRefused(
+                tracking_id,
+                f"{size} bytes with key and headers, more than the {self._max_record_bytes}"
+                f"-byte limit of {topic}",
+            )
         self._pending[tracking_id] = self._pending.get(tracking_id, 0) + 1
 
         def on_delivery(error: KafkaError | None, _message: Message[Any, Any]) -> None:
@@ -287,6 +313,9 @@ class EventPublisher:
             except BufferError:
                 # The local queue is full: serve delivery reports to make room.
                 self._producer.poll(0.1)
+            except KafkaException as exc:
+                self._delivered(tracking_id, None, settled=False)
+                raise RecordRefused(tracking_id, str(exc.args[0])) from exc
         else:
             self._delivered(tracking_id, None, settled=False)
             raise ProducersError(
@@ -307,6 +336,8 @@ class EventPublisher:
             del self._pending[rid]
         if error is not None and settled:
             self._failures.append((rid, str(error)))
+            if error.code() in _REFUSING:
+                self._refused[rid] = str(error)
 
     @property
     def pending(self) -> int:
@@ -318,10 +349,10 @@ class EventPublisher:
         listing each record the broker refused or that is still unacknowledged."""
         self._producer.flush(timeout)
         failures = self._failures + [(rid, "not acknowledged in time") for rid in self._pending]
-        self._failures = []
+        refused, self._failures, self._refused = self._refused, [], {}
         if failures:
             self._pending.clear()
-            raise DeliveryFailed(failures)
+            raise DeliveryFailed(failures, refused)
 
     def close(self, timeout: float = 30.0) -> None:
         """Flush and release the producer; idempotent. Raises `DeliveryFailed` as `flush`."""

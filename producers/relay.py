@@ -43,10 +43,16 @@ from ledger import Ledger, LedgerError, LedgerUnavailable, OutboxRecord, OutboxW
 from machines import Lineage
 from producers.client import EventPublisher
 from producers.encoding import EncodedRecord, RecordEncoder, UnpublishableRow
-from producers.errors import DeliveryFailed, ProducersError
+from producers.errors import DeliveryFailed, ProducersError, RecordRefused
 from producers.relay_metrics import RelayMetrics
 from producers.settings import RelaySettings
-from schemas import KafkaSecurity, TopicNames, librdkafka_logger
+from schemas import (
+    MAX_OUTBOX_RECORD_BYTES,
+    TOPIC_MAX_MESSAGE_BYTES,
+    KafkaSecurity,
+    TopicNames,
+    librdkafka_logger,
+)
 
 __all__ = [
     "LineageCache",
@@ -214,9 +220,13 @@ class OutboxRelay:
                 "client.id": self.instance,
                 "logger": librdkafka_logger("relay"),
                 "delivery.timeout.ms": int(self.settings.delivery_timeout * 1000),
+                # Above the relay's own bound, so that a row too large is held by the
+                # relay with its reason before librdkafka sees it (schemas.limits).
+                "message.max.bytes": TOPIC_MAX_MESSAGE_BYTES,
                 **(producer_config or {}),
                 **_ORDERED_PRODUCER,
             },
+            max_record_bytes=MAX_OUTBOX_RECORD_BYTES,
         )
         self._reported: set[str] = set()
         self._lineage = LineageCache(lineage_from_ledger(ledger))
@@ -245,7 +255,8 @@ class OutboxRelay:
                 if not records:
                     return PassResult(0, 0, 0, 0)
                 sent, blocked = self._send_all(records)
-                failed = self._await_delivery()
+                failed, refused = self._await_delivery()
+                blocked.update(refused)
                 marked, holds = _acknowledged_prefixes(records, sent, failed, blocked)
                 if marked:
                     lease.mark_published([r.record_id for r in marked])
@@ -293,7 +304,15 @@ class OutboxRelay:
                 transient = isinstance(exc, LedgerUnavailable)
                 unpublishable[row.record_id] = None if transient else str(exc)
                 continue
-            self._send(encoded)
+            try:
+                self._send(encoded)
+            except RecordRefused as exc:
+                # Too large (or otherwise refused) for what it is: held like a row that
+                # cannot be encoded; its key waits, every other key goes on.
+                _log.error("relay %s: %s", self.instance, exc)
+                blocked_keys.add(row.key)
+                unpublishable[row.record_id] = f"the producer refused it: {exc.reason}"
+                continue
             sent.add(row.record_id)
         if unpublishable:
             self._metrics.unpublishable(len(unpublishable))
@@ -345,14 +364,17 @@ class OutboxRelay:
             extra_headers=record.headers,
         )
 
-    def _await_delivery(self) -> set[str]:
+    def _await_delivery(self) -> tuple[set[str], dict[str, str]]:
+        """The rows not acknowledged (retried by a later pass), and of those the ones
+        the broker refused for what they are, with why (held: retrying cannot help)."""
         try:
             self._publisher.flush(self.settings.delivery_timeout)
         except DeliveryFailed as exc:
             for rid, why in exc.failures[:5]:
                 _log.warning("relay %s: record %s not acknowledged: %s", self.instance, rid, why)
-            return {rid for rid, _ in exc.failures}
-        return set()
+            refused = {rid: f"the broker refused it: {why}" for rid, why in exc.refused.items()}
+            return {rid for rid, _ in exc.failures}, refused
+        return set(), {}
 
     # -- the loop -----------------------------------------------------------------------
 

@@ -3,17 +3,78 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource  # typed here, as acls.py does
+from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewTopic  # the typed stub lives here
 
-from producers.errors import ProvisionError
-from schemas import KafkaSecurity, TopicNames, kafka_config, librdkafka_logger
+from producers.errors import ProducersError, ProvisionError
+from schemas import (
+    MAX_OUTBOX_RECORD_BYTES,
+    MIN_TOPIC_MESSAGE_BYTES,
+    TOPIC_MAX_MESSAGE_BYTES,
+    ConfigurationError,
+    KafkaSecurity,
+    TopicNames,
+    kafka_config,
+    librdkafka_logger,
+)
 
-__all__ = ["BrokerProbe", "TopicResult", "provision"]
+__all__ = ["BrokerProbe", "TopicLimitError", "TopicResult", "check_message_limits", "provision"]
+
+
+class TopicLimitError(ProducersError, ConfigurationError):
+    """A recovery topic admits smaller records than the relay may publish; raise its
+    `max.message.bytes` (named in the message) before starting the relay."""
+
+
+def check_message_limits(
+    bootstrap: str,
+    topics: Sequence[str],
+    *,
+    security: KafkaSecurity | None = None,
+    timeout: float = 15.0,
+) -> dict[str, int]:
+    """Each topic's `max.message.bytes` (the broker's view), after checking that every
+    one admits the relay's largest record (`schemas.MIN_TOPIC_MESSAGE_BYTES`): a
+    smaller limit would make the broker refuse rows the relay must publish. Raises
+    `TopicLimitError` naming each topic and the fix, `ProducersError` when the broker
+    cannot be asked."""
+    config: dict[str, Any] = {
+        **kafka_config(bootstrap, security),
+        "logger": librdkafka_logger("admin"),
+    }
+    admin = AdminClient(config)
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in dict.fromkeys(topics)]
+    limits: dict[str, int] = {}
+    try:
+        for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
+            entry = future.result(timeout=timeout).get("max.message.bytes")
+            limits[resource.name] = int(entry.value) if entry and entry.value else 0
+    except KafkaException as exc:
+        raise ProducersError(
+            f"cannot read the recovery topics' max.message.bytes on {bootstrap}: {exc}; the "
+            "relay's principal needs DescribeConfigs on them (`recoveryctl topics create` "
+            "grants it)"
+        ) from exc
+    small = {name: size for name, size in limits.items() if size < MIN_TOPIC_MESSAGE_BYTES}
+    if small:
+        raise TopicLimitError(
+            "; ".join(
+                f"topic {name} admits records of {size} bytes, less than the "
+                f"{MIN_TOPIC_MESSAGE_BYTES} the relay needs for its largest record "
+                f"({MAX_OUTBOX_RECORD_BYTES} bytes)"
+                for name, size in sorted(small.items())
+            )
+            + f"; set max.message.bytes={TOPIC_MAX_MESSAGE_BYTES} on each (kafka-configs "
+            "--alter --entity-type topics --add-config ...)"
+        )
+    return limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +113,14 @@ def provision(
     }
     admin = AdminClient(config)
     wanted = [
-        # -1: the broker's default (KIP-464).
-        NewTopic(t, num_partitions=partitions, replication_factor=replication or -1)
+        # -1: the broker's default (KIP-464). The message size is set, not inherited: the
+        # relay's largest record must fit whatever the broker's default (schemas.limits).
+        NewTopic(
+            t,
+            num_partitions=partitions,
+            replication_factor=replication or -1,
+            config={"max.message.bytes": str(TOPIC_MAX_MESSAGE_BYTES)},
+        )
         for t in names.all()
     ]
     created: set[str] = set()

@@ -59,6 +59,13 @@ from schemas.kafka_security import (
     kafka_config,
     read_client_properties,
 )
+from schemas.limits import (
+    MAX_EVENT_RECORD_BYTES,
+    MAX_EVENT_RECORD_CEILING,
+    MAX_OUTBOX_RECORD_BYTES,
+    MIN_TOPIC_MESSAGE_BYTES,
+    TOPIC_MAX_MESSAGE_BYTES,
+)
 from schemas.ocsf import OCSF_VERSION, audit_to_ocsf, audit_to_ocsf_json
 from schemas.outbox_wire import (
     ANCHOR_KINDS,
@@ -144,12 +151,17 @@ __all__ = [
     "HEADER_SIGNATURE",
     "KAFKA_PRINCIPALS",
     "LOGGER_PREFIX",
+    "MAX_EVENT_RECORD_BYTES",
+    "MAX_EVENT_RECORD_CEILING",
+    "MAX_OUTBOX_RECORD_BYTES",
+    "MIN_TOPIC_MESSAGE_BYTES",
     "OCSF_VERSION",
     "OUTBOX_STREAMS",
     "PUBLISHED_TIME",
     "RECORD_SIGNATURE_DOMAIN",
     "SIGNATURE_ROW_HEADERS",
     "SIGNED_HEADERS",
+    "TOPIC_MAX_MESSAGE_BYTES",
     "TRACEPARENT",
     "TRACESTATE",
     "WIRE_ROW_HEADERS",
