@@ -164,7 +164,19 @@ class _Console:
         return response
 
     def session(self, request: Request) -> Session | None:
-        return self.sessions.get(request.cookies.get(COOKIE))
+        """The signed-in session of `request`, while its token is still valid (not
+        revoked, not expired) and its approver still in the policy's roster."""
+        session = self.sessions.get(request.cookies.get(COOKIE))
+        if session is None:
+            return None
+        try:
+            active = self.config.tokens.active(session.token_digest, datetime.now(UTC))
+        except TokenError:
+            active = False  # an unreadable tokens file admits nobody
+        if not active or self.config.rules.rules.policy.approver(session.approver) is None:
+            self.sessions.close(session.session_id)
+            return None
+        return session
 
     def error(self, request: Request, session: Session | None, status: int, text: str) -> Response:
         return self.page(request, "error.html", session, status=status, message=text)
@@ -201,7 +213,7 @@ class _Console:
                 "(`recoveryctl console token --approver ID`)",
                 401,
             )
-        session = self.sessions.open(approver)
+        session = self.sessions.open(approver, TokenFile.digest_of(form.get("token", "")))
         response = RedirectResponse("/", status_code=303)
         response.set_cookie(
             COOKIE,

@@ -1,9 +1,11 @@
 """Signed-in reviewers: server-side sessions, each with its own CSRF token.
 
 A session is a random id (the cookie's value, HttpOnly, SameSite=Strict) mapped to the
-approver it signed in as, a CSRF token every POST must carry, the key-check challenge
-the page signs after importing a key, and an expiry. Sessions live in this process's
-memory, bounded in number: restarting the console signs everyone out.
+approver it signed in as, the digest of the token it signed in with (a session lives no
+longer than its token: the console checks the token at every request, so revoking it,
+or its expiry, signs the session out), a CSRF token every POST must carry, the
+key-check challenge the page signs after importing a key, and an expiry. Sessions live
+in this process's memory, bounded in number: restarting the console signs everyone out.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class Session:
 
     session_id: str
     approver: str
+    token_digest: str
     csrf: str
     expires: float
     key_challenge: str = field(default_factory=lambda: secrets.token_hex(16))
@@ -41,12 +44,14 @@ class Sessions:
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
 
-    def open(self, approver: str) -> Session:
-        """A new session for `approver`; the oldest is dropped when the table is full."""
+    def open(self, approver: str, token_digest: str) -> Session:
+        """A new session for `approver`, signed in with the token whose SHA-256 is
+        `token_digest`; the oldest is dropped when the table is full."""
         now = time.monotonic()
         session = Session(
             session_id=secrets.token_urlsafe(32),
             approver=approver,
+            token_digest=token_digest,
             csrf=secrets.token_urlsafe(32),
             expires=now + self.ttl,
         )

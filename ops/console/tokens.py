@@ -114,6 +114,19 @@ class TokenFile:
             self._write(kept)
         return len(entries) - len(kept)
 
+    def active(self, digest: str, now: datetime) -> bool:
+        """Whether the token whose SHA-256 is `digest` is still in the file and not
+        expired: a revoked token ends the sessions it opened at their next request."""
+        return any(
+            hmac.compare_digest(str(entry.get("sha256", "")), digest) and not _expired(entry, now)
+            for entry in self._entries()
+        )
+
+    @staticmethod
+    def digest_of(token: str) -> str:
+        """The SHA-256 a token is kept as."""
+        return _hash(token.strip())
+
     def approver_for(self, token: str, now: datetime) -> str | None:
         """The approver whose unexpired token this is, or None."""
         digest = _hash(token.strip())

@@ -189,7 +189,7 @@ def test_console_token_is_issued_only_for_a_roster_approver(
 
 def test_each_session_has_its_own_csrf_token_and_ends_on_sign_out() -> None:
     sessions = Sessions(ttl=60)
-    first, second = sessions.open("approver-1"), sessions.open("approver-1")
+    first, second = sessions.open("approver-1", "d1"), sessions.open("approver-1", "d2")
     assert first.csrf != second.csrf
     assert first.csrf_ok(first.csrf)
     assert not first.csrf_ok(second.csrf)
@@ -198,4 +198,4 @@ def test_each_session_has_its_own_csrf_token_and_ends_on_sign_out() -> None:
     sessions.close(first.session_id)
     assert sessions.get(first.session_id) is None
     expired = Sessions(ttl=-1)
-    assert expired.get(expired.open("approver-1").session_id) is None
+    assert expired.get(expired.open("approver-1", "d").session_id) is None

@@ -343,6 +343,14 @@ def test_console_refuses_a_changed_packet_a_bad_token_and_a_post_without_csrf(
         "TOOL_TIMEOUT",
         "STEP_COMPLETED",
     ]
+    # Revoking the reviewer's token ends the session it opened, at its next request.
+    page.goto(f"{console.url}/")
+    assert page.url == f"{console.url}/"
+    revoked = recoveryctl("console", "token", "--approver", "approver-1", "--revoke",
+                          *console.rules)  # fmt: skip
+    assert revoked.returncode == 0, revoked.stderr
+    page.goto(f"{console.url}/dead-letters")
+    assert page.url == f"{console.url}/login"
     context.close()
 
 
