@@ -31,7 +31,7 @@ from typing import TextIO
 
 from ops.errors import StackError
 from ops.kafka_security import SCRAM_MECHANISM, BrokerSecurity, ensure_broker_security
-from ops.paths import cache_dir, ensure_dir
+from ops.paths import cache_dir, ensure_dir, private_dir
 from ops.ports import LOOPBACK, free_ports, is_port_free, retry_bind_clash
 from ops.process import file_lock, log_tail, pid_alive, pid_cmdline, terminate
 from ops.settings import KAFKA_VERSION, LOG4J_VERSION, StackSettings
@@ -267,7 +267,9 @@ def start_kafka(
     address), else fresh free ports. Raises `KafkaServiceError` with the broker's log
     tail when it exits or is not ready within `ready_timeout` seconds.
     """
-    data_dir = ensure_dir(data_dir.resolve())
+    # The broker's log segments hold every record: readable by its owner alone, so no
+    # other local user reads a topic from disk past the ACLs.
+    data_dir = private_dir(data_dir.resolve())
     libs = ensure_jars(progress=progress)
     java = find_java()
     # Passwords exist in plaintext mode too, so that the storage is always formatted with

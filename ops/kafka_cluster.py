@@ -50,7 +50,7 @@ from ops.kafka import (
     write_config,
 )
 from ops.kafka_security import BrokerSecurity, ensure_broker_security
-from ops.paths import ensure_dir
+from ops.paths import private_dir
 from ops.ports import LOOPBACK, free_ports, is_port_free, retry_bind_clash
 from ops.process import file_lock
 from schemas import KafkaSecurity
@@ -234,7 +234,7 @@ def start_kafka_cluster(
     """
     if nodes < 1:
         raise KafkaServiceError(f"a cluster needs at least one node, not {nodes}")
-    root = ensure_dir(root.resolve())
+    root = private_dir(root.resolve())  # the nodes' log segments: the owner's alone
     libs = ensure_jars(progress=progress)
     java = find_java()
     security = ensure_broker_security(root)
@@ -292,7 +292,7 @@ def _prepare(
     secured: bool,
 ) -> None:
     """Write node `node_id`'s config and format its storage if it is not yet."""
-    data_dir = ensure_dir(node_dir(root, node_id))
+    data_dir = private_dir(node_dir(root, node_id))
     bootstrap, controller = layout.ports[node_id - 1]
     config = write_config(
         data_dir, bootstrap, controller, security if secured else None, layout.seat(node_id)

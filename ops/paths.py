@@ -15,12 +15,20 @@ from pathlib import Path
 from ops.settings import StackSettings
 
 __all__ = [
+    "PRIVATE",
+    "TRAVERSABLE",
     "cache_dir",
     "ensure_dir",
     "others_can_traverse",
+    "private_dir",
     "repo_root",
     "stack_dir",
 ]
+
+# The modes of the stack's folders: data, logs and secrets are the owner's alone; a
+# folder the unprivileged PostgreSQL user must pass through may be traversed, not listed.
+PRIVATE = 0o700
+TRAVERSABLE = 0o711
 
 # The fallback for runtime state when root runs from a checkout that an unprivileged
 # user cannot reach (e.g. under /root, mode 0700): PostgreSQL must run as that user.
@@ -83,4 +91,12 @@ def ensure_dir(path: Path, mode: int = 0o755) -> Path:
     for folder in reversed(missing):
         folder.mkdir(exist_ok=True)
         folder.chmod(mode)
+    return path
+
+
+def private_dir(path: Path, mode: int = PRIVATE) -> Path:
+    """`path` created (with its parents) or kept, and set to `mode` whatever it was: a
+    folder made readable by an older version is closed again."""
+    ensure_dir(path, mode)
+    path.chmod(mode)
     return path

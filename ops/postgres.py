@@ -3,8 +3,17 @@
 PostgreSQL refuses to run as root, and our scripts and CI run as root; so when the
 effective user is root, `initdb`, `pg_ctl` and the server run as an unprivileged OS user
 (`postgres`, or a dedicated system user created on first use) through `runuser`. As
-anyone else they run as that user. The server listens on 127.0.0.1 only, trusts
-loopback connections (a local development and test server), and keeps fsync on.
+anyone else they run as that user. The server listens on 127.0.0.1 only and keeps fsync
+on.
+
+No connection is trusted, not even a local one: every role, the superuser included,
+authenticates with a password (`scram-sha-256`, in a `pg_hba.conf` this module writes
+on every start, with no `trust` line). The superuser's password is generated when the
+cluster is made (an older cluster made with `trust` gets one the first time it starts
+here, in single-user mode before the server listens) and kept in `<root>/pgpass`, a
+libpq password file readable by the stack's owner alone (0600), beside the login roles'
+passwords (`remember`). The URLs this module gives name that file (`passfile=`) and
+never hold a password, so another local user can neither read a password nor connect.
 """
 
 from __future__ import annotations
@@ -12,16 +21,19 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import secrets
 import shutil
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import ledger
 from ledger import LedgerError, LedgerUnavailable, ping_database
 from ops.errors import StackError
-from ops.paths import ensure_dir
+from ops.paths import TRAVERSABLE, private_dir
 from ops.ports import LOOPBACK, free_ports, is_port_free, retry_bind_clash
 from ops.process import log_tail, pid_alive
 from ops.settings import DATABASE_USER
@@ -37,6 +49,14 @@ __all__ = [
 ]
 
 _PG_ROOT = Path("/usr/lib/postgresql")
+_PASSFILE = "pgpass"
+_HBA = """\
+# Written by ops/postgres.py on every start: every connection authenticates with a
+# password (scram-sha-256); nothing is trusted, not even the local socket.
+local   all  all                 scram-sha-256
+host    all  all  127.0.0.1/32   scram-sha-256
+host    all  all  ::1/128        scram-sha-256
+"""
 _SERVICE_USER_CREATED = "agent-recovery"
 _SETTINGS_FILE = "agent-recovery.conf"
 _ADMIN_DATABASE = "postgres"
@@ -78,9 +98,21 @@ class PostgresServer:
         """Connection URL of the administrative database (`postgres`)."""
         return self.url_for(_ADMIN_DATABASE)
 
+    @property
+    def passfile(self) -> Path:
+        """The libpq password file of this server's roles (0600, the stack owner's)."""
+        return self.root / _PASSFILE
+
     def url_for(self, database: str) -> str:
-        """Connection URL of `database` on this server."""
-        return f"postgresql://{self.user}@{self.host}:{self.port}/{database}"
+        """Connection URL of `database` on this server: no password in it, the password
+        file named instead (`passfile`, which libpq reads)."""
+        passfile = quote(str(self.passfile), safe="/")
+        return f"postgresql://{self.user}@{self.host}:{self.port}/{database}?passfile={passfile}"
+
+    def remember(self, passwords: Mapping[str, str]) -> None:
+        """Add (or replace) the passwords of these roles in the password file, so that
+        this server's URLs authenticate as them too."""
+        _write_passfile(self.passfile, {**_read_passfile(self.passfile), **passwords})
 
     @property
     def pid(self) -> int | None:
@@ -154,7 +186,8 @@ def start_postgres(
     once a client connects. The port defaults to the one used last time when still free,
     else a free one. Raises `PostgresServiceError` with the server log's tail on failure.
     """
-    root = ensure_dir(root.resolve())
+    # Traversable by the service user, not listable: the password file sits here.
+    root = private_dir(root.resolve(), TRAVERSABLE)
 
     def launch() -> PostgresServer:
         server = PostgresServer(
@@ -193,8 +226,10 @@ def _launch(server: PostgresServer, ready_timeout: float) -> PostgresServer:
     if not (server.data_dir / "PG_VERSION").is_file():
         _initdb(server)
     _clear_stale_lock(server.data_dir)
+    _ensure_superuser_password(server)
     _write_settings(server)
     _give(server, server.log_path, touch=True)
+    server.log_path.chmod(0o600)
     result = _run(
         server,
         [
@@ -269,25 +304,79 @@ def _initdb(server: PostgresServer) -> None:
     data.mkdir(mode=0o700)
     _give(server, data)
     _check_reachable(server)
-    result = _run(
-        server,
-        [
-            str(server.bin_dir / "initdb"),
-            "-D",
-            str(data),
-            "-U",
-            server.user,
-            "--auth=trust",  # loopback only: pg_hba.conf's host lines are 127.0.0.1, ::1
-            "--encoding=UTF8",
-            "--locale=C",
-        ],
-    )
+    password = secrets.token_urlsafe(24)
+    # initdb (the service user) reads the superuser's password from a file of its own.
+    pwfile = server.root / f".initdb-{secrets.token_hex(4)}"
+    fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(password + "\n")
+    _give(server, pwfile)
+    try:
+        result = _run(
+            server,
+            [
+                str(server.bin_dir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                server.user,
+                "--auth=scram-sha-256",
+                f"--pwfile={pwfile}",
+                "--encoding=UTF8",
+                "--locale=C",
+            ],
+        )
+    finally:
+        pwfile.unlink(missing_ok=True)
+    if result.returncode == 0:
+        server.remember({server.user: password})
     if result.returncode != 0:
         raise PostgresServiceError(
             f"initdb failed for {data} (exit {result.returncode}):\n{result.stdout}{result.stderr}"
         )
     with (data / "postgresql.conf").open("a") as conf:
         conf.write(f"\n# Written by ops/postgres.py on every start.\ninclude '{_SETTINGS_FILE}'\n")
+
+
+def _ensure_superuser_password(server: PostgresServer) -> None:
+    """Give the superuser a password when the password file has none for it: a cluster
+    made by an older version (`--auth=trust`). Set in single-user mode, before the
+    server listens, so there is no moment a connection is trusted."""
+    if server.user in _read_passfile(server.passfile):
+        return
+    password = secrets.token_urlsafe(24)
+    statement = f"ALTER ROLE \"{server.user}\" PASSWORD '{password}';\n"
+    command = [str(server.bin_dir / "postgres"), "--single", "-D", str(server.data_dir), "postgres"]
+    result = _run(server, command, stdin=statement)
+    if result.returncode != 0:
+        raise _failed(server, f"setting the superuser's password failed: {result.stderr}")
+    server.remember({server.user: password})
+
+
+def _read_passfile(path: Path) -> dict[str, str]:
+    """Role -> password of a password file this module wrote (`*:*:*:role:password`)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return {}
+    found: dict[str, str] = {}
+    for line in lines:
+        fields = line.split(":")
+        if len(fields) == 5 and not line.startswith("#"):
+            found[fields[3]] = fields[4]
+    return found
+
+
+def _write_passfile(path: Path, passwords: Mapping[str, str]) -> None:
+    """A libpq password file (0600, never readable by others in between) giving each
+    role its password on this server, whatever port it listens on."""
+    text = "# Written by ops/postgres.py: the local server's roles (libpq passfile).\n"
+    text += "".join(f"*:*:*:{role}:{password}\n" for role, password in sorted(passwords.items()))
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(temporary, path)
 
 
 def _write_settings(server: PostgresServer) -> None:
@@ -315,6 +404,9 @@ def _write_settings(server: PostgresServer) -> None:
     header = "# Local stack settings (ops/postgres.py); rewritten on every start.\n"
     path.write_text(header + "".join(lines))
     _give(server, path)
+    hba = server.data_dir / "pg_hba.conf"
+    hba.write_text(_HBA)
+    _give(server, hba)
     (server.root / "port.json").write_text(json.dumps({"port": server.port}))
 
 
@@ -337,7 +429,9 @@ def _check_reachable(server: PostgresServer) -> None:
         )
 
 
-def _run(server: PostgresServer, command: list[str]) -> subprocess.CompletedProcess[str]:
+def _run(
+    server: PostgresServer, command: list[str], *, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     # The C locale, so that the server tools' messages read the same everywhere.
     command = ["env", "LC_ALL=C", *command]
     if server.os_user is not None:
@@ -348,7 +442,8 @@ def _run(server: PostgresServer, command: list[str]) -> subprocess.CompletedProc
         cwd=server.root,
         capture_output=True,
         text=True,
-        stdin=subprocess.DEVNULL,
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
         timeout=300,
     )
 

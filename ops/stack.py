@@ -36,11 +36,12 @@ from typing import Any, TextIO, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ledger import LOGIN_ROLES, LedgerError, ensure_roles
+from ops.db_passwords import resolve_passwords, store_passwords
 from ops.errors import StackError
 from ops.kafka import KafkaBroker, ensure_jars, start_kafka, wait_for_kafka
 from ops.kafka_cluster import KafkaCluster, start_kafka_cluster
 from ops.keys import stack_roster
-from ops.paths import ensure_dir, stack_dir
+from ops.paths import TRAVERSABLE, private_dir, stack_dir
 from ops.postgres import (
     PostgresServer,
     ensure_database,
@@ -267,7 +268,8 @@ def stack_up(
     `plaintext_requested()`); `brokers` (default: as recorded, else 1) local brokers
     run, more than one as a cluster (`ops.kafka_cluster`).
     """
-    home = ensure_dir(directory or stack_dir())
+    # Traversable (PostgreSQL's own user reaches its data below), not listable.
+    home = private_dir(directory or stack_dir(), TRAVERSABLE)
     wanted_plaintext = plaintext_requested() if plaintext is None else plaintext
     if brokers is not None and brokers not in (1, 3):
         raise StackError(f"--brokers takes 1 (one broker) or 3 (a cluster), not {brokers}")
@@ -496,8 +498,14 @@ def _postgres(
         return None, PostgresState(url=url, external=True)
     server = start_postgres(home / "postgres")
     ensure_database(server.url, DATABASE_NAME)
+    # Every login role authenticates with its password, kept (0600) where `recoveryctl
+    # db roles` keeps them and in the server's password file the URLs name.
+    password_file = home / "db-roles.json"
+    passwords = resolve_passwords(LOGIN_ROLES, password_file)
     try:
-        ensure_roles(server.url_for(DATABASE_NAME))  # loopback trust: no passwords
+        ensure_roles(server.url_for(DATABASE_NAME), passwords)
+        store_passwords(password_file, passwords)
+        server.remember(passwords)
     except LedgerError as exc:
         raise StackError(f"local PostgreSQL: cannot set up the ledger roles: {exc}") from exc
     roles = {

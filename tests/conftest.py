@@ -71,17 +71,24 @@ def topic(topic_factory: TopicFactory) -> str:
 
 
 @pytest.fixture(scope="session")
-def postgres_server() -> Iterator[str]:
-    """Conninfo of the session server's administrative database (started on first use)."""
+def postgres_lease() -> Iterator[ServiceLease]:
+    """The session's PostgreSQL server (started on first use)."""
     lease = lease_postgres()
-    yield lease.address
+    yield lease
     lease.release()
 
 
 @pytest.fixture(scope="session")
-def database_template(postgres_server: str) -> Iterator[str]:
-    """Name of the template database every test database is cloned from."""
-    name = prepare_template(postgres_server)
+def postgres_server(postgres_lease: ServiceLease) -> str:
+    """Conninfo of the session server's administrative database."""
+    return postgres_lease.address
+
+
+@pytest.fixture(scope="session")
+def database_template(postgres_server: str, postgres_lease: ServiceLease) -> Iterator[str]:
+    """Name of the template database every test database is cloned from; the login
+    roles get the session's passwords on the session's own server."""
+    name = prepare_template(postgres_server, postgres_lease.role_passwords)
     yield name
     drop_database(postgres_server, name)
 

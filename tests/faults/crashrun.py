@@ -48,7 +48,7 @@ from typing import Any, Final
 
 import psycopg
 
-from ledger import create_database, ensure_roles, migrate_database
+from ledger import create_database, migrate_database
 from ops.kafka import KafkaBroker, KafkaServiceError, start_kafka
 from ops.postgres import PostgresServer, start_postgres
 from tests.faults.checker import CheckReport, check_run
@@ -56,6 +56,7 @@ from tests.faults.netproxy import NetProxy
 from tests.faults.processes import FaultError, RoleProcess, log_tail, wait_until
 from tests.faults.stream import FaultRun, Feeder, drain, workload
 from tests.faults.verify import progress
+from tests.support.db import ensure_login_roles
 from tests.support.kafka import TopicFactory
 from tests.support.keys import ensure_controller_key
 from tests.support.services import name_admin, service_root
@@ -458,7 +459,7 @@ def _prepare_database(server: PostgresServer) -> str:
     create_database(server.url, _DATABASE)
     url = server.url_for(_DATABASE)
     migrate_database(url)
-    ensure_roles(url)
+    ensure_login_roles(server, url)
     return url
 
 

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ledger import create_database, ensure_roles, migrate_database
+from ledger import create_database, migrate_database
 from ops.postgres import PostgresServer, start_postgres
 from tests.faults.stream import FaultRun, Feeder, drain, workload
 from tests.faults.verify import progress, verify_run
+from tests.support.db import ensure_login_roles
 from tests.support.kafka import TopicFactory
 from tests.support.services import service_root
 
@@ -49,7 +50,7 @@ def test_a_database_restart_under_load_is_ridden_out_without_loss_or_duplicate(
     create_database(own_server.url, "recovery")
     url = own_server.url_for("recovery")
     migrate_database(url)
-    ensure_roles(url)  # the runtime connects as its roles, as on the session server
+    ensure_login_roles(own_server, url)  # the runtime connects as its roles
     records, _ = workload(EVENTS, seed=21)
     run = FaultRun(kafka_bootstrap, url, topic_factory, tmp_path, partitions=4)
     try:

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from ledger import create_database, ensure_roles, migrate_database
+from ledger import create_database, migrate_database
 from ops.ports import free_ports
 from ops.postgres import PostgresServer, start_postgres
 from tests.faults.processes import wait_until
 from tests.faults.stream import FaultRun, Feeder, drain, workload
+from tests.support.db import ensure_login_roles
 from tests.support.kafka import TopicFactory
 from tests.support.services import service_root
 
@@ -66,7 +67,7 @@ def test_metrics_are_scraped_and_readyz_follows_the_database(
     create_database(own_server.url, "recovery")
     url = own_server.url_for("recovery")
     migrate_database(url)
-    ensure_roles(url)  # the runtime connects as its roles, as on the session server
+    ensure_login_roles(own_server, url)  # the runtime connects as its roles
     records, _ = workload(300, seed=19)
     run = FaultRun(kafka_bootstrap, url, topic_factory, tmp_path, partitions=2)
     c_port, r_port = free_ports(2)

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -85,6 +86,7 @@ def test_stack_up_starts_both_services_reports_them_and_down_stops_them(
         wait_for_kafka(kafka.bootstrap, timeout=3, security=KafkaSecurity(protocol="PLAINTEXT"))
     with psycopg.connect(state["postgres"]["url"]) as conn:
         assert conn.execute("SELECT current_database()").fetchone() == (DATABASE_NAME,)
+    _no_open_door(stack_home, state)
 
     status = _recoveryctl(stack_home, "stack", "status", "--json")
     assert status.returncode == 0, status.stderr
@@ -255,6 +257,44 @@ def test_stack_up_brokers_3_runs_a_cluster_and_restarts_only_its_dead_node(
     one = _recoveryctl(stack_home, "stack", "up", "--brokers", "1")
     assert one.returncode == 1
     assert "runs 3 broker(s), but --brokers 1 was asked for" in one.stderr
+
+
+def _as_nobody(*command: str) -> subprocess.CompletedProcess[str]:
+    """`command` as another local user, who has no business with the stack."""
+    return subprocess.run(
+        ["runuser", "-u", "nobody", "--", *command],
+        capture_output=True, text=True, timeout=30, check=False, cwd="/",
+    )  # fmt: skip
+
+
+def _no_open_door(home: Path, state: dict[str, Any]) -> None:
+    """Another local user gets nothing from the stack: no database session without a
+    password (not even the superuser's, not even with the stack's password file), no
+    Kafka log segment, no key, password or client file."""
+    postgres = state["postgres"]
+    bare = postgres["admin_url"].split("?", 1)[0]  # the URL without its password file
+    for url in (bare, postgres["admin_url"], postgres["url"]):
+        tried = _as_nobody("psql", url, "-w", "-c", "SELECT 1")
+        assert tried.returncode != 0, (url, tried.stdout)
+    with pytest.raises(psycopg.OperationalError, match="password"):
+        psycopg.connect(bare, connect_timeout=5)  # the stack's owner too needs the password
+    hba = Path(postgres["root"]) / "data" / "pg_hba.conf"
+    assert not [line for line in hba.read_text().splitlines() if "trust" in line.split("#")[0]]
+    private = [
+        home / "db-roles.json",
+        home / "keys" / "controller.key",
+        Path(postgres["root"]) / "pgpass",
+        Path(state["kafka"]["data_dir"]) / "sasl-users.json",
+        Path(state["kafka"]["client_files"]["admin"]),
+    ]
+    segments = sorted(Path(state["kafka"]["data_dir"]).rglob("*.log"))
+    assert segments, "the broker wrote no log segment yet"
+    for path in [*private, segments[0], Path(state["kafka"]["data_dir"])]:
+        denied = _as_nobody("cat" if path.is_file() else "ls", str(path))
+        assert denied.returncode != 0, f"nobody read {path}"
+    for folder in (Path(state["kafka"]["data_dir"]), home / "keys"):
+        assert folder.stat().st_mode & 0o077 == 0, folder
+    assert home.stat().st_mode & 0o777 == 0o711
 
 
 def _resolved() -> Services | None:

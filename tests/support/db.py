@@ -6,39 +6,44 @@ and gives every test an empty, isolated, fully migrated database.
 
 from __future__ import annotations
 
+import secrets
 import uuid
+from collections.abc import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from ledger import ensure_roles, with_user
+from ledger import LOGIN_ROLES, RolesReport, ensure_roles, with_user
+from ops.postgres import PostgresServer
 
 __all__ = [
     "clone_database",
     "create_empty_database",
     "drop_database",
+    "ensure_login_roles",
     "prepare_template",
     "with_database",
     "with_user",
 ]
 
 
-def prepare_template(conninfo: str) -> str:
+def prepare_template(conninfo: str, passwords: Mapping[str, str] | None = None) -> str:
     """Create the session's template database on the server of `conninfo` (an admin
     connection that may create databases and roles) and return its name.
 
     The ledger's roles are created (or brought up to date) on the server, and the
     template is migrated as `recovery_owner` with the login roles' grants
     (`ledger.ensure_roles`), so each test's clone starts fully migrated, owned and
-    granted as a deployment would be. No passwords are set: the local server trusts
-    loopback connections, and an external server keeps the passwords its roles have.
+    granted as a deployment would be. `passwords` (role -> password) are set: the local
+    server trusts nobody, and its URLs' password file holds them; an external server's
+    roles keep the passwords they have.
     """
     name = f"recovery_template_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(conninfo, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    ensure_roles(with_database(conninfo, name))
+    ensure_roles(with_database(conninfo, name), passwords)
     return name
 
 
@@ -82,3 +87,12 @@ def with_database(conninfo: str, database: str) -> str:
 def _slug(hint: str) -> str:
     cleaned = "".join(c if c.isalnum() else "_" for c in hint.lower()).strip("_")
     return cleaned[:30] or "db"
+
+
+def ensure_login_roles(server: PostgresServer, conninfo: str) -> RolesReport:
+    """`ledger.ensure_roles` on a test's own local server: each login role gets a fresh
+    password, which the server's password file (named by its URLs) keeps, so that the
+    runtime connects as its roles there as on the session server."""
+    passwords = {role: secrets.token_urlsafe(18) for role in LOGIN_ROLES.values()}
+    server.remember(passwords)
+    return ensure_roles(conninfo, passwords)

@@ -19,21 +19,23 @@ tail (`pytest.fail`); nothing is ever skipped because a service is missing.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 import pytest
 
+from ledger import LOGIN_ROLES
 from ops.errors import StackError
 from ops.kafka import KafkaBroker, start_kafka, wait_for_kafka
 from ops.kafka_cluster import CLUSTER_NODES, KafkaCluster, start_kafka_cluster
 from ops.kafka_security import BrokerSecurity
-from ops.paths import ensure_dir, stack_dir
+from ops.paths import TRAVERSABLE, private_dir, stack_dir
 from ops.postgres import start_postgres, wait_for_postgres
 from schemas import (
     ENV_DATABASE_URL,
@@ -96,6 +98,9 @@ class ServiceLease:
     release: Callable[[], None]
     # The session's own secured broker (None for an external one).
     broker: KafkaBroker | None = None
+    # The login roles' passwords on the session's own server (role -> password), which
+    # its URLs' password file holds; empty for an external server (its roles keep theirs).
+    role_passwords: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,9 +114,9 @@ class SecuredBroker:
 def service_root(prefix: str) -> Path:
     """A fresh folder for a test's own service instance, under the stack folder so that
     the unprivileged PostgreSQL user can traverse it (pytest's tmp_path is mode 0700)."""
-    parent = ensure_dir(stack_dir() / "tests")
+    parent = private_dir(stack_dir() / "tests", TRAVERSABLE)
     root = Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=parent))
-    root.chmod(0o755)
+    root.chmod(TRAVERSABLE)
     return root
 
 
@@ -246,9 +251,13 @@ def lease_postgres() -> ServiceLease:
         server = start_postgres(root / "postgres")
     except StackError as exc:
         pytest.fail(f"local PostgreSQL for this test run did not start: {exc}", pytrace=False)
+    # Nothing is trusted on the local server: the login roles get passwords of their own,
+    # which the password file its URLs name holds (ops/postgres.py).
+    passwords = {role: secrets.token_urlsafe(18) for role in LOGIN_ROLES.values()}
+    server.remember(passwords)
 
     def release() -> None:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
 
-    return ServiceLease(server.url, False, release)
+    return ServiceLease(server.url, False, release, role_passwords=passwords)
