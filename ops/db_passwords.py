@@ -17,11 +17,17 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
+from ledger import LOGIN_ROLES
 from ops.errors import StackError
 from ops.paths import stack_dir
-from ops.settings import DatabasePasswordSettings
+from ops.settings import DATABASE_USER, DatabasePasswordSettings
 
-__all__ = ["default_password_file", "resolve_passwords", "store_passwords"]
+__all__ = [
+    "default_password_file",
+    "resolve_passwords",
+    "store_passwords",
+    "write_compose_database_material",
+]
 
 
 def default_password_file() -> Path:
@@ -68,3 +74,34 @@ def _read(path: Path) -> dict[str, str]:
     ):
         raise StackError(f"password file {path} is not a JSON object of role -> password")
     return data
+
+
+def write_compose_database_material(directory: Path, owner: int | None = None) -> dict[str, str]:
+    """The database passwords of `compose.yaml`, kept in `directory/postgres` (0700,
+    made once): `superuser.password` (the image's POSTGRES_PASSWORD_FILE) and `pgpass`
+    (a libpq password file of every role, which the runtime's URLs name), owned by
+    `owner` when given (the runtime image's user). Returns the env lines to add to
+    `compose.env`: `RECOVERY_DB_PASSWORD_<COMPONENT>=...`, which `recoveryctl db roles`
+    sets on the login roles."""
+    folder = directory / "postgres"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder.chmod(0o700)
+    stored = folder / "db-roles.json"
+    passwords = resolve_passwords({**LOGIN_ROLES, "superuser": DATABASE_USER}, stored, {})
+    store_passwords(stored, passwords)
+    _write_private(folder / "superuser.password", passwords[DATABASE_USER] + "\n", owner=None)
+    pgpass = "".join(f"*:*:*:{role}:{password}\n" for role, password in sorted(passwords.items()))
+    _write_private(folder / "pgpass", pgpass, owner=owner)
+    prefix = str(DatabasePasswordSettings.model_config.get("env_prefix"))
+    return {
+        f"{prefix}{component.upper()}": passwords[role] for component, role in LOGIN_ROLES.items()
+    }
+
+
+def _write_private(path: Path, text: str, *, owner: int | None) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    path.chmod(0o600)
+    if owner is not None and os.geteuid() == 0:
+        os.chown(path, owner, owner)

@@ -110,12 +110,12 @@ _COMPOSE_SECRETS: Final = Path("/etc/kafka/secrets")
 _COMPOSE_IMAGE_UID: Final = 1000  # the apache/kafka image's `appuser`
 
 
-def write_compose_material(directory: Path) -> Path:
+def write_compose_material(directory: Path, extra_env: Mapping[str, str] | None = None) -> Path:
     """TLS material and passwords for `compose.yaml`, kept in `directory` (default
     `.stack/compose`): `kafka/` (mounted into the broker: `ca.pem`, `broker.pem` and the
     admin's `admin.properties` for its health check, paths as the container sees them)
-    and `compose.env` (0600: `RECOVERY_KAFKA_PASSWORD_<COMPONENT>=...` for
-    `docker compose --env-file`). Returns the env file."""
+    and `compose.env` (0600: `RECOVERY_KAFKA_PASSWORD_<COMPONENT>=...`, with
+    `extra_env`, for `docker compose --env-file`). Returns the env file."""
     security = ensure_broker_security(ensure_dir(directory / "material", 0o700))
     mounted = ensure_dir(directory / "kafka", 0o755)
     (mounted / "ca.pem").write_text(security.ca_path.read_text())
@@ -139,6 +139,7 @@ def write_compose_material(directory: Path) -> Path:
         f"{ENV_KAFKA_PASSWORD_PREFIX}{component.upper()}={security.passwords[user]}"
         for component, user in KAFKA_PRINCIPALS.items()
     ]
+    lines += [f"{name}={value}" for name, value in sorted((extra_env or {}).items())]
     _write_private(env_file, "\n".join(lines) + "\n")
     return env_file
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ops.context import Context, register_command
+from ops.db_passwords import write_compose_database_material
 from ops.kafka_security import write_compose_material
 from ops.keys import stack_roster
 from ops.paths import stack_dir
@@ -90,7 +91,12 @@ _RUNTIME_UID = 10001  # the `recovery` user of ops/Dockerfile
 
 def _compose_env(ctx: Context) -> int:
     directory = ctx.args.dir or stack_dir() / "compose"
-    env_file = write_compose_material(directory)
+    # The database's passwords: its superuser's and every login role's, with a password
+    # file the runtime image's user reads (no connection to the compose server is trusted).
+    database = write_compose_database_material(
+        directory, owner=_RUNTIME_UID if os.geteuid() == 0 else None
+    )
+    env_file = write_compose_material(directory, database)
     # The controller's key (0600, made once) and a roster naming it, for the runtime
     # image's user (uid 10001, ops/Dockerfile) to read.
     roster = stack_roster(directory)
@@ -98,6 +104,7 @@ def _compose_env(ctx: Context) -> int:
     if os.geteuid() == 0:
         os.chown(key, _RUNTIME_UID, _RUNTIME_UID)
     ctx.say(f"wrote {directory / 'kafka'} (broker TLS material) and {env_file} (0600)")
+    ctx.say(f"wrote {directory / 'postgres'} (the database's passwords, 0600)")
     ctx.say(f"wrote {key} (the controller's signing key, 0600) and {roster}")
     ctx.say(f"  docker compose --env-file {env_file} up -d")
     return 0

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from consumer import ENV_METRICS_ADDRESS
+from ledger import LOGIN_ROLES
 from ops.cli import build_parser
 from ops.paths import repo_root
 from ops.settings import (
@@ -22,6 +23,7 @@ from ops.settings import (
     KAFKA_VERSION,
     POSTGRES_MAJOR,
     RUNTIME_ROLES,
+    DatabasePasswordSettings,
 )
 from schemas import (
     ENV_CONTROLLER_SIGNING_KEY_FILE,
@@ -158,15 +160,35 @@ def test_ledger_roles_runs_once_as_the_superuser_before_the_runtime(
     services: dict[str, Any],
 ) -> None:
     service = services["ledger-roles"]
-    assert service["command"] == ["recoveryctl", "db", "roles", "--no-passwords"]
-    build_parser().parse_args(service["command"][1:])
+    args = build_parser().parse_args(service["command"][1:])
+    assert (args.subcommand, args.db_action, args.no_passwords) == ("db", "roles", False)
     url = urlsplit(service["environment"][ENV_DATABASE_URL])
     assert (url.hostname, url.username, url.path) == (
         "postgres",
         DATABASE_USER,
         f"/{DATABASE_NAME}",
     )
+    assert url.password is None  # the password file holds it
+    # Every login role gets its password: nothing on the compose server is trusted.
+    prefix = str(DatabasePasswordSettings.model_config.get("env_prefix"))
+    assert {f"{prefix}{c.upper()}" for c in LOGIN_ROLES} <= set(service["environment"])
     assert service["restart"] == "no"
+
+
+def test_the_database_trusts_no_connection(services: dict[str, Any]) -> None:
+    postgres = services["postgres"]["environment"]
+    assert "POSTGRES_HOST_AUTH_METHOD" not in postgres
+    assert "POSTGRES_PASSWORD" not in postgres  # a file, never the environment
+    assert postgres["POSTGRES_PASSWORD_FILE"].startswith("/run/secrets/")
+    assert postgres["POSTGRES_INITDB_ARGS"].split() == [
+        "--auth-local=scram-sha-256",
+        "--auth-host=scram-sha-256",
+    ]
+    for name in ("ledger-roles", *RUNTIME_ROLES):
+        url = urlsplit(services[name]["environment"][ENV_DATABASE_URL])
+        assert url.password is None
+        assert url.query == "passfile=/run/secrets/ledger-pgpass", name
+        assert "ledger-pgpass" in services[name]["secrets"]
 
 
 @pytest.mark.parametrize("role", RUNTIME_ROLES)

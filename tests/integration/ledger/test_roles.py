@@ -20,6 +20,7 @@ from psycopg.rows import TupleRow
 from ledger import LOGIN_ROLES, ensure_roles
 from ops.cli import main
 from tests.support.db import with_user
+from tests.support.services import ServiceLease
 
 pytestmark = pytest.mark.integration
 
@@ -233,7 +234,10 @@ def test_ensuring_the_roles_again_takes_back_a_privilege_granted_by_hand(seeded:
 
 
 def test_db_roles_keeps_passwords_in_a_private_file_and_prints_them_only_when_asked(
-    database_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    database_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    postgres_lease: ServiceLease,
 ) -> None:
     secrets_file = tmp_path / "roles.json"
     argv = ["db", "roles", "--database-url", database_url, "--password-file", str(secrets_file)]
@@ -250,6 +254,14 @@ def test_db_roles_keeps_passwords_in_a_private_file_and_prints_them_only_when_as
         assert body["passwords"] == stored  # the file's passwords are kept, not renewed
         assert body["created"] == []
     finally:
+        # Roles are cluster-wide: give them back the session's passwords (which the
+        # local server's password file holds), or none on an external server.
         with psycopg.connect(database_url, autocommit=True) as admin:
-            for role in LOGIN_ROLES.values():  # cluster-wide: leave other tests trust-only
-                admin.execute(sql.SQL("ALTER ROLE {} PASSWORD NULL").format(sql.Identifier(role)))
+            for role in LOGIN_ROLES.values():
+                password = postgres_lease.role_passwords.get(role)
+                admin.execute(
+                    sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                        sql.Identifier(role),
+                        sql.Literal(password) if password else sql.SQL("NULL"),
+                    )
+                )
