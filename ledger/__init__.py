@@ -35,6 +35,7 @@ from ledger.inspection import (
     StoredEvent,
 )
 from ledger.interface import (
+    AuditOutboxRow,
     CommitResult,
     HeldOutboxRow,
     Ledger,
@@ -63,6 +64,7 @@ from ledger.schema_check import pending_migrations, require_current_schema
 
 __all__ = [
     "LOGIN_ROLES",
+    "AuditOutboxRow",
     "AuditRecord",
     "Batch",
     "ChainBreak",

@@ -82,6 +82,8 @@ class DeadLetterRow:
     payload: Mapping[str, Any]
     # The Kafka value the controller signed; None for an unsigned row.
     value: bytes | None = None
+    # The audit record's place in its intake chain; None for the dead letter itself.
+    audit_sequence: int | None = None
 
 
 def plan_dead_letters(
@@ -117,6 +119,7 @@ def plan_dead_letters(
                         "kind": record.kind,
                     },
                     record.to_dict(),
+                    audit_sequence=record.sequence,
                 ),
                 sign,
             )
@@ -144,7 +147,13 @@ def _signed(row: DeadLetterRow, sign: RowSigner | None) -> DeadLetterRow:
         return row
     signed = sign(row.topic, row.key, row.record_id, row.headers, dumps(row.payload))
     return DeadLetterRow(
-        row.record_id, row.topic, row.key, signed.headers, row.payload, signed.value
+        row.record_id,
+        row.topic,
+        row.key,
+        signed.headers,
+        row.payload,
+        signed.value,
+        row.audit_sequence,
     )
 
 

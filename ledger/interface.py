@@ -41,6 +41,7 @@ from machines import Arrival, Lineage, LineageRow, OperationView
 
 __all__ = [
     "Arrival",
+    "AuditOutboxRow",
     "CommitResult",
     "HeldOutboxRow",
     "Ledger",
@@ -156,6 +157,19 @@ class OutboxRecord:
     headers: Mapping[str, str]
     payload: Mapping[str, Any]
     value: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditOutboxRow:
+    """The outbox row that publishes one audit record (published or not): what the
+    controller signed for it (`value`, with the signature in `headers`), so that the
+    record's author can be proved from the database alone (`recoveryctl audit verify`)."""
+
+    chain: str
+    sequence: int
+    record: OutboxRecord
+    created_at: datetime
+    published_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +309,11 @@ class Ledger(abc.ABC):
     def audit_chain(self, operation_id: str) -> tuple[tuple[AuditRecord, ...], ChainHead | None]:
         """The operation's stored audit records in sequence order, and the chain head its
         operation row names (None when there is no operation row)."""
+
+    @abc.abstractmethod
+    def audit_outbox(self, operation_id: str | None = None) -> tuple[AuditOutboxRow, ...]:
+        """The outbox rows of one operation's audit records (of every operation's, when
+        None), published or not, by chain and sequence."""
 
     @abc.abstractmethod
     def audit_subject(self, operation_id: str) -> AuditSubject:

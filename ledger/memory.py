@@ -38,6 +38,7 @@ from ledger.errors import (
     version_message,
 )
 from ledger.interface import (
+    AuditOutboxRow,
     CommitResult,
     HeldOutboxRow,
     Ledger,
@@ -85,6 +86,8 @@ class _Outbox:
     row: OutboxRow
     published: bool = False
     held: tuple[datetime, str] | None = None  # (held_at, reason): OutboxLease.hold
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    published_at: datetime | None = None
 
 
 @dataclass(slots=True)
@@ -389,7 +392,13 @@ class MemoryLedger(Ledger):
             s.chains[chain] = ChainHead(records[-1].sequence, records[-1].hash)
         for row in rows:
             out = OutboxRow(
-                row.record_id, row.topic, row.key, row.headers, dumps(row.payload), value=row.value
+                row.record_id,
+                row.topic,
+                row.key,
+                row.headers,
+                dumps(row.payload),
+                audit_sequence=row.audit_sequence,
+                value=row.value,
             )
             s.outbox.append(_Outbox(len(s.outbox) + 1, out))
         return (sum(len(r) for r in chained.values()), len(rows)), chained
@@ -490,6 +499,7 @@ class MemoryLedger(Ledger):
                         continue
                     if item.row.record_id in lease.published:
                         item.published = True
+                        item.published_at = datetime.now(UTC)
                     elif item.row.record_id in lease.held and item.held is None:
                         item.held = (now, lease.held[item.row.record_id])
         finally:
@@ -522,6 +532,26 @@ class MemoryLedger(Ledger):
                     item.held = None
                     return item.row.key
             return None
+
+    def audit_outbox(self, operation_id: str | None = None) -> tuple[AuditOutboxRow, ...]:
+        """See `Ledger.audit_outbox`."""
+        with self._lock:
+            found = [
+                AuditOutboxRow(
+                    chain=i.row.key,
+                    sequence=i.row.audit_sequence,
+                    record=OutboxRecord(
+                        i.position, i.row.record_id, i.row.topic, i.row.key,
+                        dict(i.row.headers), {}, i.row.value,
+                    ),
+                    created_at=i.created_at,
+                    published_at=i.published_at,
+                )
+                for i in self._s.outbox
+                if i.row.audit_sequence is not None
+                and (operation_id is None or i.row.key == operation_id)
+            ]  # fmt: skip
+        return tuple(sorted(found, key=lambda r: (r.chain, r.sequence)))
 
     def audit_operation_ids(self) -> tuple[str, ...]:
         """See `Ledger.audit_operation_ids`."""

@@ -35,6 +35,7 @@ from ledger.codec import view_from_text
 from ledger.driver import DRIVER_ERRORS, driver_errors, translate
 from ledger.errors import LedgerError, LedgerUnavailable, UnknownOperation
 from ledger.interface import (
+    AuditOutboxRow,
     CommitResult,
     HeldOutboxRow,
     Ledger,
@@ -405,6 +406,27 @@ class PostgresLedger(Ledger):
             )
 
         return self._run("list held outbox rows", work)
+
+    def audit_outbox(self, operation_id: str | None = None) -> tuple[AuditOutboxRow, ...]:
+        """See `Ledger.audit_outbox`."""
+
+        def work(conn: Conn) -> tuple[AuditOutboxRow, ...]:
+            rows = conn.execute(QUERIES["audit_outbox_rows"], {"id": operation_id})
+            return tuple(
+                AuditOutboxRow(
+                    chain=str(key),
+                    sequence=int(seq),
+                    record=OutboxRecord(
+                        int(position), str(rid), str(topic), str(key), dict(headers), {},
+                        None if value is None else bytes(value),
+                    ),
+                    created_at=created,
+                    published_at=published,
+                )
+                for key, seq, position, rid, topic, headers, value, created, published in rows
+            )  # fmt: skip
+
+        return self._run("read the audit outbox rows", work)
 
     def release_outbox(self, record_id: str) -> str | None:
         """See `Ledger.release_outbox`."""

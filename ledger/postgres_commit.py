@@ -578,7 +578,10 @@ def _outbox_tuple(row: OutboxRow) -> tuple[Any, ...]:
 
 
 def _letter_tuple(row: DeadLetterRow) -> tuple[Any, ...]:
-    # The outbox payload column holds the bytes to publish (bytea).
-    payload = dumps(row.payload).encode("utf-8")
+    """A dead letter's outbox columns: its audit record's row, like any audit row, only
+    the reference (`_outbox_tuple`); the dead letter its payload, the bytes to publish."""
     headers = column_json(dict(row.headers))
+    if row.audit_sequence is not None:
+        return (row.record_id, row.topic, row.key, headers, None, row.audit_sequence, row.value)
+    payload = dumps(row.payload).encode("utf-8")
     return (row.record_id, row.topic, row.key, headers, payload, None, row.value)

@@ -20,7 +20,17 @@ and compares:
   published (`missing-from-topic`). Records after a chain's newest published one are
   counted as not yet published: the relay may not have got to them.
 
-`compare_with_topic` is pure over the records read and the ledger's chains.
+`compare_with_topic` is pure over the records read and the ledger's chains. With
+`publish_lag`, a record after its chain's newest published one that the ledger wrote
+longer ago than that is reported (`not-published`): the relay publishes within seconds,
+so an old unpublished tail is a relay held back or a row nobody signed, not a pending one.
+
+`verify_authors` needs no topic: every audit record in the database must have the outbox
+row the controller wrote for it, signed with a roster controller key (as of when it was
+written) over exactly that record's chain link (`unsigned-record`, `forged-record`,
+`unsigned-audit-row` when there is no signed row at all). So a row inserted, chained
+and made head with the controller's database credentials alone, without its key, is
+found from the database (`recoveryctl audit verify`), before any SIEM compares.
 """
 
 from __future__ import annotations
@@ -28,15 +38,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from ledger import Ledger
-from machines import AuthenticationError, AuthRefusal, Role, Roster
-from producers import TopicRecord
-from schemas import verify_record
+from ledger import AuditOutboxRow, AuditRecord, Ledger
+from machines import AuthenticationError, AuthRefusal, Lineage, Role, Roster
+from producers import RecordEncoder, TopicRecord, UnpublishableRow
+from schemas import TopicNames, verify_record
 
-__all__ = ["TopicFinding", "TopicReport", "compare_with_topic"]
+__all__ = ["TopicFinding", "TopicReport", "compare_with_topic", "verify_authors"]
 
 HEADS: Final = "chain-heads"
 TOMBSTONE: Final = "tombstone"
@@ -105,17 +115,78 @@ class _Topic:
     tombstones: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
+def verify_authors(
+    ledger: Ledger, roster: Roster, topics: TopicNames, operation_id: str | None = None
+) -> list[TopicFinding]:
+    """Every audit record's signed outbox row (of one operation, or all), checked (module
+    docstring): one finding per record the controller's key does not prove. Purged
+    records have no row and are not looked for (their chain's tombstone is)."""
+    findings: list[TopicFinding] = []
+    rows = {(r.chain, r.sequence): r for r in ledger.audit_outbox(operation_id)}
+    encoder = RecordEncoder(topics, _no_lineage)
+    chains = (operation_id,) if operation_id is not None else ledger.audit_operation_ids()
+    for chain in chains:
+        for rec in ledger.audit_chain(chain)[0]:
+            problem = _author_problem(rec, rows.get((chain, rec.sequence)), roster, encoder)
+            if problem is not None:
+                findings.append(TopicFinding(problem[0], chain, rec.sequence, problem[1]))
+    return findings
+
+
+def _no_lineage(operation_id: str) -> Lineage:
+    raise LookupError(f"an audit row needs no lineage ({operation_id})")
+
+
+def _author_problem(
+    record: AuditRecord, row: AuditOutboxRow | None, roster: Roster, encoder: RecordEncoder
+) -> tuple[str, str] | None:
+    if row is None or row.record.value is None:
+        return (
+            "unsigned-audit-row",
+            "no outbox row signed by the controller publishes this record: it was not "
+            "written by the controller",
+        )
+    try:
+        encoded = encoder.encode(row.record)
+        entry = verify_record(
+            roster,
+            encoded.topic,
+            encoded.key.encode(),
+            encoded.value,
+            encoded.kafka_headers(),
+            at=row.created_at,
+        )
+        signed = _chain_link(json.loads(encoded.value))
+    except AuthenticationError as exc:
+        code = "unsigned-record" if exc.code == AuthRefusal.SIGNATURE_MISSING else "forged-record"
+        return code, f"{exc.code}: {exc.reason}"
+    except (UnpublishableRow, ValueError, KeyError, TypeError) as exc:
+        return "forged-record", f"its outbox row does not read as an audit record: {exc}"
+    if Role.CONTROLLER not in entry.roles():
+        return "forged-record", f"signed by producer {entry.id}, which is no controller"
+    if signed != (record.operation_id, record.sequence, record.hash):
+        return "forged-record", f"the controller signed {signed}, not this record"
+    return None
+
+
 def compare_with_topic(
     ledger: Ledger,
     records: Iterable[TopicRecord],
     roster: Roster,
     *,
     at: datetime | None = None,
+    publish_lag: timedelta | None = None,
 ) -> TopicReport:
     """Compare the ledger's audit chains with the audit topic's `records` (see the module
     docstring); `roster` holds the controller keys a record must be signed with."""
     report = TopicReport()
-    topic = _read(records, roster, at or datetime.now(UTC), report)
+    now = at or datetime.now(UTC)
+    topic = _read(records, roster, now, report)
+    written = (
+        {(r.chain, r.sequence): r.created_at for r in ledger.audit_outbox()}
+        if publish_lag is not None
+        else {}
+    )
     stored: dict[tuple[str, int], str] = {}
     newest: dict[str, int] = {}
     for chain in ledger.audit_operation_ids():
@@ -139,8 +210,21 @@ def compare_with_topic(
                     "later record of the chain was published",
                 )
             )
-        else:
-            report.unpublished += 1
+            continue
+        when = written.get((chain, seq))
+        if publish_lag is not None and (when is None or now - when > publish_lag):
+            age = "no outbox row" if when is None else f"written {now - when} ago"
+            report.findings.append(
+                TopicFinding(
+                    "not-published",
+                    chain,
+                    seq,
+                    f"not on the topic ({age}), longer than the relay's bound of "
+                    f"{publish_lag}: the relay is held back, or the row is nobody's",
+                )
+            )
+            continue
+        report.unpublished += 1
     return report
 
 
@@ -192,12 +276,17 @@ def _note(topic: _Topic, value: Mapping[str, Any], report: TopicReport) -> None:
         through = int(value["purged_through"])
         if through >= topic.tombstones.get(chain, (0, ""))[0]:
             topic.tombstones[chain] = (through, str(value["purged_head"]))
-        # The tombstone is a record of the chain too (stored in the database).
-        topic.published[(chain, int(value["sequence"]))] = str(value["hash"])
-        return
-    link = value["unmapped"]["recovery"]["chain"]
-    report.audit_records += 1
-    topic.published[(str(link["operation_id"]), int(link["sequence"]))] = str(link["hash"])
+    else:
+        report.audit_records += 1
+    # A tombstone is a record of the chain too (stored in the database).
+    chain, sequence, digest = _chain_link(value)
+    topic.published[(chain, sequence)] = digest
+
+
+def _chain_link(value: Mapping[str, Any]) -> tuple[str, int, str]:
+    """The (chain, sequence, hash) a published audit record or tombstone stands for."""
+    link = value if value.get("kind") == TOMBSTONE else value["unmapped"]["recovery"]["chain"]
+    return str(link["operation_id"]), int(link["sequence"]), str(link["hash"])
 
 
 def _purged(topic: _Topic, chain: str, seq: int) -> bool:

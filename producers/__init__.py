@@ -13,7 +13,7 @@ from producers.acls import (
     provision_acls,
 )
 from producers.client import RESULT_EVENTS, EventPublisher, RecoveryClient, event_record_id
-from producers.encoding import EncodedRecord, RecordEncoder
+from producers.encoding import EncodedRecord, RecordEncoder, UnpublishableRow
 from producers.errors import (
     DeliveryFailed,
     KafkaReadError,
@@ -86,6 +86,7 @@ __all__ = [
     "TopicLimitError",
     "TopicRecord",
     "TopicResult",
+    "UnpublishableRow",
     "WorkerSettings",
     "WorkerStats",
     "acl_bindings",

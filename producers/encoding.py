@@ -33,6 +33,9 @@ from ledger import OutboxRecord
 from machines import Lineage
 from producers.errors import ProducersError
 from schemas import (
+    CONTENT_TYPE,
+    HEADER_RECORD_ID,
+    HEADER_SCHEMA,
     PUBLISHED_TIME,
     TRACEPARENT,
     TRACESTATE,
@@ -75,6 +78,15 @@ class EncodedRecord:
     fingerprint: str | None
     headers: Mapping[str, str]
     trace_carrier: Mapping[str, str]
+
+    def kafka_headers(self) -> list[tuple[str, bytes | None]]:
+        """The headers the record is published with, before the trace context: what
+        its signature covers, and what a reader verifies it against."""
+        headers = {CONTENT_TYPE: self.content_type, HEADER_RECORD_ID: self.record_id}
+        if self.fingerprint is not None:
+            headers[HEADER_SCHEMA] = self.fingerprint
+        headers.update(self.headers)
+        return [(name, value.encode("utf-8")) for name, value in headers.items()]
 
 
 class RecordEncoder:

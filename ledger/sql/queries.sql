@@ -451,6 +451,23 @@ FROM outbox AS o
 WHERE o.held_at IS NOT NULL AND o.published_at IS NULL
 ORDER BY o.id;
 
+-- name: audit_outbox_rows
+-- The outbox rows of audit records, published or not, with what the controller signed
+-- for each (`Ledger.audit_outbox`, `recoveryctl audit verify`); one chain, or all. A
+-- purge's tombstone row stores its payload, not a reference: its sequence is in it.
+SELECT key, seq, id, record_id, topic, headers, value, created_at, published_at
+FROM (
+    SELECT o.*, COALESCE(
+        o.audit_sequence,
+        CASE WHEN o.headers->>'kind' = 'tombstone'
+             THEN (convert_from(o.payload, 'UTF8')::json->>'sequence')::bigint END
+    ) AS seq
+    FROM outbox AS o
+    WHERE %(id)s::text IS NULL OR o.key = %(id)s
+) AS rows
+WHERE seq IS NOT NULL
+ORDER BY key, seq;
+
 -- name: release_outbox_row
 UPDATE outbox SET held_at = NULL, held_reason = NULL
 WHERE record_id = %(id)s AND held_at IS NOT NULL AND published_at IS NULL

@@ -19,6 +19,8 @@ verify the records of `recovery.audit` itself (docs/operations.md, "Keys").
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
+from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -30,20 +32,22 @@ from machines import (
     Role,
     Roster,
     key_id,
+    load_roster,
     public_key_from_text,
     public_key_text,
 )
-from ops.audit_topic import TopicReport, compare_with_topic
+from ops.audit_topic import TopicReport, compare_with_topic, verify_authors
 from ops.commands.db import add_ledger_options
 from ops.commands.purge import register_purge
-from ops.context import Context, register_command
-from ops.errors import UsageError
+from ops.context import Context, parse_duration, register_command
+from ops.errors import NotConfigured, UsageError
 from producers import read_topic
 from schemas import (
     DEFAULT_CONTROLLER_ID,
     ENV_CONTROLLER_ID,
     ENV_CONTROLLER_SIGNING_KEY_FILE,
     ENV_KAFKA_BOOTSTRAP,
+    ENV_ROSTER_FILE,
     IdentitySettings,
 )
 
@@ -70,7 +74,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     verify.add_argument("--bootstrap", metavar="HOST:PORT", help=f"Kafka (${ENV_KAFKA_BOOTSTRAP})")
     verify.add_argument(
-        "--topic", metavar="NAME", help="the audit topic (default: RECOVERY_TOPIC_AUDIT or ours)"
+        "--topic",
+        metavar="NAME",
+        help="the audit topic the controller publishes to (default: RECOVERY_TOPIC_AUDIT or ours)",
     )
     verify.add_argument(
         "--public-key", metavar="BASE64", help="the controller's public key (`audit key`)"
@@ -79,6 +85,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--key-file",
         metavar="PATH",
         help=f"or its private key file, for the public half (default: ${KEY_FILE_SETTING})",
+    )
+    verify.add_argument(
+        "--publish-lag",
+        type=parse_duration,
+        default=timedelta(minutes=5),
+        metavar="DURATION",
+        help="with --against-topic: a record unpublished for longer than this is a finding, "
+        "not pending (default 5m)",
     )
     verify.add_argument(
         "--controller-id",
@@ -124,13 +138,19 @@ def _verify(ctx: Context) -> int:
             f"operation {args.operation} has no operation row and no audit record in this ledger"
         )
     checked = (args.operation,) if args.operation else ledger.audit_operation_ids()
+    roster = _controller_roster(ctx)
     breaks = ledger.verify_audit(args.operation)
-    report = _against_topic(ctx, ledger) if args.against_topic else None
+    # The controller signs each row for its audit topic's name: `--topic` when given.
+    topics = ctx.topics.model_copy(update={"audit": args.topic}) if args.topic else ctx.topics
+    authors = verify_authors(ledger, roster, topics, args.operation)
+    report = _against_topic(ctx, ledger, roster) if args.against_topic else None
+    intact = not breaks and not authors and (report is None or report.clean)
     if ctx.json:
         body: dict[str, object] = {
-            "intact": not breaks and (report is None or report.clean),
+            "intact": intact,
             "chains_checked": len(checked),
             "breaks": [_break_json(b) for b in breaks],
+            "authors": [finding.to_json() for finding in authors],
         }
         if report is not None:
             body["topic"] = report.to_json()
@@ -138,13 +158,21 @@ def _verify(ctx: Context) -> int:
     else:
         for found in breaks:
             ctx.say(f"BROKEN {found.describe()}")
-        if not breaks:
-            ctx.say(f"audit intact: {len(checked)} chain(s) verified")
+        for finding in authors:
+            ctx.say(f"UNPROVEN {finding.describe()}")
+        if not breaks and not authors:
+            ctx.say(
+                f"audit intact: {len(checked)} chain(s) verified, every record signed by "
+                "the controller"
+            )
         else:
-            ctx.say(f"audit BROKEN: {len(breaks)} of {len(checked)} chain(s)")
+            ctx.say(
+                f"audit BROKEN: {len(breaks)} of {len(checked)} chain(s) broken, "
+                f"{len(authors)} record(s) the controller did not sign"
+            )
         if report is not None:
             _print_topic(ctx, report)
-    return 1 if breaks or (report is not None and not report.clean) else 0
+    return 0 if intact else 1
 
 
 def _print_topic(ctx: Context, report: TopicReport) -> None:
@@ -163,31 +191,46 @@ def _print_topic(ctx: Context, report: TopicReport) -> None:
 
 
 def _controller_roster(ctx: Context) -> Roster:
-    args = ctx.args
-    producer = args.controller_id or IdentitySettings.load().controller_id
-    public: Ed25519PublicKey
+    """The controller keys every audit row must be signed with: `--public-key`, else the
+    public half of `--key-file` (or RECOVERY_CONTROLLER_SIGNING_KEY_FILE), else the
+    controllers of RECOVERY_ROSTER_FILE (every key with its validity, across rotations),
+    else the local stack's roster when the ledger is the stack's."""
+    args, identity = ctx.args, IdentitySettings.load()
+    producer = args.controller_id or identity.controller_id
+    public: Ed25519PublicKey | None = None
     if args.public_key:
         public = public_key_from_text(args.public_key)
-    else:
-        public = ctx.controller_key(
-            "--against-topic needs the controller's public key: pass --public-key (see "
-            "`recoveryctl audit key`), or its private key file"
-        ).public_key()
-    entry = ProducerEntry(
-        id=producer,
-        keys=(ProducerKey(public_key=public_key_text(public)),),
-        grants=(Grant(role=Role.CONTROLLER, capabilities=("*",)),),
-    )
-    return Roster(producers=(entry,))
+    elif args.key_file or identity.controller_key_file:
+        public = ctx.controller_key("no key file").public_key()
+    if public is not None:
+        entry = ProducerEntry(
+            id=producer,
+            keys=(ProducerKey(public_key=public_key_text(public)),),
+            grants=(Grant(role=Role.CONTROLLER, capabilities=("*",)),),
+        )
+        return Roster(producers=(entry,))
+    roster_file = identity.roster_file
+    if roster_file is None and ctx.role_url("reader") is not None and ctx.stack is not None:
+        roster_file = Path(ctx.stack.stack_dir) / "keys" / "roster.json"
+    if roster_file is None:
+        raise NotConfigured(
+            "audit verify proves each record's author with the controller's public key: pass "
+            "--public-key (see `recoveryctl audit key`) or --key-file, or set "
+            f"{KEY_FILE_SETTING} or {ENV_ROSTER_FILE}"
+        )
+    found = load_roster(roster_file)
+    controllers = tuple(p for p in found.producers if Role.CONTROLLER in p.roles())
+    if not controllers:
+        raise NotConfigured(f"roster {roster_file} names no producer with role controller")
+    return Roster(producers=controllers)
 
 
-def _against_topic(ctx: Context, ledger: PostgresLedger) -> TopicReport:
+def _against_topic(ctx: Context, ledger: PostgresLedger, roster: Roster) -> TopicReport:
     """The comparison of the ledger with the audit topic."""
-    roster = _controller_roster(ctx)
     topic = ctx.args.topic or ctx.topics.audit
 
     def progress(read: int, total: int) -> None:
         ctx.note(f"read {read} of {total} record(s) of {topic}")
 
     records = read_topic(ctx.bootstrap(), topic, progress=progress, security=ctx.kafka("admin"))
-    return compare_with_topic(ledger, records, roster)
+    return compare_with_topic(ledger, records, roster, publish_lag=ctx.args.publish_lag)

@@ -48,6 +48,7 @@ from starlette.templating import Jinja2Templates
 
 from ledger import LedgerError, LedgerInspector, UnknownOperation
 from machines import HumanDecision, Verdict, ed25519_verify, public_key_bytes
+from ops.audit_topic import verify_authors
 from ops.console.sessions import Session, Sessions
 from ops.console.signing import (
     CHECK_DOMAIN,
@@ -294,12 +295,19 @@ class _Console:
     async def audit(self, request: Request, session: Session) -> Response:
         inspector = self._ledger()
 
-        def read() -> tuple[int, list[str]]:
-            checked = inspector.audit_operation_ids()
-            return len(checked), [b.describe() for b in inspector.verify_audit(None)]
+        # The roster's controllers are the keys every audit row must be signed with.
+        roster = self.config.rules.rules.policy.roster
 
-        checked, breaks = await run_in_threadpool(read)
-        return self.page(request, "audit.html", session, checked=checked, breaks=breaks)
+        def read() -> tuple[int, list[str], list[str]]:
+            checked = inspector.audit_operation_ids()
+            breaks = [b.describe() for b in inspector.verify_audit(None)]
+            authors = verify_authors(inspector, roster, self.config.topics)
+            return len(checked), breaks, [f.describe() for f in authors]
+
+        checked, breaks, unproven = await run_in_threadpool(read)
+        return self.page(
+            request, "audit.html", session, checked=checked, breaks=breaks, unproven=unproven
+        )
 
     async def key(self, request: Request, session: Session) -> Response:
         challenge = f"{CHECK_DOMAIN} {session.approver} {session.key_challenge}"

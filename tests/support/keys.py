@@ -19,9 +19,21 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from machines import load_private_key, public_key_text, write_private_key
-from schemas import ENV_CONTROLLER_SIGNING_KEY_FILE
+from schemas import (
+    DEFAULT_CONTROLLER_ID,
+    DEFAULT_TOPICS,
+    ENV_CONTROLLER_SIGNING_KEY_FILE,
+    OutboxSigner,
+    RecordSigner,
+)
 
-__all__ = ["controller_key", "controller_public_key", "ensure_controller_key", "new_key_file"]
+__all__ = [
+    "controller_key",
+    "controller_public_key",
+    "controller_signer",
+    "ensure_controller_key",
+    "new_key_file",
+]
 
 
 @cache
@@ -57,3 +69,9 @@ def controller_key() -> Ed25519PrivateKey:
 def controller_public_key() -> str:
     """The session controller's public key, base64 (the roster's form)."""
     return public_key_text(controller_key().public_key())
+
+
+def controller_signer() -> OutboxSigner:
+    """The session controller's row signer, for tests that write a ledger's batches
+    themselves: `recoveryctl audit verify` proves every audit row with its key."""
+    return OutboxSigner(RecordSigner(DEFAULT_CONTROLLER_ID, controller_key()), DEFAULT_TOPICS)

@@ -128,7 +128,13 @@ def test_acls_grant_each_principal_only_its_topics_and_groups() -> None:
         ("READ", "TOPIC", "e", "LITERAL"),
         ("READ", "GROUP", "recovery-controller", "PREFIXED"),
     }
-    assert of("relay") == {("WRITE", "TOPIC", t, "LITERAL") for t in ("c", "a", "d", "v", "e")}
+    # The relay writes every topic it publishes to and reads each one's message size
+    # limit (`check_message_limits`); nothing else.
+    assert of("relay") == {
+        (operation, "TOPIC", t, "LITERAL")
+        for operation in ("WRITE", "DESCRIBE_CONFIGS")
+        for t in ("c", "a", "d", "v", "e")
+    }
     assert of("siem") == {
         ("READ", "TOPIC", "a", "LITERAL"),
         ("READ", "GROUP", "recovery-siem", "PREFIXED"),

@@ -12,6 +12,7 @@ import pytest
 
 from ledger import PostgresLedger
 from ops.cli import main
+from tests.support.keys import controller_signer
 from tests.unit.ledger.ledger_support import GROUP, TOPIC, feed, sequence
 
 pytestmark = pytest.mark.integration
@@ -48,7 +49,7 @@ def audited(database_url: str) -> str:
     ledger = PostgresLedger(database_url)
     try:
         ledger.claim(GROUP, TOPIC, [0], "controller-a")
-        feed(ledger, sequence("op-1") + sequence("op-2"), epoch=1)
+        feed(ledger, sequence("op-1") + sequence("op-2"), epoch=1, sign=controller_signer())
     finally:
         ledger.close()
     return database_url

@@ -8,10 +8,15 @@ import psycopg
 import pytest
 
 from ledger import (
+    LOGIN_ROLES,
     PostgresLedger,
     available_migrations,
+    with_user,
 )
+from ledger.audit import chain_records
+from ledger.jsonutil import dumps
 from ops.cli import main
+from tests.support.keys import controller_signer
 from tests.unit.ledger.ledger_support import GROUP, TOPIC, feed, sequence
 
 pytestmark = pytest.mark.integration
@@ -26,7 +31,7 @@ def audited(database_url: str) -> str:
     ledger = PostgresLedger(database_url)
     try:
         ledger.claim(GROUP, TOPIC, [0], "controller-a")
-        feed(ledger, sequence("op-1") + sequence("op-2"), epoch=1)
+        feed(ledger, sequence("op-1") + sequence("op-2"), epoch=1, sign=controller_signer())
     finally:
         ledger.close()
     return database_url
@@ -89,3 +94,41 @@ def test_audit_verify_refuses_an_unknown_operation(
 ) -> None:
     assert main(["audit", "verify", "--database-url", audited, "--operation", "op-9"]) == 2
     assert "op-9" in capsys.readouterr().err
+
+
+def test_an_audit_row_written_with_the_controllers_database_role_alone_is_unproven(
+    audited: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The controller's login role may insert audit rows and move a chain's head (it does
+    # every batch); without the controller's key it cannot sign the row's outbox record.
+    ledger = PostgresLedger(audited)
+    try:
+        records, head = ledger.audit_chain("op-1")
+    finally:
+        ledger.close()
+    assert head is not None
+    # A record that commits to no decision row and no operation row, so the chain and
+    # its subject stay consistent.
+    body = {"note": "written by hand", "after": records[-1].hash}
+    [forged] = chain_records("op-1", head, [("note", body, dumps(body))])
+    with psycopg.connect(with_user(audited, LOGIN_ROLES["controller"])) as conn:
+        conn.execute(
+            "INSERT INTO audit_records (operation_id, sequence, kind, prev_hash, hash, record) "
+            "VALUES (%s, %s, %s, %s, %s, %s::json)",
+            (forged.operation_id, forged.sequence, forged.kind, forged.prev_hash, forged.hash,
+             forged.body_json()),
+        )  # fmt: skip
+        conn.execute(
+            "UPDATE operations SET audit_sequence = %s, audit_head = %s WHERE operation_id = %s",
+            (forged.sequence, forged.hash, "op-1"),
+        )
+    # The chain is consistent: only the author check tells.
+    assert main(["audit", "verify", "--database-url", audited, "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["breaks"] == []
+    [finding] = report["authors"]
+    assert (finding["code"], finding["chain"], finding["sequence"]) == (
+        "unsigned-audit-row",
+        "op-1",
+        forged.sequence,
+    )
