@@ -67,6 +67,7 @@ from machines import (
     Rules,
     check_event_role,
     check_opening,
+    opening_conflict,
     scope_refusal,
 )
 from schemas import DEFAULT_TOPICS, TopicNames, is_drill_operation
@@ -200,6 +201,21 @@ class _Decided:
                 event.operation_id,
             )
         stored = self.fold.known(event.operation_id)
+        conflict = (
+            None
+            if stored is None
+            else opening_conflict(
+                stored, event, machine, item.producer, self.fold.rules.event_roles
+            )
+        )
+        if conflict is not None:
+            return Refusal(
+                RefusalCode.OPENING_CONFLICT,
+                f"record {item.record.coordinates}: {conflict.describe()}",
+                event.event_id,
+                event.operation_id,
+                incident=conflict.to_json(),
+            )
         if stored is not None and (stored.machine_name, stored.machine_digest) != (
             machine.name,
             machine.digest,

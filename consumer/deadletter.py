@@ -118,6 +118,8 @@ def dead_letter(
         "dead_letter_id": rid,
         "controller": controller,
     }
+    if refusal.incident is not None:
+        audit["incident"] = {**refusal.incident, "at": now.isoformat()}
     headers = {"coordinates": record.coordinates}
     if refusal.operation_id is not None:
         headers["operation_id"] = refusal.operation_id

@@ -44,9 +44,10 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Final
+from typing import Any, Final
 
 from machines import (
+    OPENING_CONFLICT,
     AuthenticationError,
     AuthRefusal,
     Event,
@@ -106,6 +107,8 @@ class RefusalCode:
     RECORD_QUARANTINED: Final = "record-quarantined"
     # Skipped by an operator with `recoveryctl offsets skip` (the reason is theirs).
     RECORD_SKIPPED: Final = "record-skipped"
+    # A tool report that disagrees with its operation's opening (`machines.opening`).
+    OPENING_CONFLICT: Final = OPENING_CONFLICT
 
 
 # The event times intake accepts: generous for clock skew and replays of old streams,
@@ -149,6 +152,9 @@ class Refusal:
     reason: str
     event_id: str | None = None
     operation_id: str | None = None
+    # A refusal that is a security incident (`machines.OpeningConflict.to_json`): its
+    # audit record holds it, and operators list it (`recoveryctl incidents`).
+    incident: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@ and what it refuses.
 
 Instruments (all prefixed `recovery.controller.`; the table is in docs/controller.md):
 `events.processed`, `events.rejected` (decisions that changed nothing: rejected, refused,
-final), `events.duplicated`, `events.dead_lettered` (by `reason`), `batches` (attempts
+final), `events.duplicated`, `events.dead_lettered` (by `reason`), `security_incidents` (by
+`kind`: a dead letter that is an incident, `machines.opening`), `batches` (attempts
 by `result`: committed, fenced, conflict, unavailable), `decision.latency` and
 `batch.latency` (seconds), the `consumer.lag` gauge per owned partition (high
 watermark minus the stored next offset), and `advisory_commit.failures` (by `reason`,
@@ -55,6 +56,11 @@ class ControllerMetrics:
             unit="{record}",
             description="records sent to the dead-letter topic",
         )
+        self._incidents = meter.create_counter(
+            "recovery.controller.security_incidents",
+            unit="{incident}",
+            description="records that are security incidents (by `kind`), also dead-lettered",
+        )
         self._batches = meter.create_counter(
             "recovery.controller.batches", unit="{batch}", description="batch attempts"
         )
@@ -96,6 +102,9 @@ class ControllerMetrics:
             self._dead.add(planned.conflicts, {**self._group, "reason": "event-id-conflict"})
         for _record, refusal in planned.refused:
             self._dead.add(1, {**self._group, "reason": refusal.code})
+            if refusal.incident is not None:
+                kind = str(refusal.incident.get("kind"))
+                self._incidents.add(1, {**self._group, "kind": kind})
         self._batch_latency.record(seconds, self._group)
         self.batch("committed")
 

@@ -28,6 +28,7 @@ from ledger.errors import (
 )
 from ledger.inspection import (
     DeadLetterEntry,
+    Incident,
     LedgerInspector,
     OperationRecord,
     OperationSummary,
@@ -77,6 +78,7 @@ __all__ = [
     "EventIdReused",
     "FencedError",
     "HeldOutboxRow",
+    "Incident",
     "Ledger",
     "LedgerError",
     "LedgerInspector",

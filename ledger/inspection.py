@@ -30,6 +30,7 @@ from machines import Lineage, OperationView, with_lineage
 
 __all__ = [
     "DeadLetterEntry",
+    "Incident",
     "LedgerInspector",
     "OperationRecord",
     "OperationSummary",
@@ -137,6 +138,16 @@ class DeadLetterEntry:
     payload: Mapping[str, Any]
     created_at: datetime
     published_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """A security incident (`machines.OpeningConflict.to_json`, plus `at`) as its audit
+    record on the intake chain `chain` holds it, at `sequence`."""
+
+    chain: str
+    sequence: int
+    body: Mapping[str, Any]
 
 
 _RECORD_COLUMNS: Final = (
@@ -264,6 +275,21 @@ class LedgerInspector(PostgresLedger):
             return None if row is None else _dead_letter(row)
 
         return self._read(f"dead letter {record_id}", work)
+
+    def incidents(self, operation_id: str | None = None) -> tuple[Incident, ...]:
+        """Every security incident recorded (of one operation, or all), in chain order."""
+
+        def work(conn: Conn) -> tuple[Incident, ...]:
+            rows = conn.execute(INSPECTION["incidents"], {"id": operation_id}).fetchall()
+            return tuple(_incident(r) for r in rows)
+
+        return self._read("security incidents", work)
+
+
+def _incident(row: TupleRow) -> Incident:
+    chain, sequence, body = row
+    data = json.loads(body) if isinstance(body, str | bytes) else body
+    return Incident(str(chain), int(sequence), data)
 
 
 def _dead_letter(row: TupleRow) -> DeadLetterEntry:

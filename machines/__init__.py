@@ -98,6 +98,7 @@ from machines.model import (
     Machine,
     Registry,
 )
+from machines.opening import OPENING_CONFLICT, OpeningConflict, opening_conflict
 from machines.policy import (
     Policy,
     PolicyError,
@@ -170,6 +171,7 @@ __all__ = [
     "CORRELATION_MISMATCH",
     "DEFAULT_REGISTRY",
     "MAX_LINEAGE_DEPTH",
+    "OPENING_CONFLICT",
     "SCENARIOS",
     "Arrival",
     "AuthRefusal",
@@ -195,6 +197,7 @@ __all__ = [
     "LockFile",
     "Machine",
     "MachineError",
+    "OpeningConflict",
     "OperationScope",
     "OperationSetup",
     "OperationView",
@@ -255,6 +258,7 @@ __all__ = [
     "matching_scope",
     "minimize_event",
     "new_view",
+    "opening_conflict",
     "overlap_warning",
     "overlapping_pairs",
     "parse_event",

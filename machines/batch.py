@@ -61,6 +61,7 @@ class OperationSetup:
     capability: str | None = None
     tool: str | None = None
     environment: str | None = None
+    opened_by: str = ""
 
 
 def open_view(
@@ -89,6 +90,7 @@ def open_view(
         capability=setup.capability,
         tool=setup.tool,
         environment=setup.environment,
+        opened_by=setup.opened_by,
     )
 
 
@@ -155,6 +157,7 @@ class BatchFold:
                     capability=None if scope is None else scope.capability,
                     tool=None if scope is None else scope.tool,
                     environment=None if scope is None else scope.environment,
+                    opened_by=event.producer,
                 )
                 opened = open_view(machine, self.rules.policy, setup, event.event_time)
                 view = arrival.applied_to(opened)

@@ -197,6 +197,10 @@ class OperationView:
     tool: str | None = None
     environment: str | None = None
     command_capabilities: tuple[tuple[str, str], ...] = ()
+    # The producer whose report opened the operation (its authenticated signer), the
+    # operation's one reporting tool: another tool's report is a conflicting opening
+    # (`machines.opening`). Empty for a view stored before it was kept.
+    opened_by: str = ""
 
     def command_capability(self, command_id: str | None) -> str | None:
         """The capability of the open command `command_id`, if this operation issued it
@@ -285,6 +289,7 @@ def new_view(
     capability: str | None = None,
     tool: str | None = None,
     environment: str | None = None,
+    opened_by: str = "",
 ) -> OperationView:
     """The view of an operation the controller has just started to govern."""
     return OperationView(
@@ -301,6 +306,7 @@ def new_view(
         capability=capability,
         tool=tool,
         environment=environment,
+        opened_by=opened_by,
     )
 
 

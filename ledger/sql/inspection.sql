@@ -45,3 +45,13 @@ FROM outbox WHERE topic = %(topic)s ORDER BY id;
 -- name: dead_letter
 SELECT id, record_id, key, headers, payload, created_at, published_at
 FROM outbox WHERE topic = %(topic)s AND record_id = %(record_id)s;
+
+-- name: incidents
+-- The security incidents the controller recorded (`machines.opening`): audit records of
+-- the intake chains whose body carries an `incident`, in chain order; one operation's
+-- (%(id)s), or all. Incidents are rare: the scan reads the intake chains' records only.
+SELECT operation_id, sequence, record->'incident'
+FROM audit_records
+WHERE operation_id LIKE 'intake:%%' AND record->'incident' IS NOT NULL
+  AND (%(id)s::text IS NULL OR record->>'operation_id' = %(id)s)
+ORDER BY operation_id, sequence;

@@ -1,10 +1,14 @@
-"""The shipped Grafana dashboard queries only series docs/operations.md documents."""
+"""The shipped Grafana dashboard and Prometheus alert rules query only series
+docs/operations.md documents."""
 
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
+
+import promql_parser
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,3 +30,25 @@ def test_every_dashboard_query_names_a_documented_series() -> None:
                 assert base in documented, f"panel {panel['title']!r} uses {name}"
                 used.add(base)
     assert {"recovery_controller_consumer_lag", "recovery_relay_published_total"} <= used
+
+
+def _series_in(expr: str) -> set[str]:
+    return {re.sub(r"_(bucket|count|sum)$", "", n) for n in re.findall(r"recovery_[a-z_]+", expr)}
+
+
+def test_every_alert_rule_parses_and_names_a_documented_series() -> None:
+    rules = yaml.safe_load((ROOT / "ops" / "prometheus" / "alerts.yaml").read_text())
+    documented = _documented()
+    alerts = {}
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            promql_parser.parse(rule["expr"])  # raises on a PromQL syntax error
+            assert _series_in(rule["expr"]) <= documented, rule["alert"]
+            assert rule["labels"]["severity"] in ("page", "ticket"), rule["alert"]
+            assert rule["annotations"]["summary"], rule["alert"]
+            assert rule["annotations"]["description"], rule["alert"]
+            alerts[rule["alert"]] = rule["expr"]
+    # The held row (one record must never stop the outbox unnoticed) and the incident
+    # (a conflicting opening) page someone.
+    assert "recovery_outbox_held" in alerts["RecoveryOutboxRowHeld"]
+    assert "recovery_controller_security_incidents_total" in alerts["RecoverySecurityIncident"]

@@ -112,9 +112,13 @@ def test_an_event_id_used_by_two_operations_in_one_batch_dead_letters_the_second
 def test_an_event_naming_another_machine_than_its_operation_is_dead_lettered() -> None:
     ledger = MemoryLedger()
     ledger.commit(_plan([encoded(event("TOOL_TIMEOUT"), 0)], ledger).batch)
-    other = _plan([encoded(event("TOOL_FAILED", machine="payment-refund"), 1)], ledger)
+    # A tool's report under another machine is a conflicting opening (an incident,
+    # tests/unit/consumer/test_opening_conflict.py); a verifier's answer is refused.
+    report = event("TOOL_FAILED", machine="payment-refund")
+    answer = event("VERIFICATION_FOUND", machine="payment-refund", evidence=FOUND, scope=None)
+    other = _plan([encoded(report, 1), encoded(answer, 2)], ledger)
     assert other.decisions == ()
-    assert [f.code for _, f in other.refused] == ["machine-not-applicable"]
+    assert [f.code for _, f in other.refused] == ["opening-conflict", "machine-not-applicable"]
 
 
 def test_a_record_the_ledger_named_is_dead_lettered_on_the_next_plan() -> None:

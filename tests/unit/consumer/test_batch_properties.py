@@ -4,6 +4,7 @@ controller's decisions equal the decision core's over the stream in one go
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from hypothesis import HealthCheck, given, settings
@@ -45,7 +46,10 @@ def test_batching_never_changes_a_decision(
 ) -> None:
     machines, rules = pinned()
     pinned_machine = machines[f"{machine}@1.0.0"]
-    evidence = {"VERIFICATION_FOUND": FOUND}
+    # One producer sends every event (it holds every role): an operation has one
+    # reporting tool, its opener, and another tool's report would be an incident
+    # (`machines.opening`) that the decision core alone knows nothing of.
+    evidence = {"VERIFICATION_FOUND": replace(FOUND, verifier="tool-1")}
     # Event ids drawn from a small pool per operation, so redeliveries happen.
     events = [
         event(t, op, event_id=f"{op}-{t}-{n}", machine=machine, evidence=evidence.get(t))

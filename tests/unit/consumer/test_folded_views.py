@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from consumer import DecidedBatch, Intake, decide_batch
 from consumer.batch import operation_ids, positions_for
 from ledger import Batch, MemoryLedger, batch_rows
-from machines import CATALOGUE, Event, load_catalogue, load_registry
+from machines import CATALOGUE, Event, EvidencePayload, load_catalogue, load_registry
 from machines.event import DeclaredFacts
 from ops.bench.ledger import build_batches
 from tests.support.producers import roster as producer_roster
@@ -33,6 +33,7 @@ TYPES = [
     "CONTAINMENT_SUCCEEDED",
 ]
 KEYED = DeclaredFacts(idempotency_key="key-declared-later", status_api=True)
+NOT_FOUND = EvidencePayload(outcome="not_applied", verifier="verifier-1", reference="v-2")
 
 
 def _assert_same_plan(batch: Batch) -> None:
@@ -119,9 +120,10 @@ def test_a_batch_whose_facts_are_declared_mid_batch_keys_each_command_as_the_fol
     machine = "payment-refund"
     events = [
         event("TOOL_TIMEOUT", machine=machine, event_id="e-1"),
+        # A trusted verifier declares the facts the opening left out (its answer to the
+        # verification command; a tool report from it would be a conflicting opening).
         replace(
-            event("TOOL_TIMEOUT", machine=machine, event_id="e-2"),
-            producer="verifier-1",
+            event("VERIFICATION_NOT_FOUND", machine=machine, event_id="e-2", evidence=NOT_FOUND),
             facts=KEYED,
         ),
         event("TOOL_TIMEOUT", machine=machine, event_id="e-3"),

@@ -30,6 +30,7 @@ BASE = OperationView(
     tool="smtp",
     environment="prod",
     command_capabilities=(("op-1:3:0", "agent.stop-task"),),
+    opened_by="tool-1",
 )
 
 # A new value for every field, so each one is checked to land where it belongs.
@@ -62,6 +63,7 @@ NEW: dict[str, Any] = {
     "tool": "stripe",
     "environment": "staging",
     "command_capabilities": (),
+    "opened_by": "tool-2",
 }
 
 
