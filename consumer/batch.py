@@ -68,9 +68,16 @@ from machines import (
     check_event_role,
     check_opening,
     opening_conflict,
+    prove_lineage,
     scope_refusal,
 )
-from schemas import DEFAULT_TOPICS, TopicNames, is_drill_operation
+from schemas import (
+    DEFAULT_TOPICS,
+    HEADER_CALL_CONTEXT,
+    TopicNames,
+    header_value,
+    is_drill_operation,
+)
 
 log = logging.getLogger("consumer")
 
@@ -313,12 +320,14 @@ def _guarded(decided: _Decided, item: Accepted, now: datetime, observe: Observer
             return refusal
         stage = "authorizing"
         opens = decided.fold.known(op) is None
+        proof = ""
         if opens:
-            refusal = _authorized(item, lambda: _check_opening(decided.fold, item))
-            if refusal is not None:
-                return refusal
+            try:
+                proof = _check_opening(decided.fold, item, now)
+            except AuthenticationError as exc:
+                return _refused(item, exc)
         stage = "opening"
-        run = decided.fold.decider(item.event, item.machine, now)
+        run = decided.fold.decider(item.event, item.machine, now, proof)
         stage = "authorizing"
         view = decided.fold.current[op]
         roles = decided.fold.rules.event_roles
@@ -342,10 +351,19 @@ def _guarded(decided: _Decided, item: Accepted, now: datetime, observe: Observer
     return refusal
 
 
-def _check_opening(fold: BatchFold, item: Accepted) -> None:
-    arrival = fold.arrival_in_batch(item.event)
-    check_opening(item.event, item.producer, arrival.lineage_agents)
-    _check_drill_lineage(item.event, arrival)
+def _check_opening(fold: BatchFold, item: Accepted, now: datetime) -> str:
+    """How `item`'s opening proves its affected agent (`machines.check_opening`), with
+    the runtime's call context its record forwards, if any (`machines.prove_lineage`,
+    at the controller's clock); raises `AuthenticationError` when it may not open."""
+    event = item.event
+    context = header_value(item.record.headers, HEADER_CALL_CONTEXT)
+    vouched = (
+        None if context is None else prove_lineage(context, event, fold.rules.policy.roster, at=now)
+    )
+    arrival = fold.arrival_in_batch(event)
+    proof = check_opening(event, item.producer, arrival.lineage_agents, vouched)
+    _check_drill_lineage(event, arrival)
+    return proof
 
 
 def _check_drill_lineage(event: Event, arrival: Arrival) -> None:
@@ -370,14 +388,18 @@ def _authorized(item: Accepted, check: Callable[[], None]) -> Refusal | None:
     try:
         check()
     except AuthenticationError as exc:
-        event = item.event
-        return Refusal(
-            str(exc.code),
-            f"record {item.record.coordinates}: {exc.reason}",
-            event.event_id,
-            event.operation_id,
-        )
+        return _refused(item, exc)
     return None
+
+
+def _refused(item: Accepted, exc: AuthenticationError) -> Refusal:
+    event = item.event
+    return Refusal(
+        str(exc.code),
+        f"record {item.record.coordinates}: {exc.reason}",
+        event.event_id,
+        event.operation_id,
+    )
 
 
 # Refusals of an event whose decision is not recorded: the fold forgets it.

@@ -5,8 +5,9 @@ build telemetry, run until stopped, close everything it opened.
 fault tests call; it returns when `stop` is set (after leaving the group) and raises
 `ControllerError` when the controller cannot start or fails fatally.
 
-The policy is explicit (`controller_policy`): without a policy file, or with a key in it
-that `machines.insecure_test_key` derives from a public name, the controller refuses to
+The policy is explicit (`controller_policy`): without a policy file, with a key in it
+that `machines.insecure_test_key` derives from a public name, or with a grant that
+speaks for any agent (`machines.wildcard_agent_grants`), the controller refuses to
 start (`PolicyRefused`) unless `demo_mode` is set, and then logs a WARNING for each.
 """
 
@@ -41,6 +42,7 @@ from machines import (
     load_trusted_publishers,
     parse_policy,
     public_name_keys,
+    wildcard_agent_grants,
 )
 
 __all__ = [
@@ -91,8 +93,9 @@ def operator_policy(settings: RulesSettings) -> Policy | None:
 
 def controller_policy(settings: ControllerSettings, *, warn: bool = True) -> Policy:
     """The policy the controller runs under: the file `settings.policy_path`, checked.
-    Raises `PolicyRefused` when no file is given or the policy holds a key derived from
-    a public name (`machines.public_name_keys`), unless `settings.demo_mode`; in demo
+    Raises `PolicyRefused` when no file is given, the policy holds a key derived from
+    a public name (`machines.public_name_keys`) or a grant for any agent
+    (`machines.wildcard_agent_grants`), unless `settings.demo_mode`; in demo
     mode it logs (with `warn`) a WARNING saying so and naming each such key. Raises
     `ControllerError` when the file cannot be read or is invalid."""
     policy = operator_policy(settings)
@@ -120,6 +123,18 @@ def controller_policy(settings: ControllerSettings, *, warn: bool = True) -> Pol
             f"(see {_TEMPLATE}), or set {ENV_DEMO_MODE}=1 (`recoveryctl run --demo`) for a "
             "demo"
         )
+    wildcards = wildcard_agent_grants(policy)
+    if wildcards and not settings.demo_mode:
+        raise PolicyRefused(
+            f"controller-wildcard-agent-refused: policy {policy.id} from "
+            f"{settings.policy_path} lets {len(wildcards)} grant(s) speak for any agent, so "
+            "their holder may name a bystander as the agent a containment stops: "
+            + "; ".join(wildcards[:10])
+            + (f"; and {len(wildcards) - 10} more" if len(wildcards) > 10 else "")
+            + "; list the agents each producer may speak for (`agents: [billing-agent]`), "
+            "or have the agents' runtime sign call contexts that the tool forwards "
+            f"(docs/tool-integration.md), or set {ENV_DEMO_MODE}=1 for a demo"
+        )
     if warn and settings.demo_mode:
         log.warning(
             "controller %s RUNS IN DEMO MODE (%s): policy %s from %s; never run a "
@@ -130,6 +145,8 @@ def controller_policy(settings: ControllerSettings, *, warn: bool = True) -> Pol
             settings.policy_path or "<built-in default: no trusted verifier, no approver>",
             _DOCS,
         )
+        for grant in wildcards:
+            log.warning("DEMO MODE: policy %s speaks for ANY AGENT: %s", policy.id, grant)
         for key in weak:
             log.warning(
                 "DEMO MODE: policy %s trusts a PUBLIC-NAME KEY, anyone can sign as its holder: %s",

@@ -25,6 +25,7 @@ from machines.batch import (
     OperationSetup,
     Rules,
 )
+from machines.call_context import call_context_claims, issue_call_context, prove_lineage
 from machines.casefile import (
     SCENARIOS,
     CaseError,
@@ -108,6 +109,7 @@ from machines.policy import (
     load_roster,
     parse_policy,
     public_name_keys,
+    wildcard_agent_grants,
 )
 from machines.producer_roles import (
     check_event_role,
@@ -224,6 +226,7 @@ __all__ = [
     "apply",
     "arrival_of",
     "awaits_human",
+    "call_context_claims",
     "canonical_ascii_json",
     "canonical_bytes",
     "canonical_json",
@@ -241,6 +244,7 @@ __all__ = [
     "ed25519_sign",
     "ed25519_verify",
     "insecure_test_key",
+    "issue_call_context",
     "key_id",
     "lineage_below",
     "load_case",
@@ -263,6 +267,7 @@ __all__ = [
     "overlapping_pairs",
     "parse_event",
     "parse_policy",
+    "prove_lineage",
     "public_key_b64",
     "public_key_bytes",
     "public_key_from_text",
@@ -281,6 +286,7 @@ __all__ = [
     "view_from_json",
     "view_from_json_text",
     "view_to_json",
+    "wildcard_agent_grants",
     "with_lineage",
     "write_private_key",
 ]

@@ -62,6 +62,7 @@ class OperationSetup:
     tool: str | None = None
     environment: str | None = None
     opened_by: str = ""
+    agent_proof: str = ""
 
 
 def open_view(
@@ -91,6 +92,7 @@ def open_view(
         tool=setup.tool,
         environment=setup.environment,
         opened_by=setup.opened_by,
+        agent_proof=setup.agent_proof,
     )
 
 
@@ -138,8 +140,9 @@ class BatchFold:
         """The operation's view as folded so far, or as stored; None if neither."""
         return self.current.get(operation_id) or self.stored.get(operation_id)
 
-    def view_of(self, event: Event, machine: Machine) -> OperationView:
-        """The view `event` is decided on; opens its operation if it is new."""
+    def view_of(self, event: Event, machine: Machine, agent_proof: str = "") -> OperationView:
+        """The view `event` is decided on; opens its operation if it is new, with
+        `agent_proof` (how its opening proved the agent, `check_opening`)."""
         op = event.operation_id
         if op not in self.current:
             view = self.stored.get(op)
@@ -158,6 +161,7 @@ class BatchFold:
                     tool=None if scope is None else scope.tool,
                     environment=None if scope is None else scope.environment,
                     opened_by=event.producer,
+                    agent_proof=agent_proof,
                 )
                 opened = open_view(machine, self.rules.policy, setup, event.event_time)
                 view = arrival.applied_to(opened)
@@ -166,11 +170,13 @@ class BatchFold:
             self.current[op] = view
         return self.current[op]
 
-    def decider(self, event: Event, machine: Machine, now: datetime) -> Callable[[], Decision]:
-        """Open `event`'s operation if needed, and return the call that decides `event`
-        on its view at `now`; `fold` takes the decision in (a caller may wrap the call
-        in a span or a timer)."""
-        view = self.view_of(event, machine)
+    def decider(
+        self, event: Event, machine: Machine, now: datetime, agent_proof: str = ""
+    ) -> Callable[[], Decision]:
+        """Open `event`'s operation if needed (`view_of`), and return the call that
+        decides `event` on its view at `now`; `fold` takes the decision in (a caller may
+        wrap the call in a span or a timer)."""
+        view = self.view_of(event, machine, agent_proof)
         rules = self.rules
 
         def run() -> Decision:

@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from machines.errors import Problem
 from machines.event import sha256_digest
 from machines.model import CapabilityKind, Machine, Registry, Transition
-from machines.roster import ProducerEntry, Roster
+from machines.roster import ANY, ProducerEntry, Role, Roster
 from machines.testkeys import public_name_key_b64
 from machines.yamlsafe import parse_yaml, read_bytes
 
@@ -399,6 +399,26 @@ class PublicNameKey:
     def describe(self) -> str:
         """One line for logs and refusals."""
         return f"{self.holder} key {self.public_key} = insecure_test_key({self.name!r})"
+
+
+# The roles whose `agents` list says for which agents a producer speaks: a `tool` opens
+# operations for them, an `orchestrator` vouches for their calls and lineage, a
+# `validator` validates their checkpoints.
+_AGENT_ROLES: Final = frozenset({Role.TOOL, Role.ORCHESTRATOR, Role.VALIDATOR})
+
+
+def wildcard_agent_grants(policy: Policy) -> tuple[str, ...]:
+    """Each grant of the policy's roster that speaks for any agent (`agents: ["*"]`) in a
+    role where the agent matters, described for a refusal: such a grant lets its holder
+    name any agent, a bystander too, as the one a containment stops. The controller
+    refuses them outside demo mode (docs/controller.md); name the agents, or prove them
+    with call contexts (`machines.call_context`)."""
+    return tuple(
+        f"producers[{producer.id}] grant {grant.role} agents [*]"
+        for producer in policy.producers
+        for grant in producer.grants
+        if grant.role in _AGENT_ROLES and ANY in grant.agents
+    )
 
 
 def policy_keys(policy: Policy) -> Iterator[tuple[str, str, str]]:

@@ -6,16 +6,20 @@ The controller's intake proves who signed a record (`machines.Roster.authenticat
 this module says whether that producer may say what the event says about the
 operation it names, once the operation's stored scope is known (`consumer.batch`
 calls it before anything is decided). Every refusal is an `AuthenticationError` with
-code `role-not-permitted` or `identity-mismatch`.
+code `role-not-permitted`, `identity-mismatch` or `agent-unproven`.
 
 - **Opening.** An operation's machine, scope and lineage come only from the first
   report of a `tool` holding the capability, tool and environment of the event's
-  `scope` block and the agent it names (`lineage.agent`); a first event without a
-  `scope` block is admitted only from a tool granted every capability (`"*"`). When
-  the ledger knows the operation's ancestors (`parent_operation`), the opener must
-  hold `tool` or `orchestrator` for each of their agents as well, so nobody hangs an
-  operation below another agent's work, or names a bystander as its agent, to aim a
-  cascade at it.
+  `scope` block; a first event without a `scope` block is admitted only from a tool
+  granted every capability (`"*"`). The agent it names (`lineage.agent`) must be
+  proven: by a tool grant naming it, or by the call context the agent's runtime
+  signed (`machines.call_context`), else `agent-unproven`. When the ledger knows the
+  operation's ancestors (`parent_operation`), the opener (or the runtime that vouched)
+  must hold `tool` or `orchestrator` for each of their agents as well, so nobody hangs
+  an operation below another agent's work, or names a bystander as its agent, to aim a
+  containment or a cascade at it. The proof is kept (`OperationView.agent_proof`); an
+  operation whose agent a runtime proved takes its opener's later tool reports without
+  a grant naming the agent.
 - **Every event.** `EventRoles` maps event types to the roles that may send them,
   each checked for the operation's stored scope (`DEFAULT_EVENT_ROLES`; a deployment,
   or a machine, may override it in `machines.Rules.event_roles`):
@@ -52,6 +56,8 @@ __all__ = [
 ]
 
 _TOOL: Final = (Role.TOOL,)
+# `OperationView.agent_proof` of an operation whose agent a call context proved.
+VOUCHED: Final = "call-context:"
 _WORKER: Final = (Role.WORKER,)
 _LINEAGE: Final = (Role.CONTROLLER, Role.ORCHESTRATOR)
 
@@ -115,14 +121,17 @@ def _scopes_of(role: Role, event: Event, view: OperationView) -> list[dict[str, 
     """The scopes, any one of which a grant of `role` must permit."""
     agent = view.lineage.agent
     if role is Role.TOOL:
-        return [
-            {
-                "capability": view.capability,
-                "tool": view.tool,
-                "environment": view.environment,
-                "agent": agent,
-            }
-        ]
+        scope: dict[str, str | None] = {
+            "capability": view.capability,
+            "tool": view.tool,
+            "environment": view.environment,
+            "agent": agent,
+        }
+        if event.producer == view.opened_by and view.agent_proof.startswith(VOUCHED):
+            # The agent's runtime vouched for this tool's call: its reports on the
+            # operation need no grant naming the agent (`check_opening`).
+            del scope["agent"]
+        return [scope]
     if role is Role.VERIFIER:
         scopes: list[dict[str, str | None]] = [{"capability": view.capability}]
         answered = view.command_capability(event.causation)
@@ -160,18 +169,25 @@ def _mismatch(producer: ProducerEntry, event: Event, field_name: str, claimed: s
 
 
 def check_opening(
-    event: Event, producer: ProducerEntry, ancestor_agents: tuple[str, ...] = ()
-) -> None:
-    """Raise `AuthenticationError` unless `producer` may open `event`'s operation: a
-    `tool` for the event's scope and agent, and `tool` or `orchestrator` for every
-    agent of the ancestors the ledger knows (`ancestor_agents`)."""
+    event: Event,
+    producer: ProducerEntry,
+    ancestor_agents: tuple[str, ...] = (),
+    vouched_by: ProducerEntry | None = None,
+) -> str:
+    """Raise `AuthenticationError` unless `producer` may open `event`'s operation, and
+    return how the affected agent is proven: `producer` holds `tool` for the event's
+    scope, and either that grant names the agent (`"grant"`) or `vouched_by`, the
+    runtime whose call context proved the event's lineage (`machines.prove_lineage`),
+    holds `orchestrator` for it (`"call-context:<runtime>"`); neither is
+    `agent-unproven`. Every agent of the ancestors the ledger knows (`ancestor_agents`)
+    needs `tool` or `orchestrator` of the producer or of `vouched_by`."""
     scope = event.scope
     wanted: dict[str, str | None] = {
         "capability": None if scope is None else scope.capability,
         "tool": None if scope is None else scope.tool,
         "environment": None if scope is None else scope.environment,
-        "agent": event.lineage.agent,
     }
+    agent = event.lineage.agent
     if not producer.permits(Role.TOOL, **wanted):
         hint = (
             "the first event carries no scope block, so only a tool granted every "
@@ -180,20 +196,36 @@ def check_opening(
             else "it does not hold role tool"
         )
         raise _refuse(producer, event, f"opening the operation: {hint}{_describe(wanted)}")
-    for agent in ancestor_agents:
-        if agent == event.lineage.agent:
+    if producer.permits(Role.TOOL, **wanted, agent=agent):
+        proof = "grant"
+    elif vouched_by is not None and vouched_by.permits(Role.ORCHESTRATOR, agent=agent):
+        proof = f"{VOUCHED}{vouched_by.id}"
+    else:
+        raise AuthenticationError(
+            AuthRefusal.AGENT_UNPROVEN,
+            f"producer {producer.id} may not open operation {event.operation_id} "
+            f"({event.event_type} {event.event_id}) for agent {agent}: no tool grant of it "
+            f"names that agent{_describe(wanted)}, and no call context signed by the "
+            "agent's runtime proves it; forward the runtime's call context (header "
+            "recovery-call-context) or grant the tool `agents: [" + agent + "]`",
+        )
+    for ancestor in ancestor_agents:
+        if ancestor == agent:
             continue
-        if not (
-            producer.permits(Role.TOOL, agent=agent)
-            or producer.permits(Role.ORCHESTRATOR, agent=agent)
+        if not any(
+            entry.permits(Role.TOOL, agent=ancestor)
+            or entry.permits(Role.ORCHESTRATOR, agent=ancestor)
+            for entry in (producer, vouched_by)
+            if entry is not None
         ):
             raise _refuse(
                 producer,
                 event,
-                f"its lineage names an ancestor of agent {agent} "
-                f"(parent {event.lineage.parent_operation}), for which it holds neither "
-                "tool nor orchestrator",
+                f"its lineage names an ancestor of agent {ancestor} "
+                f"(parent {event.lineage.parent_operation}), for which neither it nor the "
+                "runtime that vouched for the call holds tool or orchestrator",
             )
+    return proof
 
 
 def check_event_role(

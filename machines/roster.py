@@ -80,6 +80,10 @@ class AuthRefusal(StrEnum):
     SIGNATURE_INVALID = "signature-invalid"
     ROLE_NOT_PERMITTED = "role-not-permitted"
     IDENTITY_MISMATCH = "identity-mismatch"
+    # The opener proves neither the affected agent (no tool grant naming it, no call
+    # context) nor, with a context, a valid one (`machines.call_context`).
+    AGENT_UNPROVEN = "agent-unproven"
+    CALL_CONTEXT_INVALID = "call-context-invalid"
 
 
 class AuthenticationError(Exception):

@@ -201,6 +201,11 @@ class OperationView:
     # operation's one reporting tool: another tool's report is a conflicting opening
     # (`machines.opening`). Empty for a view stored before it was kept.
     opened_by: str = ""
+    # How the affected agent (`lineage.agent`) was proven when the operation opened:
+    # `grant` (the opener's tool grant names the agent) or `call-context:<runtime>` (a
+    # call context the agent's runtime signed, `machines.call_context`). Empty for a view
+    # stored before it was kept.
+    agent_proof: str = ""
 
     def command_capability(self, command_id: str | None) -> str | None:
         """The capability of the open command `command_id`, if this operation issued it
@@ -290,6 +295,7 @@ def new_view(
     tool: str | None = None,
     environment: str | None = None,
     opened_by: str = "",
+    agent_proof: str = "",
 ) -> OperationView:
     """The view of an operation the controller has just started to govern."""
     return OperationView(
@@ -307,6 +313,7 @@ def new_view(
         tool=tool,
         environment=environment,
         opened_by=opened_by,
+        agent_proof=agent_proof,
     )
 
 

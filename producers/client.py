@@ -46,12 +46,14 @@ from machines import (
     Lineage,
     Scope,
     Verdict,
+    call_context_claims,
     sign_decision,
 )
 from producers.errors import DeliveryFailed, ProducersError, RecordRefused
 from schemas import (
     CONTENT_TYPE,
     EVENT_ENVELOPE,
+    HEADER_CALL_CONTEXT,
     HEADER_RECORD_ID,
     HEADER_SCHEMA,
     HEADER_SIGNATURE,
@@ -176,10 +178,14 @@ class EventPublisher:
         self._refused: dict[str, str] = {}
         self._closed = False
 
-    def publish(self, event: Event, *, topic: str | None = None) -> str:
+    def publish(
+        self, event: Event, *, topic: str | None = None, call_context: str | None = None
+    ) -> str:
         """Encode `event` and hand it to the producer keyed by its operation id; returns
-        its record id. Raises `WireError` for an event that cannot be encoded (nothing
-        is sent) and `ProducersError` when the local queue stays full."""
+        its record id. `call_context` (the one the agent's runtime signed for this call,
+        `machines.issue_call_context`) travels in the `recovery-call-context` header.
+        Raises `WireError` for an event that cannot be encoded (nothing is sent) and
+        `ProducersError` when the local queue stays full."""
         if self._json is not None:
             value = self._json.encode(event_to_json(event), EVENT_ENVELOPE)
             content_type, fingerprint = self._json.content_type, None
@@ -195,6 +201,7 @@ class EventPublisher:
             record_id=rid,
             content_type=content_type,
             fingerprint=fingerprint,
+            extra_headers=None if call_context is None else {HEADER_CALL_CONTEXT: call_context},
             producer=event.producer,
         )
         return rid
@@ -452,10 +459,20 @@ class RecoveryClient:
         # not from the dead-letter topic.
         return record_to_event(event.content())
 
-    def publish_event(self, event_type: str, **fields: Any) -> Event:
-        """`build_event` and publish it; returns the event (flush to confirm delivery)."""
+    def publish_event(
+        self, event_type: str, *, call_context: str | None = None, **fields: Any
+    ) -> Event:
+        """`build_event` and publish it; returns the event (flush to confirm delivery).
+        With `call_context`, the context the agent's runtime signed for this call
+        (`machines.call_context`), the event carries it, and its operation id and
+        lineage default to the ones the context names: the controller believes the
+        affected agent because the runtime vouched for it, not because the tool says so."""
+        if call_context is not None:
+            operation_id, lineage = call_context_claims(call_context)
+            fields.setdefault("operation_id", operation_id)
+            fields.setdefault("lineage", lineage)
         event = self.build_event(event_type, **fields)
-        self.publisher.publish(event)
+        self.publisher.publish(event, call_context=call_context)
         return event
 
     def action_result(

@@ -15,6 +15,7 @@ __all__ = [
     "CONTENT_TYPE",
     "CONTENT_TYPE_AVRO",
     "CONTENT_TYPE_JSON",
+    "HEADER_CALL_CONTEXT",
     "HEADER_COMMAND_ID",
     "HEADER_RECORD_ID",
     "HEADER_SCHEMA",
@@ -28,6 +29,9 @@ CONTENT_TYPE: Final = "content-type"
 HEADER_SCHEMA: Final = "recovery-schema"
 HEADER_RECORD_ID: Final = "recovery-record-id"
 HEADER_COMMAND_ID: Final = "recovery-command-id"
+# The call context an agent's runtime signed for the call (`machines.call_context`),
+# forwarded by the tool on the event that opens the operation.
+HEADER_CALL_CONTEXT: Final = "recovery-call-context"
 TRACEPARENT: Final = "traceparent"
 TRACESTATE: Final = "tracestate"
 

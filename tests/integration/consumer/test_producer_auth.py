@@ -9,18 +9,19 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ledger import Ledger, intake_chain_id
-from machines import ANY, EvidencePayload, Grant, Lineage, Role, Scope
+from machines import ANY, EvidencePayload, Grant, Lineage, Role, Roster, Scope, issue_call_context
 from producers import EventPublisher, RecoveryClient
 from schemas import EVENT_ENVELOPE, AvroSingleObjectCodec, TopicNames, event_to_record
 from tests.integration.consumer.harness import open_ledger, outbox, running, settings_for, wait_for
 from tests.support.kafka import TopicFactory
-from tests.support.producers import producer_entry, roster_with, signer
+from tests.support.producers import key_of, producer_entry, roster_with, signer
 
 pytestmark = pytest.mark.integration
 
@@ -199,7 +200,7 @@ def test_forged_and_unauthorized_events_are_dead_lettered_not_decided(
             scope=EMAIL,
             **_fields("op-bystander", "email-send", "billing-agent"),
         )
-        expected["bystander"] = "role-not-permitted"
+        expected["bystander"] = "agent-unproven"
         # 7. A revoked key.
         RecoveryClient(signed, "revoked-tool").publish_event(
             "TOOL_TIMEOUT",
@@ -230,3 +231,114 @@ def test_forged_and_unauthorized_events_are_dead_lettered_not_decided(
     assert ledger.decisions("op-mail")[0]["event"]["id"] == "real-mail"
     assert ledger.operation("op-mail").machine_name == "email-send"
     assert ledger.verify_audit() == ()
+
+
+# A deployment without demo mode, so without grants for any agent: a tool that names its
+# own agent, a shared mail relay that speaks for no agent by itself, and the mail
+# agent's runtime, which vouches for its calls with call contexts.
+NAMED = Roster(
+    producers=(
+        producer_entry(
+            "mail-tool",
+            (
+                Grant(
+                    role=Role.TOOL,
+                    capabilities=("email.send",),
+                    tools=("smtp-relay",),
+                    environments=(ANY,),
+                    agents=("mail-agent",),
+                ),
+            ),
+        ),
+        producer_entry(
+            "mail-relay",
+            (
+                Grant(
+                    role=Role.TOOL,
+                    capabilities=("email.send",),
+                    tools=("smtp-relay",),
+                    environments=(ANY,),
+                ),
+            ),
+        ),
+        producer_entry("mail-runtime", (Grant(role=Role.ORCHESTRATOR, agents=("mail-agent",)),)),
+    )
+)
+
+
+def test_a_tool_cannot_aim_a_containment_at_a_bystander_and_a_runtime_vouches(
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    database_url: str,
+    ledger: Ledger,
+    tmp_path: Path,
+) -> None:
+    topic = topic_factory(partitions=1)
+    topics = TopicNames(events=topic)
+    path = tmp_path / "named.json"
+    producers = [p.model_dump(mode="json") for p in NAMED.producers]
+    path.write_text(json.dumps({"id": "named", "producers": producers}), encoding="utf-8")
+    signers = {name: signer(name) for name in ("mail-tool", "mail-relay")}
+    real = Lineage(agent="mail-agent", task="task-x", initiating_principal="alice")
+    with EventPublisher(kafka_bootstrap, signer=signers, topics=topics) as publisher:
+        mail = RecoveryClient(publisher, "mail-tool")
+        # The attack: a denial "for" a bystander, so the controller would stop it.
+        mail.publish_event(
+            "AUTHORIZATION_DENIED",
+            event_id="aimed",
+            scope=EMAIL,
+            **_fields("op-x", "email-send", "innocent-bystander"),
+        )
+        # The real report of the same call names the agent that made it.
+        mail.publish_event(
+            "AUTHORIZATION_DENIED",
+            event_id="real",
+            scope=EMAIL,
+            **{**_fields("op-x", "email-send", "mail-agent"), "lineage": real},
+        )
+        # A shared relay forwards the runtime's call context: the lineage is the one the
+        # runtime signed, not the relay's word.
+        context = issue_call_context(
+            "mail-runtime", key_of("mail-runtime"), "op-relay", real, now=datetime.now(UTC)
+        )
+        RecoveryClient(publisher, "mail-relay").publish_event(
+            "TOOL_TIMEOUT",
+            event_id="relayed",
+            call_context=context,
+            scope=EMAIL,
+            correlation_id="corr-relay",
+            machine_name="email-send",
+            machine_version="1.0.0",
+            evidence_ref="ref-relay",
+        )
+        # Without the context the relay proves no agent.
+        RecoveryClient(publisher, "mail-relay").publish_event(
+            "TOOL_TIMEOUT",
+            event_id="bare",
+            scope=EMAIL,
+            **_fields("op-bare", "email-send", "mail-agent"),
+        )
+    settings = settings_for(
+        kafka_bootstrap, database_url, topic, path, f"named-{uuid.uuid4().hex[:6]}", demo_mode=False
+    )
+    with running(settings, ledger):
+        wait_for(lambda: ledger.offsets(settings.group_id, topic) == {0: 4}, 60, "settled")
+    letters = {
+        r.payload["event_id"]: r.payload["reason_code"]
+        for r in outbox(ledger)
+        if r.topic == "recovery.dlq"
+    }
+    assert letters == {"aimed": "agent-unproven", "bare": "agent-unproven"}
+    # The real denial opened op-x for the agent that made the call; every command the
+    # containment sends names that agent, never the bystander.
+    assert ledger.operation("op-x").agent == "mail-agent"
+    commands = [r.payload for r in outbox(ledger) if r.topic == "recovery.commands"]
+    contained = [c for c in commands if c["operation_id"] == "op-x"]
+    assert contained
+    assert {c["lineage"]["agent"] for c in contained} == {"mail-agent"}
+    assert "innocent-bystander" not in json.dumps(commands)
+    # The relay's operation carries the vouched lineage and says how it was proven.
+    assert ledger.operation("op-relay").agent == "mail-agent"
+    [view] = ledger.load_views(["op-relay"]).values()
+    assert (view.opened_by, view.agent_proof) == ("mail-relay", "call-context:mail-runtime")
+    assert ledger.load_views(["op-x"])["op-x"].agent_proof == "grant"

@@ -166,6 +166,8 @@ def stack(
         "RECOVERY_DATABASE_URL": database_url,
         "RECOVERY_CONTROLLER_GROUP_ID": f"lineage-{uuid.uuid4().hex[:8]}",
         "RECOVERY_CONTROLLER_POLICY_PATH": str(_policy(tmp_path, keys)),
+        # The tests' roster speaks for any agent: a demo deployment.
+        "RECOVERY_DEMO_MODE": "1",
         # One record per batch: the cascade takes many commits, so a kill lands inside it.
         "RECOVERY_CONTROLLER_BATCH_MAX_RECORDS": "1",
         "RECOVERY_CONTROLLER_BATCH_MAX_WAIT_MS": "50",

@@ -134,6 +134,8 @@ def deployment(
         "RECOVERY_CONTROLLER_POLICY_PATH": str(
             write_policy(tmp_path, Ed25519PrivateKey.generate())
         ),
+        # The tests' roster speaks for any agent: a demo deployment.
+        "RECOVERY_DEMO_MODE": "1",
         "RECOVERY_CONTROLLER_BATCH_MAX_WAIT_MS": "50",
         "RECOVERY_CONTROLLER_SESSION_TIMEOUT_MS": "6000",
         **{

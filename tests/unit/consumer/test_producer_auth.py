@@ -338,7 +338,7 @@ def test_an_operation_naming_a_bystander_agent_is_refused() -> None:
         scope=EMAIL,
     )
     planned = _plan([encoded(bystander, 0)])
-    assert _refused(planned) == {"bystander": "role-not-permitted"}
+    assert _refused(planned) == {"bystander": "agent-unproven"}
 
 
 def test_an_operation_hung_below_another_agents_operation_is_refused() -> None:

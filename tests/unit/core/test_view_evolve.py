@@ -31,6 +31,7 @@ BASE = OperationView(
     environment="prod",
     command_capabilities=(("op-1:3:0", "agent.stop-task"),),
     opened_by="tool-1",
+    agent_proof="grant",
 )
 
 # A new value for every field, so each one is checked to land where it belongs.
@@ -64,6 +65,7 @@ NEW: dict[str, Any] = {
     "environment": "staging",
     "command_capabilities": (),
     "opened_by": "tool-2",
+    "agent_proof": "call-context:runtime-1",
 }
 
 
