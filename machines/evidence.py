@@ -31,6 +31,10 @@ from machines.view import (
     evolve,
 )
 
+# The refusal of an event naming another identity than its producer's: the code intake
+# dead-letters such a record with (`machines.AuthRefusal.IDENTITY_MISMATCH`).
+IDENTITY_MISMATCH = "identity-mismatch"
+
 _OUTCOME_OF: dict[str, EffectOutcome] = {
     "VERIFICATION_FOUND": "applied",
     "VERIFICATION_NOT_FOUND": "not_applied",
@@ -113,6 +117,9 @@ def _offered(
     event: Event, view: OperationView, policy: Policy, now: datetime
 ) -> tuple[EvidenceDelta, Notice | None]:
     event_type = event.event_type
+    refusal = _validator_mismatch(event)
+    if refusal is not None:
+        return NO_EVIDENCE, refusal
     if event_type in VERIFICATION_EVENTS:
         verification, notice = _verification(event, view, policy)
         if notice is not None:
@@ -151,6 +158,15 @@ def _verification(
             "must report through an evidence block",
         )
     verifier = evidence.verifier
+    if verifier != event.producer:
+        # Intake refuses such a record before the core sees it (`identity-mismatch`,
+        # `machines.producer_roles`); the core refuses it too, so a simulation or a case
+        # file decides exactly as the wire does (defence in depth).
+        return None, Notice(
+            IDENTITY_MISMATCH,
+            f"{event.event_type} {event.event_id} names verifier {verifier} but is produced "
+            f"by {event.producer}; a verification is the verifier's own report",
+        )
     if not trusted_verifier(policy, verifier, view, event.causation) or view.lineage.includes(
         verifier
     ):
@@ -172,6 +188,21 @@ def _verification(
     # retry or compensation is recorded for that older epoch, where no guard reads it.
     epoch = view.epoch if event.causation is None else view.command_epoch(event.causation)
     return Verification(verifier, expected, reference, event.event_id, epoch), None
+
+
+def _validator_mismatch(event: Event) -> Notice | None:
+    """A checkpoint reported as validated by someone other than the event's producer:
+    refused, as intake refuses it (the validator vouches in its own signed record)."""
+    evidence = event.evidence
+    report = evidence.checkpoint if evidence is not None else None
+    if report is None or not report.validated or report.validator in (None, event.producer):
+        return None
+    return Notice(
+        IDENTITY_MISMATCH,
+        f"{event.event_type} {event.event_id} reports checkpoint {report.checkpoint_id} "
+        f"validated by {report.validator} but is produced by {event.producer}; a "
+        "validation is the validator's own report",
+    )
 
 
 def trusted_verifier(

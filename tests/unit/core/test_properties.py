@@ -122,7 +122,7 @@ move = st.fixed_dictionaries(
         "outcome": st.sampled_from((AUTO,) * 8 + (None, "applied", "not_applied", "unknown")),
         "verifier": st.sampled_from(("verifier-1",) * 8 + ("untrusted-verifier", AGENT)),
         "checkpoint": st.sampled_from(
-            ("eligible", None, "eligible", "other-policy", "unvalidated")
+            ("eligible", None, "eligible", "other-policy", "unvalidated", "relayed")
         ),
         "approval": st.sampled_from(("valid",) * 10 + APPROVAL_KINDS),
         "target": st.sampled_from((AUTO,) * 8 + tuple(range(8))),
@@ -263,11 +263,16 @@ class Driver:
     def _evidence(self, m: dict[str, Any], index: int) -> EvidencePayload | None:
         checkpoint = None
         if m["checkpoint"] is not None:
+            # A validation is the validator's own report: verifier-1 validates the
+            # checkpoints it reports; one "relayed" by another producer is refused.
+            validated = m["checkpoint"] == "relayed" or (
+                m["checkpoint"] != "unvalidated" and m["producer"] == "verifier-1"
+            )
             checkpoint = CheckpointReport(
                 checkpoint_id=f"cp-{index}",
                 saved_at=self.now,
                 reference=f"cp://{index}",
-                validated=m["checkpoint"] != "unvalidated",
+                validated=validated,
                 validator="verifier-1",
                 validated_machine_digest=self.machine.digest,
                 validated_policy_digest=POLICY.digest
@@ -377,6 +382,10 @@ def _check(
         assert d.approval_used is not None, "the affected agent completed its own operation"
     trusted = with_evidence(before, d.evidence)
     verification = d.evidence.verification
+    checkpoint = d.evidence.checkpoint
+    # The evidence's verifier (or validator) is the event's producer, as on the wire.
+    assert verification is None or verification.verifier == event.producer
+    assert checkpoint is None or not checkpoint.validated or checkpoint.validator == event.producer
     if verification is not None and event.causation is not None:
         # Evidence answers the attempt of the command it names, never a later one.
         assert verification.epoch == before.command_epoch(event.causation)
