@@ -272,7 +272,7 @@ def _decide(
     if event.event_type in _events_of(machine):
         draft.condition_scope = event.event_type
     draft.classifier, refusal = classifier_refusal(event, policy)
-    refusal = refusal or authority_refusal(event, view) or causation_refusal(event, view)
+    refusal = refusal or authority_refusal(event, view) or causation_refusal(event, view, registry)
     if refusal is None:
         draft.evidence, refusal = admit_evidence(event, view, policy, now)
     if refusal is not None:

@@ -11,13 +11,17 @@ forbidden capabilities and the separation of stop and revoke (§7.3). Each refus
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from machines.event import Event
 from machines.guards import GuardContext, approval_granted, resume_permitted, retry_permitted
-from machines.model import ActionRef, CapabilityKind, CapabilitySpec
+from machines.model import ActionRef, CapabilityKind, CapabilitySpec, Registry
 from machines.policy import Policy
 from machines.view import OperationView
+
+RESULT_WRONG_COMMAND: Final = "result-wrong-command"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,20 +85,62 @@ ANSWERED_KINDS: frozenset[str] = frozenset(
 )
 
 
-def causation_refusal(event: Event, view: OperationView) -> Notice | None:
+_STOPPING: Final = frozenset(
+    str(k) for k in (CapabilityKind.STOP, CapabilityKind.REVOKE, CapabilityKind.ISOLATE)
+)
+# The kinds of command each family of result events answers (SPEC §6.4, §8 step 9): a
+# verification answers a verify command, a retry result a retry, a containment result a
+# stop, a revocation or an isolation. Keys are event-type prefixes.
+_RESULT_FAMILIES: Final[Mapping[str, frozenset[str]]] = {
+    "VERIFICATION_": frozenset({str(CapabilityKind.VERIFY)}),
+    "RETRY_": frozenset({str(CapabilityKind.RETRY)}),
+    "COMPENSATION_": frozenset({str(CapabilityKind.COMPENSATE)}),
+    "CONTAINMENT_": _STOPPING,
+    "RESUME_": frozenset({str(CapabilityKind.RESUME)}),
+}
+_RESULT_SUFFIXES: Final = ("_SUCCEEDED", "_FAILED")
+
+
+def result_family(event_type: str) -> frozenset[str] | None:
+    """The command kinds `event_type` reports on, when it is a verification or an action
+    result (`RETRY_SUCCEEDED`, `CONTAINMENT_FAILED`, ...); None for any other event."""
+    if event_type in VERIFICATION_EVENTS:
+        return _RESULT_FAMILIES["VERIFICATION_"]
+    if not event_type.endswith(_RESULT_SUFFIXES):
+        return None
+    for prefix, kinds in _RESULT_FAMILIES.items():
+        if event_type.startswith(prefix):
+            return kinds
+    return None
+
+
+def causation_refusal(event: Event, view: OperationView, registry: Registry) -> Notice | None:
     """An action result or verification that names a command must name one this
-    operation issued and that is still open; a result for a command never issued (or
-    already answered) is not evidence of anything. Events without causation are decided
-    on their own, for producers that do not report command ids."""
+    operation issued, that is still open, and of the kind the result reports on (a
+    `RETRY_SUCCEEDED` answers a retry, never a verification); a result for another
+    command is not evidence of anything. Events without causation are decided on their
+    own, for producers that do not report command ids."""
     causation = event.causation
     if causation is None or event.event_type not in AUTHORITY_EVENTS:
         return None
-    if causation in view.open_commands:
+    if causation not in view.open_commands:
+        return Notice(
+            "unknown-command",
+            f"{event.event_type} {event.event_id} answers command {causation}, which "
+            f"operation {view.operation_id} has not issued or has already had answered",
+        )
+    family = result_family(event.event_type)
+    capability = view.command_capability(causation)
+    spec = registry.capabilities.get(capability) if capability is not None else None
+    if family is None or (spec is not None and str(spec.kind) in family):
         return None
+    kind = spec.kind if spec is not None else "unknown"
     return Notice(
-        "unknown-command",
-        f"{event.event_type} {event.event_id} answers command {causation}, which operation "
-        f"{view.operation_id} has not issued or has already had answered",
+        RESULT_WRONG_COMMAND,
+        f"{event.event_type} {event.event_id} names command {causation} "
+        f"({capability or 'unknown capability'}, kind {kind}), but a {event.event_type} "
+        f"reports on a command of kind {' or '.join(sorted(family))}; it is not a result "
+        f"for that command and moves nothing in operation {view.operation_id}",
     )
 
 

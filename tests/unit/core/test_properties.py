@@ -40,6 +40,7 @@ from machines.guards import (
     retry_permitted,
     valid_approval,
 )
+from machines.invariants import result_family
 from machines.model import CapabilityKind, Transition
 from machines.policy import Policy, parse_policy
 from machines.view import (
@@ -213,10 +214,11 @@ class Driver:
         return event
 
     def _causation(self, m: dict[str, Any]) -> str | None:
-        # Verifications answer an open command half of the time, possibly one sent
-        # before a retry (a late answer), so the epoch binding is exercised.
+        # Verifications and action results answer an open command half of the time,
+        # possibly one sent before a retry (a late answer), so the epoch binding is
+        # exercised, or one of another kind (a result for the wrong command).
         open_commands = sorted(self.view.open_commands)
-        if not m["event"].startswith("VERIFICATION_") or not open_commands or m["pick"] % 2:
+        if result_family(m["event"]) is None or not open_commands or m["pick"] % 2:
             return None
         return open_commands[(m["pick"] // 2) % len(open_commands)]
 
@@ -390,6 +392,12 @@ def _check(
         # Evidence answers the attempt of the command it names, never a later one.
         assert verification.epoch == before.command_epoch(event.causation)
         assert verification.epoch <= before.epoch
+    family = result_family(event.event_type)
+    if d.outcome is Outcome.TRANSITIONED and event.causation is not None and family:
+        # A result moves the operation only as the answer to a command of its kind.
+        capability = before.command_capability(event.causation)
+        assert capability is not None
+        assert str(registry.capabilities[capability].kind) in family
     kinds = [i.kind for i in d.invocations]
     target = d.transition_target or before.state
     ctx = GuardContext(trusted, POLICY, now, Transition(before.state, event.event_type, 0, target))
