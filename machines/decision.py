@@ -36,6 +36,7 @@ from machines.invariants import (
     authority_refusal,
     causation_refusal,
     needs_approval,
+    route_refusal,
 )
 from machines.model import ActionRef, CapabilityKind, CapabilitySpec, Machine, Registry, Transition
 from machines.policy import Policy
@@ -304,7 +305,7 @@ def _decide(
             _withhold(draft, Outcome.REFUSED, notice, view, policy, registry)
             return
         candidates = kept
-    _select(draft, candidates, view, event, policy, registry, now)
+    _select(draft, candidates, _finals_of(machine), view, event, policy, registry, now)
 
 
 _EVENTS: dict[str, frozenset[str]] = {}
@@ -406,6 +407,7 @@ def _envelope_refusal(machine: Machine, view: OperationView, event: Event) -> No
 def _select(
     draft: _Draft,
     candidates: tuple[CompiledTransition, ...],
+    finals: frozenset[str],
     view: OperationView,
     event: Event,
     policy: Policy,
@@ -415,20 +417,42 @@ def _select(
     trusted = with_evidence(view, draft.evidence)
     evaluations: list[GuardEvaluation] = []
     errors: list[Notice] = []
+    blocked: list[Notice] = []
+    # A human's accepted decision that ends the operation (a rejection closing it) is
+    # not a completion on evidence: the human saw the evidence in the review packet.
+    human = draft.evidence.approval is not None
     for candidate in candidates:
         transition = candidate.transition
+        ctx = GuardContext(trusted, policy, now, transition)
         if transition.guard is not None:
-            evaluation = candidate.evaluate(GuardContext(trusted, policy, now, transition))
+            evaluation = candidate.evaluate(ctx)
             evaluations.append(evaluation)
             if evaluation.error is not None:
                 code = evaluation.error.split(":", 1)[0]
                 errors.append(Notice(code, _guard_error_message(evaluation, view)))
             if not evaluation.value:
                 continue
+        # SPEC 7.5, whatever the machine's guard said: a material route or a completion
+        # on unknown or conflicting evidence is not taken; the next candidate (the
+        # machine's fallback, usually an escalation) is considered instead.
+        specs = [s for _, a in candidate.planned if (s := registry.capabilities.get(a.capability))]
+        completes = transition.target in finals and not human
+        refusal = route_refusal(specs, completes, ctx)
+        if refusal is not None:
+            blocked.append(refusal)
+            continue
         draft.guards, draft.errors = tuple(evaluations), tuple(errors)
         _take(draft, candidate, trusted, view, policy, registry, now)
+        if blocked:
+            _blocked_routes(draft, blocked, view, policy, registry)
         return
     draft.guards, draft.errors = tuple(evaluations), tuple(errors)
+    if blocked:
+        # Nothing else to take: refused and escalated whatever the policy says about
+        # rejected events, because unknown or conflicting evidence always escalates.
+        draft.refusals = (*draft.refusals, *blocked[1:])
+        _withhold(draft, Outcome.REFUSED, blocked[0], view, policy, registry)
+        return
     notice = Notice(
         "no-transition",
         f"operation {view.operation_id}: event {event.event_type} {event.event_id} rejected in "
@@ -439,6 +463,28 @@ def _select(
         _withhold(draft, Outcome.REJECTED, notice, view, policy, registry)
     else:
         draft.refusals = (*draft.refusals, notice)
+
+
+def _blocked_routes(
+    draft: _Draft,
+    blocked: list[Notice],
+    view: OperationView,
+    policy: Policy,
+    registry: Registry,
+) -> None:
+    """Record the routes the evidence rule refused before the one taken, and make sure
+    the decision escalates (SPEC §7.5): the taken route's own escalation does, else the
+    policy's escalation is added to its invocations."""
+    draft.refusals = (*blocked, *draft.refusals)
+    if draft.outcome is not Outcome.TRANSITIONED:
+        return  # withheld by an invariant after all: `_withhold` escalated
+    if any(i.kind == CapabilityKind.ESCALATE for i in draft.invocations):
+        return
+    taken = draft.invocations
+    draft.invocations = taken + tuple(
+        replace(i, command_id=f"{view.operation_id}:{draft.sequence}:{len(taken)}")
+        for i in _escalate(draft, blocked[0], view, policy, registry)
+    )
 
 
 def _guard_error_message(evaluation: GuardEvaluation, view: OperationView) -> str:
@@ -543,6 +589,15 @@ def _withhold(
     """State unchanged, the notice recorded, and the policy's escalation invoked."""
     draft.outcome = outcome
     draft.refusals = (*draft.refusals, notice)
+    draft.invocations = _escalate(draft, notice, view, policy, registry)
+
+
+def _escalate(
+    draft: _Draft, notice: Notice, view: OperationView, policy: Policy, registry: Registry
+) -> tuple[Invocation, ...]:
+    """The policy's escalation of `notice`, invoked after what the draft already invokes
+    (none when the condition is already open, or escalation is unavailable: an error
+    says which)."""
     condition = f"{notice.code}:{draft.condition_scope}" if draft.condition_scope else notice.code
     draft.escalation = condition
     repeats = view.escalated(condition)
@@ -559,7 +614,7 @@ def _withhold(
                 "counted in the view)",
             ),
         )
-        return
+        return ()
     spec = registry.capabilities.get(policy.escalation_capability)
     if spec is None or policy.escalation_capability in policy.forbidden_capabilities:
         missing = Notice(
@@ -568,12 +623,12 @@ def _withhold(
             "registered or is forbidden; the refusal is recorded but nobody is told",
         )
         draft.errors = (*draft.errors, missing)
-        return
+        return ()
     # The decision record already names the state, event and machine; the params carry
     # only what the escalation capability's schema accepts.
     params = MappingProxyType({**policy.escalation_params, "reason": notice.code})
     action = ActionRef(capability=spec.id, params=params)
-    draft.invocations = (_invocation(view, draft.sequence, 0, action, spec, "escalation"),)
+    return (_invocation(view, draft.sequence, 0, action, spec, "escalation"),)
 
 
 def _open_commands(

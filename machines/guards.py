@@ -64,6 +64,23 @@ def applied(ctx: GuardContext) -> GuardResult:
     return GuardResult(value, view.current_verification_refs())
 
 
+def evidence_unsettled(view: OperationView) -> bool:
+    """Trusted evidence about the current effect epoch contradicts itself or says it
+    cannot tell: a verifier's latest result is `unknown`, verifiers' latest results
+    disagree, or a trusted result contradicts the tool's confirmation. No result at all
+    is not unsettled, only absent (SPEC §7.5 fails closed on the first two)."""
+    outcomes = view.current_outcomes()
+    if "unknown" in outcomes or len(outcomes) > 1:
+        return True
+    return view.facts.side_effect_confirmed and "not_applied" in outcomes
+
+
+def verified(ctx: GuardContext) -> bool:
+    """The effect's state is established for the current epoch: applied or not applied
+    on authoritative evidence (what a resume and a compensation need)."""
+    return applied(ctx).value or not_applied(ctx).value
+
+
 def unknown_or_conflicting(ctx: GuardContext) -> GuardResult:
     """The effect's state is not established: no trusted verification yet, an `unknown`
     result, or results that disagree. This is the fail-closed branch (SPEC §7.5)."""
@@ -184,12 +201,12 @@ def resume_permitted(ctx: GuardContext) -> GuardResult:
     covers this transition, a checkpoint is eligible for the current machine and policy,
     the lineage is clear, and recovery attempts are within the policy bound."""
     view = ctx.view
-    verified = applied(ctx).value or not_applied(ctx).value
+    settled = verified(ctx)
     approval = approval_granted(ctx)
     checkpoint = view.newest_eligible_checkpoint(ctx.now)
     lineage = lineage_clear(ctx)
     within = view.recovery_attempts < ctx.policy.max_recovery_attempts
-    value = verified and approval.value and checkpoint is not None and lineage.value and within
+    value = settled and approval.value and checkpoint is not None and lineage.value and within
     refs = (
         *view.current_verification_refs(),
         *approval.evidence,

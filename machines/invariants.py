@@ -11,17 +11,26 @@ forbidden capabilities and the separation of stop and revoke (§7.3). Each refus
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from machines.event import Event
-from machines.guards import GuardContext, approval_granted, resume_permitted, retry_permitted
+from machines.guards import (
+    GuardContext,
+    approval_granted,
+    evidence_unsettled,
+    resume_permitted,
+    retry_permitted,
+    verified,
+)
 from machines.model import ActionRef, CapabilityKind, CapabilitySpec, Registry
 from machines.policy import Policy
 from machines.view import OperationView
 
 RESULT_WRONG_COMMAND: Final = "result-wrong-command"
+EVIDENCE_UNSETTLED: Final = "evidence-unsettled"
+COMPENSATION_UNVERIFIED: Final = "compensation-unverified"
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,5 +253,49 @@ def _combined_stop_revoke(action: ActionRef, spec: CapabilitySpec) -> Notice | N
             "stop-revoke-combined",
             f"revoke capability {action.capability} may not also stop; invoke a stop "
             "capability separately",
+        )
+    return None
+
+
+# Capability kinds that act on the effect itself: they need settled evidence whatever
+# the machine's guard says (SPEC §7.5), as a retry needs not-applied evidence.
+_MATERIAL_KINDS: Final = frozenset(
+    {CapabilityKind.RETRY, CapabilityKind.COMPENSATE, CapabilityKind.RESUME}
+)
+
+
+def route_refusal(
+    specs: Sequence[CapabilitySpec], completes: bool, ctx: GuardContext
+) -> Notice | None:
+    """Why the candidate transition `ctx.transition` may not be taken on the evidence
+    `ctx.view` holds, or None (SPEC §7.5, enforced independently of the machine).
+    `specs` are the capabilities it would invoke (its actions, then its target's entry
+    actions); `completes` says it enters a final state other than on an accountable
+    human's decision. A material route (a retry, compensation, resume or any material
+    capability) and a completion are refused while the current epoch's trusted evidence
+    conflicts or says unknown; a compensation (a rollback, a cancellation) also needs
+    authoritative evidence of the effect's state, as a retry needs authoritative
+    not-applied evidence. The decision then takes the machine's next candidate and
+    escalates."""
+    material = [s for s in specs if s.material or s.kind in _MATERIAL_KINDS]
+    if not material and not completes:
+        return None
+    view, target = ctx.view, ctx.transition.target
+    if evidence_unsettled(view):
+        what = material[0].id if material else f"completion in {target}"
+        outcomes = ", ".join(sorted(view.current_outcomes()))
+        return Notice(
+            EVIDENCE_UNSETTLED,
+            f"operation {view.operation_id}: {what} ({view.state} -> {target}) refused: "
+            f"trusted evidence for effect epoch {view.epoch} is unknown or conflicting "
+            f"({outcomes}); conflicting or unknown evidence fails closed and escalates",
+        )
+    compensation = next((s for s in specs if s.kind is CapabilityKind.COMPENSATE), None)
+    if compensation is not None and not verified(ctx):
+        return Notice(
+            COMPENSATION_UNVERIFIED,
+            f"operation {view.operation_id}: compensation {compensation.id} ({view.state} -> "
+            f"{target}) refused: no authoritative evidence of the effect's state for effect "
+            f"epoch {view.epoch}; verify before undoing an effect that may not exist",
         )
     return None

@@ -37,8 +37,10 @@ from machines.guards import (
     STANDARD_GUARDS,
     GuardContext,
     GuardResult,
+    evidence_unsettled,
     retry_permitted,
     valid_approval,
+    verified,
 )
 from machines.invariants import result_family
 from machines.model import CapabilityKind, Transition
@@ -65,7 +67,7 @@ POLICY: Policy = parse_policy(
         "max_retry_attempts": 2,
         "retry_budget": 3,
         "deadline_seconds": 3600,
-        "trusted_verifiers": ["verifier-1"],
+        "trusted_verifiers": ["verifier-1", "verifier-2"],
         "approvers": [
             {
                 "id": a,
@@ -100,7 +102,15 @@ EVENTS = (
     "UNKNOWN_EVENT",
     "RESUME_NOW",
 )
-PRODUCERS = ("tool-integration", "verifier-1", "untrusted-verifier", AGENT, PARENT, "approver-1")
+PRODUCERS = (
+    "tool-integration",
+    "verifier-1",
+    "verifier-2",
+    "untrusted-verifier",
+    AGENT,
+    PARENT,
+    "approver-1",
+)
 APPROVAL_KINDS = (
     "valid",
     "forged",
@@ -112,6 +122,7 @@ APPROVAL_KINDS = (
     "unreviewed",
 )
 
+_MATERIAL = (CapabilityKind.RETRY, CapabilityKind.COMPENSATE, CapabilityKind.RESUME)
 AUTO = "<auto>"  # the plausible choice for the current state (weighted heavily)
 
 move = st.fixed_dictionaries(
@@ -121,7 +132,9 @@ move = st.fixed_dictionaries(
         "producer": st.sampled_from((AUTO,) * 20 + PRODUCERS),
         "advance": st.sampled_from((0, 1, 1, 1, 1, 5, 5, 5, 30, 60, 700, 4000)),
         "outcome": st.sampled_from((AUTO,) * 8 + (None, "applied", "not_applied", "unknown")),
-        "verifier": st.sampled_from(("verifier-1",) * 8 + ("untrusted-verifier", AGENT)),
+        "verifier": st.sampled_from(
+            ("verifier-1",) * 6 + ("verifier-2",) * 2 + ("untrusted-verifier", AGENT)
+        ),
         "checkpoint": st.sampled_from(
             ("eligible", None, "eligible", "other-policy", "unvalidated", "relayed")
         ),
@@ -353,6 +366,40 @@ def _paths_to(machine: Machine, goal: str) -> dict[str, str]:
     return toward
 
 
+def _check_fail_closed(
+    machine: Machine,
+    before: OperationView,
+    event: Event,
+    d: Decision,
+    ctx: GuardContext,
+    registry: Any,
+) -> None:
+    """Issue 30's classes on one decision: evidence is its producer's own, a result
+    answers a command of its kind, and no material route or completion is taken on
+    unsettled evidence (nor a compensation without authoritative evidence)."""
+    verification, checkpoint = d.evidence.verification, d.evidence.checkpoint
+    # The evidence's verifier (or validator) is the event's producer, as on the wire.
+    assert verification is None or verification.verifier == event.producer
+    assert checkpoint is None or not checkpoint.validated or checkpoint.validator == event.producer
+    if d.outcome is not Outcome.TRANSITIONED:
+        return
+    family = result_family(event.event_type)
+    if event.causation is not None and family:
+        # A result moves the operation only as the answer to a command of its kind.
+        capability = before.command_capability(event.causation)
+        assert capability is not None
+        assert str(registry.capabilities[capability].kind) in family
+    # SPEC 7.5: no material route, and no completion but a human's, on unknown or
+    # conflicting evidence; no compensation without authoritative evidence.
+    kinds = [i.kind for i in d.invocations]
+    material = any(i.material or i.kind in _MATERIAL for i in d.invocations)
+    completes = machine.states[d.state_after].final and d.evidence.approval is None
+    if material or completes:
+        assert not evidence_unsettled(ctx.view), "material route on unsettled evidence"
+    if CapabilityKind.COMPENSATE in kinds:
+        assert verified(ctx), "compensation without authoritative evidence"
+
+
 def _check(
     machine: Machine,
     before: OperationView,
@@ -384,23 +431,14 @@ def _check(
         assert d.approval_used is not None, "the affected agent completed its own operation"
     trusted = with_evidence(before, d.evidence)
     verification = d.evidence.verification
-    checkpoint = d.evidence.checkpoint
-    # The evidence's verifier (or validator) is the event's producer, as on the wire.
-    assert verification is None or verification.verifier == event.producer
-    assert checkpoint is None or not checkpoint.validated or checkpoint.validator == event.producer
     if verification is not None and event.causation is not None:
         # Evidence answers the attempt of the command it names, never a later one.
         assert verification.epoch == before.command_epoch(event.causation)
         assert verification.epoch <= before.epoch
-    family = result_family(event.event_type)
-    if d.outcome is Outcome.TRANSITIONED and event.causation is not None and family:
-        # A result moves the operation only as the answer to a command of its kind.
-        capability = before.command_capability(event.causation)
-        assert capability is not None
-        assert str(registry.capabilities[capability].kind) in family
     kinds = [i.kind for i in d.invocations]
     target = d.transition_target or before.state
     ctx = GuardContext(trusted, POLICY, now, Transition(before.state, event.event_type, 0, target))
+    _check_fail_closed(machine, before, event, d, ctx, registry)
     if CapabilityKind.RETRY in kinds:
         assert kinds.count(CapabilityKind.RETRY) == 1
         assert retry_permitted(ctx).value, "retry without retry.permitted"

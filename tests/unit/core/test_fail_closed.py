@@ -1,0 +1,141 @@
+"""Properties of issue 30's classes over every catalogue machine: whatever state an
+operation is in and whatever the machine's guards say, the core fails closed.
+
+Each property builds an operation's view directly (a state, the trusted evidence of
+its effect epoch, the commands it awaits) rather than steering a random walk there, so
+the situation it is about is met on every example, and decides one event on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from machines import CATALOGUE, Machine, load_catalogue, load_registry
+from machines.decision import Outcome, decide
+from machines.event import EffectOutcome, Event, EvidencePayload, Lineage
+from machines.evidence import with_evidence
+from machines.guards import GuardContext, evidence_unsettled, verified
+from machines.model import CapabilityKind, Transition
+from machines.policy import parse_policy
+from machines.view import LineageStatus, OperationView, ToolFacts, Verification, new_view
+
+REGISTRY = load_registry()
+MACHINES = load_catalogue(REGISTRY, CATALOGUE)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+VERIFIERS = ("verifier-1", "verifier-2")
+POLICY = parse_policy(
+    {"id": "fail-closed", "max_retry_attempts": 3, "trusted_verifiers": list(VERIFIERS)}
+)
+MATERIAL = (CapabilityKind.RETRY, CapabilityKind.COMPENSATE, CapabilityKind.RESUME)
+OUTCOME_OF: dict[str, EffectOutcome] = {
+    "VERIFICATION_FOUND": "applied",
+    "VERIFICATION_NOT_FOUND": "not_applied",
+    "VERIFICATION_UNAVAILABLE": "unknown",
+    "VERIFICATION_CONFLICTING": "unknown",
+}
+
+
+def _situations(machine: Machine) -> list[tuple[str, str]]:
+    """Every (non-final state, event it accepts) of `machine`."""
+    return sorted(
+        (state.name, event)
+        for state in machine.states.values()
+        if not state.final
+        for event in state.on
+    )
+
+
+SITUATIONS = [(name, s, e) for name, m in sorted(MACHINES.items()) for s, e in _situations(m)]
+
+facts = st.builds(
+    ToolFacts,
+    idempotency_key=st.sampled_from(("key-1", None)),
+    side_effect_confirmed=st.booleans(),
+    compensation_supported=st.booleans(),
+    declared_by=st.just("tool-integration"),
+)
+# The current epoch's trusted results, one per verifier (or none), unsettled or not.
+results = st.fixed_dictionaries(
+    {v: st.sampled_from((None, "applied", "not_applied", "unknown")) for v in VERIFIERS}
+)
+
+
+def view_of(
+    machine: Machine, state: str, fact: ToolFacts, latest: dict[str, Any], **changes: Any
+) -> OperationView:
+    base = new_view(
+        operation_id="op-1",
+        machine_name=machine.name,
+        machine_digest=machine.digest,
+        policy_digest=POLICY.digest,
+        initial_state=state,
+        lineage=LineageStatus(agent="agent-1"),
+        facts=fact,
+        budget_limit=5,
+        deadline=T0 + timedelta(hours=1),
+    )
+    verifications = tuple(
+        Verification(v, outcome, f"ref://{v}", f"ev-{v}", 0)
+        for v, outcome in sorted(latest.items())
+        if outcome is not None
+    )
+    return replace(base, verifications=verifications, **changes)
+
+
+def event_for(machine: Machine, view: OperationView, event_type: str, producer: str) -> Event:
+    evidence = None
+    if event_type in OUTCOME_OF:
+        evidence = EvidencePayload(outcome=OUTCOME_OF[event_type], verifier=producer)
+    return Event(
+        event_type=event_type,
+        event_id="e-under-test",
+        operation_id=view.operation_id,
+        correlation_id="c-1",
+        machine_name=machine.name,
+        machine_version=machine.version,
+        event_time=T0,
+        evidence_ref="ev://under-test",
+        producer=producer,
+        lineage=Lineage(agent="agent-1", task="t", initiating_principal="p"),
+        evidence=evidence,
+    )
+
+
+@pytest.mark.parametrize(("name", "state", "event_type"), SITUATIONS)
+@settings(max_examples=25, deadline=None)
+@given(fact=facts, latest=results, producer=st.sampled_from((*VERIFIERS, "tool-integration")))
+def test_no_material_route_or_completion_on_unsettled_evidence(
+    name: str, state: str, event_type: str, fact: ToolFacts, latest: dict[str, Any], producer: str
+) -> None:
+    """SPEC 7.5, class 1: a retry, compensation, resume or completion is never taken
+    while the current epoch's trusted evidence conflicts or says unknown, and a
+    compensation never without authoritative evidence; a route refused for that
+    escalates."""
+    machine = MACHINES[name]
+    view = view_of(machine, state, fact, latest)
+    event = event_for(machine, view, event_type, producer)
+    d = decide(machine, view, event, POLICY, REGISTRY, T0)
+    trusted = with_evidence(view, d.evidence)
+    refused_on_evidence = {"evidence-unsettled", "compensation-unverified"} & {
+        n.code for n in d.refusals
+    }
+    if refused_on_evidence:
+        assert any(i.kind == CapabilityKind.ESCALATE for i in d.invocations) or (
+            d.escalation_suppressed
+        )
+    if d.outcome is not Outcome.TRANSITIONED:
+        return
+    target = d.transition_target
+    assert target is not None
+    material = any(i.material or i.kind in MATERIAL for i in d.invocations)
+    if material or machine.states[target].final:
+        assert not evidence_unsettled(trusted), f"{d.transition_target} on unsettled evidence"
+    if any(i.kind == CapabilityKind.COMPENSATE for i in d.invocations):
+        ctx = GuardContext(trusted, POLICY, T0, Transition(state, event_type, 0, target))
+        assert verified(ctx), "compensation without authoritative evidence"
