@@ -648,6 +648,18 @@ def _evidence_rows(event: Event, decision: Decision, delta: Mapping[str, Any]) -
                 {"contained_ancestor": ev.contained_ancestor},
             )
         )
+    if ev.denial is not None:
+        rows.append(
+            EvidenceRow(
+                op,
+                eid,
+                "denial",
+                event.producer,
+                True,
+                event.evidence_ref,
+                {"denial": ev.denial, "event_type": event.event_type},
+            )
+        )
     if decision.classifier is not None:
         c_rec = decision.classifier
         rows.append(

@@ -19,7 +19,7 @@ from typing import Any
 from machines.approvals import basis_digest, check_decision
 from machines.event import EffectOutcome, Event
 from machines.facts import admit_facts
-from machines.invariants import HUMAN_EVENTS, VERIFICATION_EVENTS, Notice
+from machines.invariants import DENIAL_EVENTS, HUMAN_EVENTS, VERIFICATION_EVENTS, Notice
 from machines.policy import Policy
 from machines.roster import Role
 from machines.view import (
@@ -52,6 +52,8 @@ class EvidenceDelta:
     checkpoint: Checkpoint | None = None
     contained_ancestor: str | None = None
     facts: ToolFacts | None = None
+    # The event reports a permanent denial of the operation's call (`DENIAL_EVENTS`).
+    denial: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready form; absent parts are omitted."""
@@ -91,6 +93,8 @@ class EvidenceDelta:
             }
             if f.key_declared_late:
                 out["facts"]["key_declared_late"] = True
+        if self.denial is not None:
+            out["denial"] = self.denial
         return out
 
 
@@ -141,9 +145,10 @@ def _offered(
         return EvidenceDelta(approval=_approval(event, view, now)), None
     contained = _contained_ancestor(event) if event_type == "ANCESTOR_CONTAINED" else None
     checkpoint = _checkpoint(event, view, policy)
-    if contained is None and checkpoint is None:
+    denial = event.event_id if event_type in DENIAL_EVENTS else None
+    if contained is None and checkpoint is None and denial is None:
         return NO_EVIDENCE, None
-    return EvidenceDelta(checkpoint=checkpoint, contained_ancestor=contained), None
+    return EvidenceDelta(checkpoint=checkpoint, contained_ancestor=contained, denial=denial), None
 
 
 def _verification(
@@ -310,6 +315,8 @@ def evidence_changes(view: OperationView, delta: EvidenceDelta) -> dict[str, Any
         changes["facts"] = delta.facts
     if delta.checkpoint is not None:
         changes["checkpoints"] = (*view.checkpoints, delta.checkpoint)
+    if delta.denial is not None:
+        changes["denials"] = (*view.denials, delta.denial)
     if delta.contained_ancestor is not None and (
         delta.contained_ancestor not in view.lineage.contained_ancestors
     ):

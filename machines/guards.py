@@ -117,8 +117,9 @@ def retry_permitted(ctx: GuardContext) -> GuardResult:
     """Retry is safe right now (SPEC §7.1-7.2, SKILL §2, §4): authoritative not-applied
     evidence for the current epoch, the idempotency key declared at or before the failure
     report (not one declared afterwards), attempts below the policy limit,
-    before the deadline and within the retry budget, and a clear lineage: a descendant
-    of a contained operation does not carry on with its effect (CONFORMANCE L5.5). The
+    before the deadline and within the retry budget, a clear lineage (a descendant
+    of a contained operation does not carry on with its effect, CONFORMANCE L5.5), and
+    no permanent denial of the call recorded (SKILL §1-2: never retried unchanged). The
     core evaluates this itself before any retry-kind capability, whatever guard the
     machine put on the transition."""
     view = ctx.view
@@ -132,6 +133,7 @@ def retry_permitted(ctx: GuardContext) -> GuardResult:
         and _within_deadline(view, ctx.now)
         and _within_budget(view, ctx.policy)
         and lineage.value
+        and not view.denials
     )
     refs = (
         *evidence.evidence,
@@ -140,6 +142,7 @@ def retry_permitted(ctx: GuardContext) -> GuardResult:
         f"budget:{view.budget_spent}/{min(view.budget_limit, ctx.policy.retry_budget)}",
         f"deadline:{view.deadline.isoformat() if view.deadline else 'none'}",
         *lineage.evidence,
+        *(f"denied:{event_id}" for event_id in view.denials),
     )
     return GuardResult(value, refs)
 

@@ -31,6 +31,7 @@ from machines.view import OperationView
 RESULT_WRONG_COMMAND: Final = "result-wrong-command"
 EVIDENCE_UNSETTLED: Final = "evidence-unsettled"
 COMPENSATION_UNVERIFIED: Final = "compensation-unverified"
+RETRY_AFTER_DENIAL: Final = "retry-after-denial"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,12 @@ VERIFICATION_EVENTS: frozenset[str] = frozenset(
     }
 )
 HUMAN_EVENTS: frozenset[str] = frozenset({"HUMAN_APPROVED", "HUMAN_REJECTED"})
+# Reports that the operation's call (or a retry of it) was refused for a reason that
+# holds until its inputs or authority legitimately change (practice §1): the same call
+# is never retried unchanged after one.
+DENIAL_EVENTS: frozenset[str] = frozenset(
+    {"AUTHORIZATION_DENIED", "VALIDATION_DENIED", "POLICY_DENIED"}
+)
 
 # Events that assert authority or evidence about the operation's effect. The affected
 # agent and its lineage may report that something failed; they may not report what
@@ -206,6 +213,13 @@ def action_refusal(
             f"retry {capability} refused: its params name idempotency key "
             f"{action.params['idempotency_key']!r}, not the key the tool declared for the "
             "original call; a retry carries exactly that key, so drop the param",
+        )
+    if spec.kind is CapabilityKind.RETRY and ctx.view.denials:
+        return Notice(
+            RETRY_AFTER_DENIAL,
+            f"retry {capability} refused: operation {ctx.view.operation_id}'s call was "
+            f"denied ({', '.join(ctx.view.denials)}); a permanent denial is not retried "
+            "unchanged, a human decides what changes",
         )
     if spec.kind is CapabilityKind.RETRY and not retry_permitted(ctx).value:
         return Notice(

@@ -29,7 +29,9 @@ code `role-not-permitted` or `identity-mismatch`.
   a deployment's approval service): the decision's own signature proves the human and
   is checked against the policy's approvers by the core, so the record's signer need
   not be the approver; `RESUME_REQUESTED`: `approver`, `orchestrator` (agent) or `tool`. An event
-  with a `classifier` block needs `classifier` whatever its type, and a validated
+  with a `classifier` block needs `classifier` whatever its type; `AUTHORIZATION_DENIED`,
+  `VALIDATION_DENIED` and `POLICY_DENIED`: `tool`, or `worker` for the capability of
+  the command they answer (a retry the worker found denied); and a validated
   checkpoint needs `validator` for the agent, its `validator` being the producer.
 """
 
@@ -41,6 +43,7 @@ from types import MappingProxyType
 from typing import Final
 
 from machines.event import Event
+from machines.invariants import DENIAL_EVENTS
 from machines.roster import AuthenticationError, AuthRefusal, ProducerEntry, Role
 from machines.view import OperationView
 
@@ -94,6 +97,9 @@ DEFAULT_EVENT_ROLES: Final = EventRoles(
         {
             "ANCESTOR_CONTAINED": _LINEAGE,
             "RESUME_REQUESTED": (Role.APPROVER, Role.ORCHESTRATOR, Role.TOOL),
+            # A denial of the call comes from the tool; a denial of a retry from the
+            # worker that executed it (scoped by the command it names).
+            **{denial: (Role.TOOL, Role.WORKER) for denial in sorted(DENIAL_EVENTS)},
         }
     ),
     prefixes=MappingProxyType(

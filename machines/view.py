@@ -197,6 +197,10 @@ class OperationView:
     tool: str | None = None
     environment: str | None = None
     command_capabilities: tuple[tuple[str, str], ...] = ()
+    # The events that reported a permanent denial of the operation's call or of a retry
+    # of it (authorization, validation or policy): an unchanged retry is never commanded
+    # after one (agent-failure-recovery practice §1-2).
+    denials: tuple[str, ...] = ()
 
     def command_capability(self, command_id: str | None) -> str | None:
         """The capability of the open command `command_id`, if this operation issued it

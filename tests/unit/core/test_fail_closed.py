@@ -139,3 +139,27 @@ def test_no_material_route_or_completion_on_unsettled_evidence(
     if any(i.kind == CapabilityKind.COMPENSATE for i in d.invocations):
         ctx = GuardContext(trusted, POLICY, T0, Transition(state, event_type, 0, target))
         assert verified(ctx), "compensation without authoritative evidence"
+
+
+@pytest.mark.parametrize(("name", "state", "event_type"), SITUATIONS)
+@settings(max_examples=10, deadline=None)
+@given(
+    denial=st.sampled_from(("AUTHORIZATION_DENIED", "VALIDATION_DENIED", "POLICY_DENIED")),
+    producer=st.sampled_from((*VERIFIERS, "tool-integration")),
+)
+def test_no_retry_after_a_permanent_denial(
+    name: str, state: str, event_type: str, denial: str, producer: str
+) -> None:
+    """Practice §1-2, class 4: once the call (or a retry of it) was denied, nothing
+    retries it, whatever evidence, key and budget say."""
+    machine = MACHINES[name]
+    fact = ToolFacts(idempotency_key="key-1", declared_by="tool-integration")
+    view = view_of(machine, state, fact, dict.fromkeys(VERIFIERS, "not_applied"))
+    denied = decide(
+        machine, view, event_for(machine, view, denial, "tool-integration"), POLICY, REGISTRY, T0
+    )
+    assert denied.evidence.denial == "e-under-test"
+    after = replace(view, denials=(denied.evidence.denial,))
+    event = replace(event_for(machine, after, event_type, producer), event_id="e-next")
+    d = decide(machine, after, event, POLICY, REGISTRY, T0)
+    assert CapabilityKind.RETRY not in [i.kind for i in d.invocations]

@@ -99,6 +99,8 @@ EVENTS = (
     "RESUME_REQUESTED",
     "DUPLICATE_DETECTED",
     "AUTHORIZATION_DENIED",
+    "VALIDATION_DENIED",
+    "POLICY_DENIED",
     "UNKNOWN_EVENT",
     "RESUME_NOW",
 )
@@ -442,6 +444,7 @@ def _check(
     if CapabilityKind.RETRY in kinds:
         assert kinds.count(CapabilityKind.RETRY) == 1
         assert retry_permitted(ctx).value, "retry without retry.permitted"
+        assert not trusted.denials, "a denied call retried unchanged"
         assert trusted.current_outcomes() == {"not_applied"}
         assert trusted.facts.idempotency_key
         assert not trusted.facts.key_declared_late, "retry on a key minted after the failure"

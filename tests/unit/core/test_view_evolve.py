@@ -62,6 +62,7 @@ NEW: dict[str, Any] = {
     "tool": "stripe",
     "environment": "staging",
     "command_capabilities": (),
+    "denials": ("e-5",),
 }
 
 
