@@ -34,6 +34,7 @@ from machines.invariants import (
     Notice,
     action_refusal,
     authority_refusal,
+    awaited_refusal,
     causation_refusal,
     needs_approval,
     route_refusal,
@@ -45,6 +46,7 @@ from machines.view import Approval, OperationView, checkpoint_digest, evolve
 CORRELATION_MISMATCH = "correlation-mismatch"
 ESCALATION_SUPPRESSED = "escalation-suppressed"
 AFFECTED_AGENT_FINAL = "affected-agent-final"
+FINAL_STATE = "final-state"
 
 
 class Outcome(StrEnum):
@@ -54,6 +56,7 @@ class Outcome(StrEnum):
     REJECTED = "rejected"  # no transition accepted the event; state unchanged (§6.5)
     REFUSED = "refused"  # validation or an invariant refused it; state unchanged (§7)
     FINAL = "final"  # the operation is in a final state, which accepts nothing
+    AWAITING = "awaiting"  # a result recorded; the state waits for its other actions (§7.3)
     DUPLICATE = "duplicate"  # same event id, same payload: already decided
     CONFLICT = "conflict"  # same event id, different payload: dead-letter it
 
@@ -246,29 +249,10 @@ def _decide(
         draft.outcome = Outcome.DUPLICATE if seen == event.payload_digest else Outcome.CONFLICT
         draft.sequence = view.version
         return
-    envelope = _envelope_refusal(machine, view, event)
-    if envelope is not None:
-        draft.outcome, draft.refusals = Outcome.REFUSED, (envelope,)
-        return
-    state = machine.states.get(view.state)
-    if state is None:
-        # Only a ledger written under another machine can get here; pinning prevents it.
-        notice = Notice(
-            "unknown-state",
-            f"operation {view.operation_id} is in state {view.state}, which machine "
-            f"{machine.name} {machine.version} does not define; check the pinned machine",
-        )
-        draft.outcome, draft.refusals = Outcome.REFUSED, (notice,)
-        return
-    if state.final:
-        draft.outcome = Outcome.FINAL
-        draft.refusals = (
-            Notice(
-                "final-state",
-                f"operation {view.operation_id} is in final state {view.state}; "
-                f"{event.event_type} {event.event_id} changes nothing",
-            ),
-        )
+    refusal = _envelope_refusal(machine, view, event) or _state_refusal(machine, view, event)
+    if refusal is not None:
+        final = refusal.code == FINAL_STATE
+        draft.outcome, draft.refusals = (Outcome.FINAL if final else Outcome.REFUSED), (refusal,)
         return
     if event.event_type in _events_of(machine):
         draft.condition_scope = event.event_type
@@ -282,30 +266,65 @@ def _decide(
     compiled = compile_machine(machine, registry, guard_table)
     candidates = compiled.get((view.state, event.event_type), ())
     if view.lineage.includes(event.producer):
-        # SPEC 7.7: the affected agent's word is not evidence; its own report never
-        # moves the operation to a final state (the pipeline or a verifier must).
-        finals = _finals_of(machine)
-        # Approval-gated transitions stay: a human decides those (the agent may ask to
-        # resume; the resume gate, not its word, lets it).
-        kept = tuple(
-            c
-            for c in candidates
-            if c.uses_approval
-            or c.transition.guard in _APPROVAL_GUARDS
-            or c.transition.target not in finals
-        )
-        if candidates and not kept:
-            notice = Notice(
-                AFFECTED_AGENT_FINAL,
-                f"{event.event_type} {event.event_id} refused in state {view.state}: "
-                f"producer {event.producer} is the affected agent or in its lineage, and its "
-                "own report never completes the operation; have the pipeline, the tool or "
-                "a verifier report it",
-            )
-            _withhold(draft, Outcome.REFUSED, notice, view, policy, registry)
+        refusal, candidates = _lineage_candidates(machine, view, event, candidates)
+    if refusal is None and candidates:
+        refusal, hold = awaited_refusal(event, view, registry)
+        if hold and refusal is not None:
+            draft.outcome, draft.refusals = Outcome.AWAITING, (refusal,)
             return
-        candidates = kept
+    if refusal is not None:
+        _withhold(draft, Outcome.REFUSED, refusal, view, policy, registry)
+        return
     _select(draft, candidates, _finals_of(machine), view, event, policy, registry, now)
+
+
+def _state_refusal(machine: Machine, view: OperationView, event: Event) -> Notice | None:
+    """Why the operation's state takes no event at all: a state the machine does not
+    define (only a ledger written under another machine; pinning prevents it), or a
+    final one (`FINAL_STATE`)."""
+    state = machine.states.get(view.state)
+    if state is None:
+        return Notice(
+            "unknown-state",
+            f"operation {view.operation_id} is in state {view.state}, which machine "
+            f"{machine.name} {machine.version} does not define; check the pinned machine",
+        )
+    if state.final:
+        return Notice(
+            FINAL_STATE,
+            f"operation {view.operation_id} is in final state {view.state}; "
+            f"{event.event_type} {event.event_id} changes nothing",
+        )
+    return None
+
+
+def _lineage_candidates(
+    machine: Machine,
+    view: OperationView,
+    event: Event,
+    candidates: tuple[CompiledTransition, ...],
+) -> tuple[Notice | None, tuple[CompiledTransition, ...]]:
+    """SPEC 7.7: the affected agent's word is not evidence; its own report never moves
+    the operation to a final state (the pipeline or a verifier must). Approval-gated
+    transitions stay: a human decides those (the agent may ask to resume; the resume
+    gate, not its word, lets it). The candidates kept, or why none is."""
+    finals = _finals_of(machine)
+    kept = tuple(
+        c
+        for c in candidates
+        if c.uses_approval
+        or c.transition.guard in _APPROVAL_GUARDS
+        or c.transition.target not in finals
+    )
+    if not candidates or kept:
+        return None, kept
+    return Notice(
+        AFFECTED_AGENT_FINAL,
+        f"{event.event_type} {event.event_id} refused in state {view.state}: "
+        f"producer {event.producer} is the affected agent or in its lineage, and its "
+        "own report never completes the operation; have the pipeline, the tool or "
+        "a verifier report it",
+    ), kept
 
 
 _EVENTS: dict[str, frozenset[str]] = {}
@@ -638,7 +657,7 @@ def _open_commands(
     the epoch after the invocations planned before it in the same decision (a verify
     after a retry in one transition checks the retry's attempt)."""
     current = view.open_commands
-    answered = {decision.causation} if decision.causation is not None else set()
+    answered = {_answered(decision)} - {None}
     issued: list[tuple[str, int]] = []
     epoch = view.epoch
     for invocation in decision.invocations:
@@ -651,6 +670,21 @@ def _open_commands(
     still = (current - answered) | {c for c, _ in issued}
     epochs = tuple((c, e) for c, e in view.command_epochs if c in still) + tuple(issued)
     return still, epochs
+
+
+def _awaiting(
+    view: OperationView, decision: Decision, still_open: frozenset[str]
+) -> frozenset[str]:
+    """The commands the state after `decision` awaits (`OperationView.awaiting`): a taken
+    transition awaits what it issued, plus the awaited commands still open when it was
+    taken on the result of one of them; any other decision only drops the command it
+    answered."""
+    answered = _answered(decision)
+    if decision.outcome is not Outcome.TRANSITIONED:
+        return view.awaiting - {answered} if answered in view.awaiting else view.awaiting
+    issued = {i.command_id for i in decision.invocations if i.kind in ANSWERED_KINDS}
+    carried = view.awaiting & still_open if answered in view.awaiting else frozenset()
+    return frozenset(issued) | carried
 
 
 def _escalations(view: OperationView, decision: Decision) -> tuple[tuple[str, int], ...]:
@@ -672,8 +706,15 @@ def _escalations(view: OperationView, decision: Decision) -> tuple[tuple[str, in
 _EPOCH_KINDS = frozenset({str(CapabilityKind.RETRY), str(CapabilityKind.COMPENSATE)})
 
 
+def _answered(decision: Decision) -> str | None:
+    """The command `decision` took an answer for: the event's causation, unless the event
+    was refused (a result for the wrong command, from the wrong producer, on evidence
+    the core does not trust is no answer; the command stays open for the real one)."""
+    return None if decision.outcome is Outcome.REFUSED else decision.causation
+
+
 def _command_capabilities(view: OperationView, decision: Decision) -> tuple[tuple[str, str], ...]:
-    answered = decision.causation
+    answered = _answered(decision)
     kept = tuple((c, cap) for c, cap in view.command_capabilities if c != answered)
     issued = tuple(
         (i.command_id, i.capability) for i in decision.invocations if i.kind in ANSWERED_KINDS
@@ -726,6 +767,9 @@ def apply(view: OperationView, decision: Decision) -> OperationView:
     if decision.state_after != decision.state_before:
         changes["entry_approval"] = None if decision.approval_consumed else used
     changes["open_commands"], changes["command_epochs"] = _open_commands(view, decision)
+    awaiting = _awaiting(view, decision, changes["open_commands"])
+    if awaiting != view.awaiting:
+        changes["awaiting"] = awaiting
     escalations = _escalations(view, decision)
     if escalations is not view.escalations:
         changes["escalations"] = escalations

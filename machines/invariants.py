@@ -32,6 +32,8 @@ RESULT_WRONG_COMMAND: Final = "result-wrong-command"
 EVIDENCE_UNSETTLED: Final = "evidence-unsettled"
 COMPENSATION_UNVERIFIED: Final = "compensation-unverified"
 RETRY_AFTER_DENIAL: Final = "retry-after-denial"
+AWAITING_ACTIONS: Final = "awaiting-actions"
+RESULT_UNATTRIBUTED: Final = "result-unattributed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,3 +315,46 @@ def route_refusal(
             f"epoch {view.epoch}; verify before undoing an effect that may not exist",
         )
     return None
+
+
+def awaited_refusal(
+    event: Event, view: OperationView, registry: Registry
+) -> tuple[Notice | None, bool]:
+    """Whether a success result may move the operation yet (SPEC §7.3, §8 step 9): the
+    notice and True (hold: the result is recorded, the state waits) while another
+    command the state awaits, of the kinds the result reports on, is unanswered; the
+    notice and False (refuse) for a result that names no command while several are
+    awaited, since the core cannot tell which one answered; (None, False) otherwise."""
+    family = result_family(event.event_type)
+    if family is None or not event.event_type.endswith("_SUCCEEDED"):
+        return None, False
+    waiting = sorted(
+        c for c in view.awaiting & view.open_commands if _kind_of(view, registry, c) in family
+    )
+    causation = event.causation
+    if causation is None:
+        if len(waiting) <= 1:
+            return None, False  # one awaited command (or none): the result is its answer
+        return Notice(
+            RESULT_UNATTRIBUTED,
+            f"{event.event_type} {event.event_id} names no command, but operation "
+            f"{view.operation_id} in {view.state} awaits {', '.join(waiting)}; report each "
+            "action's result with the command id it answers",
+        ), False
+    others = [c for c in waiting if c != causation]
+    if not others:
+        return None, False
+    described = ", ".join(f"{c} ({view.command_capability(c)})" for c in others)
+    return Notice(
+        AWAITING_ACTIONS,
+        f"{event.event_type} {event.event_id} answers {causation}; operation "
+        f"{view.operation_id} stays in {view.state} until {described} "
+        f"{'has' if len(others) == 1 else 'have'} answered too (a failure of any takes "
+        "the machine's failure path)",
+    ), True
+
+
+def _kind_of(view: OperationView, registry: Registry, command_id: str) -> str | None:
+    capability = view.command_capability(command_id)
+    spec = registry.capabilities.get(capability) if capability is not None else None
+    return None if spec is None else str(spec.kind)

@@ -201,6 +201,13 @@ class OperationView:
     # of it (authorization, validation or policy): an unchanged retry is never commanded
     # after one (agent-failure-recovery practice §1-2).
     denials: tuple[str, ...] = ()
+    # The commands the current state waits for: those of a kind whose result comes back
+    # as an event, issued by the decision that entered it, and still open ones of the
+    # state it came from when that decision was the result of one of them (a failed
+    # stop's revocation stays awaited through the failure path). A success result moves
+    # the operation only once every awaited command of its family has answered
+    # (SPEC §7.3: a containment is complete when all of its actions are).
+    awaiting: StringSet = frozenset()
 
     def command_capability(self, command_id: str | None) -> str | None:
         """The capability of the open command `command_id`, if this operation issued it

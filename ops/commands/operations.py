@@ -31,7 +31,7 @@ from ledger import (
     OperationSummary,
     UnknownOperation,
 )
-from machines import awaits_human
+from machines import awaited_actions, awaits_human
 from ops.commands.db import add_ledger_options
 from ops.commands.output import open_inspector, print_json, table
 from ops.commands.rules import LoadedRules, add_rules_options, load_rules_or_report, parse_duration
@@ -179,10 +179,11 @@ def timeline(
     decisions, commands with publication and answers, approvals and audit status."""
     by_event = {d["event"]["id"]: d for d in record.decisions}
     published = {o.record_id: o for o in record.outbox}
+    # A refused event answered nothing: its command stays open (the view agrees).
     answers = {
         d["event"]["causation"]: d["event"]["id"]
         for d in record.decisions
-        if d["event"]["causation"]
+        if d["event"]["causation"] and d["outcome"] != "refused"
     }
     events = []
     for event in record.events:
@@ -230,6 +231,7 @@ def timeline(
             "created_at": row["created_at"].isoformat(),
             "updated_at": row["updated_at"].isoformat(),
             "waiting_for_human": _waiting(rules, row),
+            "awaiting": awaited_actions(record.view, rules.rules.registry),
         },
         "events": events,
         "commands": commands,
@@ -241,6 +243,11 @@ def timeline(
             "breaks": [b.describe() for b in breaks],
         },
     }
+
+
+def _awaited(awaiting: Sequence[Mapping[str, Any]]) -> str:
+    """The commands the state still waits for, for people (SPEC §7.3)."""
+    return ", ".join(f"{a['command_id']} ({a['capability']})" for a in awaiting) or "-"
 
 
 def _decision_json(decision: Mapping[str, Any]) -> dict[str, Any]:
@@ -302,6 +309,7 @@ def render_timeline(report: Mapping[str, Any]) -> str:
         f"{op['origin_operation'] or '-'}, depth {op['depth']}"
         + (f", descendants {', '.join(report['descendants'])}" if report["descendants"] else ""),
         f"  changed   {op['updated_at']} (opened {op['created_at']})",
+        f"  awaiting  {_awaited(op['awaiting'])}",
         "",
         "events and decisions",
         table(

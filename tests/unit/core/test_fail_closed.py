@@ -17,10 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from machines import CATALOGUE, Machine, load_catalogue, load_registry
-from machines.decision import Outcome, decide
+from machines.decision import Outcome, apply, decide
 from machines.event import EffectOutcome, Event, EvidencePayload, Lineage
 from machines.evidence import with_evidence
 from machines.guards import GuardContext, evidence_unsettled, verified
+from machines.invariants import result_family
 from machines.model import CapabilityKind, Transition
 from machines.policy import parse_policy
 from machines.view import LineageStatus, OperationView, ToolFacts, Verification, new_view
@@ -163,3 +164,67 @@ def test_no_retry_after_a_permanent_denial(
     event = replace(event_for(machine, after, event_type, producer), event_id="e-next")
     d = decide(machine, after, event, POLICY, REGISTRY, T0)
     assert CapabilityKind.RETRY not in [i.kind for i in d.invocations]
+
+
+def _success_situations() -> list[tuple[str, str, str]]:
+    return [
+        (n, s, e)
+        for n, s, e in SITUATIONS
+        if e.endswith("_SUCCEEDED") and result_family(e) and REGISTRY_KINDS.get(e)
+    ]
+
+
+# Capabilities of the registry by the kinds a result family answers.
+REGISTRY_KINDS = {
+    e: [c for c in sorted(REGISTRY.capabilities) if REGISTRY.capabilities[c].kind in family]
+    for e in {e for _, _, e in SITUATIONS}
+    if (family := result_family(e))
+}
+
+
+@pytest.mark.parametrize(("name", "state", "event_type"), _success_situations())
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_a_success_moves_only_once_every_awaited_action_answered(
+    name: str, state: str, event_type: str, data: st.DataObject
+) -> None:
+    """SPEC 7.3, CONFORMANCE L4.1, class 2: with several commands of the result's kind
+    awaited, a success naming one is recorded and the state waits (`awaiting`), one
+    naming none is refused (which answered is unknown), and the answer to the last one
+    moves the operation; a failure of any takes the machine's failure path."""
+    machine = MACHINES[name]
+    capabilities = data.draw(
+        st.lists(st.sampled_from(REGISTRY_KINDS[event_type]), min_size=1, max_size=3)
+    )
+    commands = tuple((f"op-1:0:{i}", c) for i, c in enumerate(capabilities))
+    ids = frozenset(c for c, _ in commands)
+    fact = ToolFacts(idempotency_key="key-1", declared_by="tool-integration")
+    view = view_of(
+        machine,
+        state,
+        fact,
+        {},
+        open_commands=ids,
+        awaiting=ids,
+        command_capabilities=commands,
+        command_epochs=tuple((c, 0) for c in ids),
+    )
+    named = data.draw(st.sampled_from((None, *sorted(ids))))
+    event = replace(event_for(machine, view, event_type, "worker-1"), causation=named)
+    d = decide(machine, view, event, POLICY, REGISTRY, T0)
+    if named is None and len(ids) > 1:
+        assert d.outcome is Outcome.REFUSED
+        assert [n.code for n in d.refusals][-1:] == ["result-unattributed"]
+    elif named is not None and len(ids) > 1:
+        assert d.outcome is Outcome.AWAITING, d.refusals
+        assert d.state_after == state
+        assert d.invocations == ()
+        after = apply(view, d)
+        assert after.awaiting == ids - {named}
+        assert after.open_commands == ids - {named}
+    else:
+        assert d.outcome is not Outcome.AWAITING
+    failure = replace(event, event_type=event_type.replace("_SUCCEEDED", "_FAILED"))
+    if failure.event_type in machine.states[state].on and named is not None:
+        f = decide(machine, view, failure, POLICY, REGISTRY, T0)
+        assert f.outcome is not Outcome.AWAITING

@@ -232,10 +232,20 @@ class Driver:
         # Verifications and action results answer an open command half of the time,
         # possibly one sent before a retry (a late answer), so the epoch binding is
         # exercised, or one of another kind (a result for the wrong command).
+        family = result_family(m["event"])
         open_commands = sorted(self.view.open_commands)
-        if result_family(m["event"]) is None or not open_commands or m["pick"] % 2:
+        if family is None or not open_commands or m["pick"] % 2:
             return None
-        return open_commands[(m["pick"] // 2) % len(open_commands)]
+        if m["pick"] % 4 == 0:
+            # Mostly a command of the result's own kind, the way a worker answers.
+            open_commands = [c for c in open_commands if self._kind(c) in family]
+            if not open_commands:
+                return None
+        return open_commands[(m["pick"] // 4) % len(open_commands)]
+
+    def _kind(self, command_id: str) -> str | None:
+        capability = self.view.command_capability(command_id)
+        return None if capability is None else str(REGISTRY.capabilities[capability].kind)
 
     def _resolve(self, m: dict[str, Any]) -> dict[str, Any]:
         m = dict(m)
@@ -391,6 +401,16 @@ def _check_fail_closed(
         capability = before.command_capability(event.causation)
         assert capability is not None
         assert str(registry.capabilities[capability].kind) in family
+    if family and event.event_type.endswith("_SUCCEEDED"):
+        # SPEC 7.3: a success moves the state only once every command it awaits of the
+        # result's family has answered (a result naming none: at most one awaited).
+        waiting = [
+            c
+            for c in before.awaiting & before.open_commands
+            if str(registry.capabilities[before.command_capability(c) or ""].kind) in family
+        ]
+        others = [c for c in waiting if c != event.causation]
+        assert not others or (event.causation is None and len(waiting) == 1), "moved early"
     # SPEC 7.5: no material route, and no completion but a human's, on unknown or
     # conflicting evidence; no compensation without authoritative evidence.
     kinds = [i.kind for i in d.invocations]

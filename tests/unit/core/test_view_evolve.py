@@ -63,6 +63,7 @@ NEW: dict[str, Any] = {
     "environment": "staging",
     "command_capabilities": (),
     "denials": ("e-5",),
+    "awaiting": frozenset({"op-2:1:0"}),
 }
 
 
