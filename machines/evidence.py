@@ -93,6 +93,8 @@ class EvidenceDelta:
             }
             if f.key_declared_late:
                 out["facts"]["key_declared_late"] = True
+            if f.arguments_digest is not None:
+                out["facts"]["arguments_digest"] = f.arguments_digest
         if self.denial is not None:
             out["denial"] = self.denial
         return out

@@ -41,6 +41,8 @@ class ToolFacts:
     # operation (its failure report): not the key of the original call, so it never
     # makes a retry safe (agent-failure-recovery practice §4).
     key_declared_late: bool = False
+    # The digest of the call's canonical arguments, declared with the key (practice §4).
+    arguments_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
