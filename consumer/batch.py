@@ -237,7 +237,6 @@ def decide_batch(
     now: datetime,
     excluded: Mapping[str, Refusal] | None = None,
     observe: Observer = run_unobserved,
-    runtime: str | None = None,
     topics: TopicNames | None = None,
     arrivals: Mapping[str, Arrival] | None = None,
     sign: RowSigner | None = None,
@@ -249,8 +248,9 @@ def decide_batch(
     coordinates to a refusal the ledger reported for them on an earlier attempt;
     `topics` names the output topics the outbox rows go to (default: the standard
     names); `sign` signs every outbox row the commit writes (`consumer.signing`). The
-    batch names `controller` and this code's version as the runtime that decided, and
-    the provenance of each machine it opens an operation under (SPEC §10)."""
+    batch names `controller` and this code's version as the controller that decided,
+    and the provenance of each machine it opens an operation under (SPEC §10); the agent
+    runtime an operation names comes from its opening event's lineage."""
     decided = _Decided(BatchFold(stored, rules, arrivals), controller)
     letters: list[DeadLetter] = []
     excluded = excluded or {}
@@ -271,7 +271,6 @@ def decide_batch(
         positions=positions,
         views=dict(decided.fold.base),
         entries=tuple(decided.entries),
-        runtime=runtime,
         dead_letters=tuple(letters),
         topics=topics or DEFAULT_TOPICS,
         folded=dict(decided.fold.current),

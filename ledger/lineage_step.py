@@ -101,6 +101,16 @@ def lineage_inputs(plan: BatchRows) -> tuple[set[str], set[str]]:
     return (parents | changing) - opened, opened | changing
 
 
+def _identity(row: OperationRow) -> dict[str, str | None]:
+    """The identities every audit record of the operation names (SPEC §10)."""
+    return {
+        "initiating_principal": row.initiating_principal,
+        "agent": row.agent,
+        "runtime": row.runtime,
+        "task": row.task,
+    }
+
+
 def with_lineage_plan(
     plan: BatchRows, lineage: LineagePlan, topics: TopicNames, sign: RowSigner | None = None
 ) -> BatchRows:
@@ -108,13 +118,15 @@ def with_lineage_plan(
     the containing or opened operation's chain) and its cascade events as outbox rows
     for the events topic. Audit bodies are only planned for operations `plan` touches,
     whose chains the commit holds locked. `sign` signs the cascade events."""
-    touched = {r.operation_id for r in plan.operations}
+    touched = {r.operation_id: r for r in plan.operations}
     audit = list(plan.audit)
     for op in sorted(lineage.audit):
-        if op not in touched:
+        row = touched.get(op)
+        if row is None:
             continue
         for body in lineage.audit_of(op):
-            audit.append(AuditItem(op, "lineage", body, dumps(body)))
+            named = {**body, "identity": _identity(row)}
+            audit.append(AuditItem(op, "lineage", named, dumps(named)))
     cascade = tuple(
         signed_row(OutboxRow(e.record_id, topics.events, e.key, e.headers, e.payload_json), sign)
         for e in lineage.events

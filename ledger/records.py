@@ -39,6 +39,7 @@ from machines import (
     ToolFacts,
     apply,
     containment_of,
+    identity_of,
 )
 from schemas import DEFAULT_TOPICS, TopicNames, record_id
 
@@ -107,9 +108,9 @@ class Entry:
 class Batch:
     """Everything one consumed batch caused. `views` are the views the decisions were
     made on (keyed by operation id; their `version` is the optimistic check); `entries`
-    are in consumption order; `runtime` names the agent runtime when the caller knows it;
-    `dead_letters` are the records the consumer refused (`ledger.deadletters`), written in
-    the same transaction, so a stored offset never skips a refusal left unrecorded.
+    are in consumption order; `dead_letters` are the records the consumer refused
+    (`ledger.deadletters`), written in the same transaction, so a stored offset never
+    skips a refusal left unrecorded.
 
     `folded`, when the caller has it, holds each operation's view after the batch: the
     views `entries` folded onto `views` with `machines.decision.apply`, in order, which
@@ -122,7 +123,6 @@ class Batch:
     positions: tuple[Position, ...]
     views: Mapping[str, OperationView]
     entries: tuple[Entry, ...] = ()
-    runtime: str | None = None
     dead_letters: tuple[DeadLetter, ...] = ()
     topics: TopicNames = DEFAULT_TOPICS
     folded: Mapping[str, OperationView] | None = None
@@ -322,7 +322,11 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
         if decision.outcome is Outcome.DUPLICATE:
             continue  # already recorded: redelivery is idempotent
         if decision.outcome is Outcome.CONFLICT:
-            audit.append(_conflict(views[op] if folded is None else folded[op], entry))
+            audit.append(
+                _conflict(
+                    views[op] if folded is None else folded[op], entry, _identity(views[op], event)
+                )
+            )
             continue
         if folded is None:
             views[op] = apply(views[op], decision)
@@ -337,7 +341,7 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
         published.extend(_evidence_events(event, decision, topics))
         if approval is not None:
             approvals.append(approval)
-        audit.append(_decision_audit(row, event, batch))
+        audit.append(_decision_audit(row, event, batch, views[op]))
         commands.extend(
             _command_rows(decision, facts[op], deadlines[op], row.decision, topics, entry.trace)
         )
@@ -351,9 +355,7 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
     # from what its newest audit record commits to (audit/2).
     recorded = {item.operation_id for item in audit}
     operations = tuple(
-        _operation_row(batch.views[op], final[op], firsts[op], batch.runtime)
-        for op in firsts
-        if op in recorded
+        _operation_row(batch.views[op], final[op], firsts[op]) for op in firsts if op in recorded
     )
     return BatchRows(
         operations=operations,
@@ -369,15 +371,32 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
     )
 
 
-def _decision_audit(row: DecisionRow, event: Event, batch: Batch) -> AuditItem:
-    """A decision's audit record: the decision record, its digest, the controller that
-    decided and, when the event has one, its payload as intake minimized it
-    (`machines.minimize_event`: the redacted copy the machine's `audit.record` keeps, or
-    a reference to it), so the audit trail holds no redacted value (SPEC §10)."""
+def _identity(view: OperationView, event: Event) -> dict[str, str | None]:
+    """The operation's identities every audit record names (SPEC §10: initiating
+    principal, agent, runtime, task), as it was opened; a view stored before they were
+    kept gives the event's own lineage instead."""
+    identity = identity_of(view)
+    if view.principal is None:
+        lineage = event.lineage
+        identity.update(
+            initiating_principal=lineage.initiating_principal,
+            runtime=lineage.runtime,
+            task=lineage.task,
+        )
+    return identity
+
+
+def _decision_audit(row: DecisionRow, event: Event, batch: Batch, view: OperationView) -> AuditItem:
+    """A decision's audit record: the decision record, its digest, the identities of the
+    operation (`_identity`), the controller that decided and, when the event has one, its
+    payload as intake minimized it (`machines.minimize_event`: the redacted copy the
+    machine's `audit.record` keeps, or a reference to it), so the audit trail holds no
+    redacted value (SPEC §10)."""
     body = {
         **row.decision,
         "format": AUDIT_FORMAT,
         "decision_digest": text_digest(row.decision_json),
+        "identity": _identity(view, event),
     }
     if batch.controller is not None:
         body["controller"] = batch.controller
@@ -489,9 +508,7 @@ def _check_entry(batch: Batch, entry: Entry) -> str:
     return op
 
 
-def _operation_row(
-    base: OperationView, final: OperationView, first: Event, runtime: str | None
-) -> OperationRow:
+def _operation_row(base: OperationView, final: OperationView, first: Event) -> OperationRow:
     lineage = first.lineage
     return OperationRow(
         operation_id=base.operation_id,
@@ -502,7 +519,7 @@ def _operation_row(
         initiating_principal=lineage.initiating_principal,
         agent=lineage.agent,
         task=lineage.task,
-        runtime=runtime,
+        runtime=final.runtime if final.principal is not None else lineage.runtime,
         origin_operation=lineage.origin_operation,
         parent_operation=lineage.parent_operation,
         delegated_credentials=tuple(lineage.delegated_credentials),
@@ -530,7 +547,7 @@ def _opened(view: OperationView, event: Event, batch: Batch, deadline: str | Non
         "initial_state": view.state,
         "initiating_principal": lineage.initiating_principal,
         "agent": lineage.agent,
-        "runtime": batch.runtime,
+        "runtime": lineage.runtime,
         "task": lineage.task,
         "origin_operation": lineage.origin_operation,
         "parent_operation": lineage.parent_operation,
@@ -543,7 +560,7 @@ def _opened(view: OperationView, event: Event, batch: Batch, deadline: str | Non
     return AuditItem(view.operation_id, "operation-opened", body, opened_json(body))
 
 
-def _conflict(view: OperationView, entry: Entry) -> AuditItem:
+def _conflict(view: OperationView, entry: Entry, identity: Mapping[str, Any]) -> AuditItem:
     event = entry.event
     stored = view.seen_events.get(event.event_id)
     reason = (
@@ -557,6 +574,7 @@ def _conflict(view: OperationView, entry: Entry) -> AuditItem:
         "stored_digest": stored,
         "offered_digest": event.payload_digest,
         "reason": reason,
+        "identity": identity,
     }
     dead_letter: dict[str, Any]
     if entry.dead_letter is not None:

@@ -61,6 +61,9 @@ class OperationSetup:
     capability: str | None = None
     tool: str | None = None
     environment: str | None = None
+    principal: str | None = None
+    task: str | None = None
+    runtime: str | None = None
 
 
 def open_view(
@@ -89,6 +92,9 @@ def open_view(
         capability=setup.capability,
         tool=setup.tool,
         environment=setup.environment,
+        principal=setup.principal,
+        task=setup.task,
+        runtime=setup.runtime,
     )
 
 
@@ -147,14 +153,17 @@ class BatchFold:
                 # is recorded until the view is built, so an event that fails to open
                 # its operation leaves the fold as it was.
                 arrival = self.arrival_in_batch(event)
-                scope = event.scope
+                scope, lineage = event.scope, event.lineage
                 setup = OperationSetup(
                     operation_id=op,
-                    agent=event.lineage.agent,
+                    agent=lineage.agent,
                     correlation_id=event.correlation_id,
                     capability=None if scope is None else scope.capability,
                     tool=None if scope is None else scope.tool,
                     environment=None if scope is None else scope.environment,
+                    principal=lineage.initiating_principal,
+                    task=lineage.task,
+                    runtime=lineage.runtime,
                 )
                 opened = open_view(machine, self.rules.policy, setup, event.event_time)
                 view = arrival.applied_to(opened)

@@ -93,6 +93,7 @@ class OperationSpec(BaseModel):
     lineage_agents: tuple[str, ...] = ()
     task: str = "task-1"
     principal: str = "principal-1"
+    runtime: str | None = "runtime-1"
     correlation_id: str = "corr-1"
     parent_operation: str | None = None
     origin_operation: str | None = None
@@ -311,6 +312,9 @@ class _Runner:
                 else EPOCH + timedelta(seconds=op.deadline_seconds),
                 state=op.state,
                 correlation_id=op.correlation_id,
+                principal=op.principal,
+                task=op.task,
+                runtime=op.runtime,
             ),
             EPOCH,
         )
@@ -344,6 +348,7 @@ class _Runner:
                 initiating_principal=op.principal,
                 origin_operation=op.origin_operation,
                 parent_operation=op.parent_operation,
+                runtime=op.runtime,
             ),
             evidence=self._evidence(step),
             human_decision=self._decision(step, now),

@@ -210,6 +210,12 @@ class OperationView:
     # the operation only once every awaited command of its family has answered
     # (SPEC §7.3: a containment is complete when all of its actions are).
     awaiting: StringSet = frozenset()
+    # Who the operation is about besides its agent (`lineage.agent`), from the event
+    # that opened it (SPEC §10: principal, agent, runtime and task are named in every
+    # audit record). None for a view stored before they were kept.
+    principal: str | None = None
+    task: str | None = None
+    runtime: str | None = None
 
     def command_capability(self, command_id: str | None) -> str | None:
         """The capability of the open command `command_id`, if this operation issued it
@@ -298,6 +304,9 @@ def new_view(
     capability: str | None = None,
     tool: str | None = None,
     environment: str | None = None,
+    principal: str | None = None,
+    task: str | None = None,
+    runtime: str | None = None,
 ) -> OperationView:
     """The view of an operation the controller has just started to govern."""
     return OperationView(
@@ -314,7 +323,21 @@ def new_view(
         capability=capability,
         tool=tool,
         environment=environment,
+        principal=principal,
+        task=task,
+        runtime=runtime,
     )
+
+
+def identity_of(view: OperationView) -> dict[str, str | None]:
+    """The identities SPEC §10 has every audit record name: initiating principal, agent,
+    runtime and task of the operation, as its opening event gave them."""
+    return {
+        "initiating_principal": view.principal,
+        "agent": view.lineage.agent,
+        "runtime": view.runtime,
+        "task": view.task,
+    }
 
 
 _VIEW_ADAPTER: TypeAdapter[OperationView] | None = None

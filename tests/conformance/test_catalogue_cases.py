@@ -195,6 +195,16 @@ def test_case_runs_end_to_end_through_controller_and_relay(
     if conflicts:
         dead = read_until(kafka_bootstrap, topics.dlq, set(), at_least=conflicts)
         assert len(dead) >= conflicts, f"{what}: the reused event id was not dead-lettered"
+    # SPEC 10: every record of the operation's chain names its runtime (envelope v6).
+    opened = [r for r in chain if r.kind == "operation-opened"]
+    assert [r.record["runtime"] for r in opened] == [case.operation.runtime], what
+    unnamed = [
+        r.sequence
+        for r in chain
+        if r.kind != "operation-opened"
+        and r.record["identity"]["runtime"] != case.operation.runtime
+    ]
+    assert not unnamed, f"{what}: audit records {unnamed} do not name the runtime"
     decision_hashes = {r.hash for r in chain if r.kind == "decision"}
     assert len(decision_hashes) == len(run.decisions), f"{what}: a decision has no audit record"
     audit_ids = {f"audit:{r.operation_id}:{r.sequence}" for r in chain}

@@ -64,6 +64,9 @@ NEW: dict[str, Any] = {
     "command_capabilities": (),
     "denials": ("e-5",),
     "awaiting": frozenset({"op-2:1:0"}),
+    "principal": "bob",
+    "task": "task-2",
+    "runtime": "runtime-2",
 }
 
 

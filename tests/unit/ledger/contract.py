@@ -410,11 +410,26 @@ class LedgerContract(abc.ABC):
         with ledger.lease_outbox(10) as lease:
             assert {r.key for r in lease.records} == {"op-1"}
 
-    def test_batch_without_a_known_runtime_stores_none(self, ledger: Ledger) -> None:
+    def test_an_operation_opened_without_a_runtime_stores_none(self, ledger: Ledger) -> None:
         (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
-        batch = decide_batch(ledger, sequence("op-1"), epoch=claim.epoch)
-        ledger.commit(replace(batch, runtime=None))
+        feed(ledger, [event("op-1", 0, "TOOL_TIMEOUT", runtime=None)], epoch=claim.epoch)
         assert ledger.operation("op-1").runtime is None
+
+    def test_every_audit_record_names_the_operations_runtime(self, ledger: Ledger) -> None:
+        # SPEC 10: principal, agent, runtime and task, from the envelope that opened it.
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, sequence("op-1"), epoch=claim.epoch)
+        records, _ = ledger.audit_chain("op-1")
+        assert [r.kind for r in records] == ["operation-opened"] + ["decision"] * 3
+        opened, *decided = records
+        assert (opened.record["runtime"], opened.record["agent"]) == ("runtime-1", "agent-1")
+        for record in decided:
+            assert record.record["identity"] == {
+                "initiating_principal": "alice",
+                "agent": "agent-1",
+                "runtime": "runtime-1",
+                "task": "task-1",
+            }
 
     # -- approvals --------------------------------------------------------------------------
 
