@@ -8,6 +8,7 @@ from __future__ import annotations
 from consumer.batch import (
     FORGED_REFUSALS,
     DecidedBatch,
+    claim_keys,
     decide_batch,
     openings,
     operation_ids,
@@ -58,6 +59,7 @@ __all__ = [
     "Telemetry",
     "TelemetryError",
     "build_telemetry",
+    "claim_keys",
     "consumer_config",
     "controller_policy",
     "dead_letter",

@@ -45,7 +45,7 @@ from ledger.interface import (
     PartitionClaim,
 )
 from ledger.jsonutil import loads
-from ledger.postgres_arrays import ADAPTERS
+from ledger.postgres_arrays import ADAPTERS, TextArray
 from ledger.postgres_commit import write_batch
 from ledger.postgres_lineage import lineage_row
 from ledger.queries import QUERIES
@@ -55,7 +55,15 @@ from ledger.records import (
 )
 from ledger.retention import PurgeCandidate, PurgeResult, purge_candidates, purge_operation
 from ledger.rowsign import RowSigner
-from machines import Arrival, LineageRow, OperationView, arrival_of, with_lineage
+from machines import (
+    Arrival,
+    ClaimKey,
+    KeyClaim,
+    LineageRow,
+    OperationView,
+    arrival_of,
+    with_lineage,
+)
 from schemas import TopicNames
 
 __all__ = ["PostgresLedger"]
@@ -296,6 +304,26 @@ class PostgresLedger(Ledger):
             }
 
         return self._run("arrival lineage", work)
+
+    def key_claims(self, keys: Sequence[ClaimKey]) -> dict[ClaimKey, KeyClaim]:
+        """See `Ledger.key_claims`: one query for the whole batch."""
+        if not keys:
+            return {}
+        params = {
+            "principals": TextArray(k.principal for k in keys),
+            "capabilities": TextArray(k.capability for k in keys),
+            "keys": TextArray(k.idempotency_key for k in keys),
+        }
+
+        def work(conn: Conn) -> dict[ClaimKey, KeyClaim]:
+            return {
+                ClaimKey(principal, capability, key): KeyClaim(op, digest)
+                for principal, capability, key, op, digest in conn.execute(
+                    QUERIES["key_claims"], params
+                )
+            }
+
+        return self._run("key claims", work)
 
     # -- the batch transaction ----------------------------------------------------------
 

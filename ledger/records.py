@@ -31,13 +31,16 @@ from ledger.deadletters import DeadLetter
 from ledger.jsonutil import dumps
 from ledger.rowsign import RowSigner
 from machines import (
+    ClaimKey,
     Containment,
     Decision,
     Event,
+    KeyClaim,
     OperationView,
     Outcome,
     ToolFacts,
     apply,
+    claimed_by,
     containment_of,
     identity_of,
 )
@@ -50,6 +53,7 @@ __all__ = [
     "AuditItem",
     "Batch",
     "BatchRows",
+    "ClaimRow",
     "DecisionRow",
     "Entry",
     "EventRow",
@@ -251,6 +255,15 @@ class OutboxRow:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimRow:
+    """An idempotency key an operation the batch opens claims (`machines.claims`)."""
+
+    key: ClaimKey
+    claim: KeyClaim
+    claimed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class BatchRows:
     """Every row of one batch except the chained audit records and their outbox rows."""
 
@@ -268,6 +281,9 @@ class BatchRows:
     cascade: tuple[OutboxRow, ...] = ()
     # `recovery.EvidenceEvent` rows: the trusted evidence each decision accepted.
     published_evidence: tuple[OutboxRow, ...] = ()
+    # The idempotency keys the operations the batch opens claim; the commit writes them
+    # under a unique key and refuses the batch when another operation got one first.
+    claims: tuple[ClaimRow, ...] = ()
 
     @property
     def needs_lineage(self) -> bool:
@@ -298,6 +314,7 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
     views: dict[str, OperationView] = {}
     facts: dict[str, ToolFacts] = {}
     firsts: dict[str, Event] = {}
+    opened_at: dict[str, datetime] = {}
     # Each operation's deadline as text, formatted once (`apply` never changes it).
     deadlines: dict[str, str | None] = {}
     events: list[EventRow] = []
@@ -313,6 +330,7 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
         op = _check_entry(batch, entry)
         if op not in firsts:
             firsts[op] = event
+            opened_at[op] = decision.decided_at
             views[op] = batch.views[op]
             facts[op] = views[op].facts
             deadline = views[op].deadline
@@ -357,8 +375,15 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
     operations = tuple(
         _operation_row(batch.views[op], final[op], firsts[op]) for op in firsts if op in recorded
     )
+    claims = tuple(
+        ClaimRow(*claimed, opened_at[op])
+        for op in firsts
+        if batch.views[op].version == 0 and op in recorded
+        if (claimed := claimed_by(final[op])) is not None
+    )
     return BatchRows(
         operations=operations,
+        claims=claims,
         events=tuple(events),
         decisions=tuple(decisions),
         evidence=tuple(evidence),
@@ -676,6 +701,12 @@ def _evidence_rows(event: Event, decision: Decision, delta: Mapping[str, Any]) -
                 True,
                 event.evidence_ref,
                 {"denial": ev.denial, "event_type": event.event_type},
+            )
+        )
+    if ev.key_reuse is not None:
+        rows.append(
+            EvidenceRow(
+                op, eid, "key-reuse", event.producer, True, event.evidence_ref, delta["key_reuse"]
             )
         )
     if decision.classifier is not None:

@@ -34,6 +34,7 @@ from machines.casefile import (
     load_case,
     run_case,
 )
+from machines.claims import ClaimKey, KeyClaim, claim_key_of, claimed_by, reuse_of
 from machines.compiled import GuardEvaluation
 from machines.containment import (
     MAX_LINEAGE_DEPTH,
@@ -228,6 +229,7 @@ __all__ = [
     "CaseResult",
     "Change",
     "CheckpointReport",
+    "ClaimKey",
     "ClassifierOutput",
     "Code",
     "Containment",
@@ -244,6 +246,7 @@ __all__ = [
     "GuardSpec",
     "HumanDecision",
     "Invocation",
+    "KeyClaim",
     "KeyFileError",
     "Lineage",
     "LineageRow",
@@ -300,6 +303,8 @@ __all__ = [
     "check_policy_against_machines",
     "check_policy_against_registry",
     "checkpoint_digest",
+    "claim_key_of",
+    "claimed_by",
     "compare_decisions",
     "containment_of",
     "decide",
@@ -345,6 +350,7 @@ __all__ = [
     "public_name_keys",
     "redact",
     "replay_decisions",
+    "reuse_of",
     "review_digest",
     "review_packet",
     "run_case",

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+from machines.claims import ClaimKey, KeyClaim, claim_key_of, claimed_by
 from machines.containment import Arrival, Change, LineageRow, arrival_of, containment_of
 from machines.decision import Decision, Outcome, apply, decide
 from machines.event import Event
@@ -110,10 +111,15 @@ class BatchFold:
         stored: Mapping[str, OperationView],
         rules: Rules,
         arrivals: Mapping[str, Arrival] | None = None,
+        claims: Mapping[ClaimKey, KeyClaim] | None = None,
     ) -> None:
         self.rules = rules
         self.stored = stored
         self.arrivals: Mapping[str, Arrival] = arrivals or {}
+        # The owners of idempotency keys: those the ledger stores for the keys this
+        # fold's new operations declare, and those of operations folded here since
+        # (`machines.claims`), so a second claimant is decided on the first one.
+        self.claims: dict[ClaimKey, KeyClaim] = dict(claims or {})
         # The operations this fold opens, with their first event and the lineage each
         # was opened with, and whether it is containing as folded so far: a child
         # opened below one of them later is decided below it (no ledger knows it yet).
@@ -124,9 +130,11 @@ class BatchFold:
 
     def admit(self, view: OperationView) -> None:
         """Take `view` as its operation's view from now on, as if it had been stored
-        (an operation opened with an explicit `OperationSetup`)."""
+        (an operation opened with an explicit `OperationSetup`), with the idempotency
+        key it declares claimed."""
         self.base.setdefault(view.operation_id, view)
         self.current[view.operation_id] = view
+        self._claim(view)
 
     def restore(self, operation_id: str, before: OperationView | None) -> None:
         """Put an operation back as it was folded before one event (`before`: its
@@ -137,6 +145,8 @@ class BatchFold:
             return
         for table in (self.base, self.current, self.opened, self.containing):
             table.pop(operation_id, None)
+        for key in [k for k, c in self.claims.items() if c.operation_id == operation_id]:
+            del self.claims[key]
 
     def known(self, operation_id: str) -> OperationView | None:
         """The operation's view as folded so far, or as stored; None if neither."""
@@ -166,7 +176,7 @@ class BatchFold:
                     runtime=lineage.runtime,
                 )
                 opened = open_view(machine, self.rules.policy, setup, event.event_time)
-                view = arrival.applied_to(opened)
+                view = self._owned_elsewhere(arrival.applied_to(opened), event)
                 self.opened[op] = (event, arrival)
             self.base[op] = view
             self.current[op] = view
@@ -206,6 +216,24 @@ class BatchFold:
         self.current[op] = view
         if change is not None:
             self.containing[op] = change.change is Change.CONTAIN
+        if decision.evidence.facts is not None:
+            self._claim(view)
+
+    def _claim(self, view: OperationView) -> None:
+        """Record the idempotency key `view`'s operation claims, unless another holds it."""
+        claimed = claimed_by(view)
+        if claimed is not None:
+            self.claims.setdefault(*claimed)
+
+    def _owned_elsewhere(self, view: OperationView, event: Event) -> OperationView:
+        """`view` (of the operation `event` opens) with the owner of the idempotency key
+        the event declares, when another operation holds it: the core then decides the
+        event as a duplicate or a conflicting reuse (`machines.claims`)."""
+        key = claim_key_of(event)
+        owner = self.claims.get(key) if key is not None else None
+        if owner is None or owner.operation_id == view.operation_id:
+            return view
+        return replace(view, key_owner=owner)
 
     def arrival_in_batch(self, event: Event) -> Arrival:
         """The lineage a new operation is opened with: the ledger's (`arrivals`), extended

@@ -18,6 +18,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from machines.claims import reuse_of
 from machines.classifier import ClassifierRecord, classifier_refusal
 from machines.compiled import CompiledTransition, GuardEvaluation, compile_machine
 from machines.event import Event
@@ -47,6 +48,9 @@ CORRELATION_MISMATCH = "correlation-mismatch"
 ESCALATION_SUPPRESSED = "escalation-suppressed"
 AFFECTED_AGENT_FINAL = "affected-agent-final"
 FINAL_STATE = "final-state"
+DUPLICATE_DETECTED = "DUPLICATE_DETECTED"
+IDEMPOTENCY_KEY_CONFLICT = "idempotency-key-conflict"
+DUPLICATE_OPERATION = "duplicate-operation"
 
 
 class Outcome(StrEnum):
@@ -260,22 +264,77 @@ def _decide(
     refusal = refusal or authority_refusal(event, view) or causation_refusal(event, view, registry)
     if refusal is None:
         draft.evidence, refusal = admit_evidence(event, view, policy, now)
+    candidates: tuple[CompiledTransition, ...] = ()
+    if refusal is None:
+        candidates, refusal = _candidates(draft, machine, view, event, registry, guard_table)
+    if draft.outcome is Outcome.AWAITING:
+        return
     if refusal is not None:
         _withhold(draft, Outcome.REFUSED, refusal, view, policy, registry)
         return
-    compiled = compile_machine(machine, registry, guard_table)
-    candidates = compiled.get((view.state, event.event_type), ())
+    _select(draft, candidates, _finals_of(machine), view, event, policy, registry, now)
+
+
+def _candidates(
+    draft: _Draft,
+    machine: Machine,
+    view: OperationView,
+    event: Event,
+    registry: Registry,
+    guard_table: Mapping[str, GuardFn],
+) -> tuple[tuple[CompiledTransition, ...], Notice | None]:
+    """The transitions the event may take in the current state, in machine order, or why
+    it takes none: the event type it is decided as (`_routed_type`), without the final
+    ones for the affected agent's own report (`_lineage_candidates`); a success result
+    that waits for other actions sets the draft's outcome to `awaiting` instead."""
+    routed, refusal = _routed_type(draft, view, event)
+    if refusal is not None:
+        return (), refusal
+    candidates = compile_machine(machine, registry, guard_table).get((view.state, routed), ())
+    if routed != event.event_type and not candidates:
+        return (), _no_duplicate_route(view, event)
     if view.lineage.includes(event.producer):
         refusal, candidates = _lineage_candidates(machine, view, event, candidates)
     if refusal is None and candidates:
         refusal, hold = awaited_refusal(event, view, registry)
         if hold and refusal is not None:
             draft.outcome, draft.refusals = Outcome.AWAITING, (refusal,)
-            return
-    if refusal is not None:
-        _withhold(draft, Outcome.REFUSED, refusal, view, policy, registry)
-        return
-    _select(draft, candidates, _finals_of(machine), view, event, policy, registry, now)
+            return (), None
+    return candidates, refusal
+
+
+def _routed_type(draft: _Draft, view: OperationView, event: Event) -> tuple[str, Notice | None]:
+    """The event type the operation's opening event is decided as, or why it is refused
+    (practice §4, `machines.claims`): when it declares an idempotency key another
+    operation owns (`view.key_owner`, laid by the fold), the same arguments make it a
+    duplicate business operation, decided on the machine's `DUPLICATE_DETECTED` route;
+    other (or undeclared) arguments make it a conflicting reuse of the key, refused
+    (`idempotency-key-conflict`). Either way the decision's evidence records it."""
+    owner = view.key_owner
+    facts = draft.evidence.facts or view.facts
+    if owner is None or view.version != 0 or facts.idempotency_key is None:
+        return event.event_type, None
+    verdict = reuse_of(owner, facts.arguments_digest)
+    draft.evidence = replace(draft.evidence, key_reuse=(owner.operation_id, verdict))
+    if verdict == "duplicate":
+        return DUPLICATE_DETECTED, None
+    return event.event_type, Notice(
+        IDEMPOTENCY_KEY_CONFLICT,
+        f"operation {view.operation_id}: {event.event_type} {event.event_id} declares "
+        f"idempotency key {facts.idempotency_key!r}, which operation {owner.operation_id} "
+        "already holds for other arguments (or without an arguments digest to compare); a "
+        "key is never reused for another call (practice §4): refused, a human decides",
+    )
+
+
+def _no_duplicate_route(view: OperationView, event: Event) -> Notice:
+    return Notice(
+        DUPLICATE_OPERATION,
+        f"operation {view.operation_id}: {event.event_type} {event.event_id} is a duplicate of "
+        f"operation {view.key_owner.operation_id if view.key_owner else '?'} (same idempotency "
+        f"key and arguments), and state {view.state} has no {DUPLICATE_DETECTED} route; "
+        "refused, a human decides",
+    )
 
 
 def _state_refusal(machine: Machine, view: OperationView, event: Event) -> Notice | None:

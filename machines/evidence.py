@@ -54,6 +54,9 @@ class EvidenceDelta:
     facts: ToolFacts | None = None
     # The event reports a permanent denial of the operation's call (`DENIAL_EVENTS`).
     denial: str | None = None
+    # The opening event declared an idempotency key another operation owns: that
+    # operation and the verdict, "duplicate" or "conflict" (`machines.claims`).
+    key_reuse: tuple[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready form; absent parts are omitted."""
@@ -97,6 +100,9 @@ class EvidenceDelta:
                 out["facts"]["arguments_digest"] = f.arguments_digest
         if self.denial is not None:
             out["denial"] = self.denial
+        if self.key_reuse is not None:
+            owner, verdict = self.key_reuse
+            out["key_reuse"] = {"operation": owner, "verdict": verdict}
         return out
 
 

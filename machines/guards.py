@@ -119,7 +119,8 @@ def retry_permitted(ctx: GuardContext) -> GuardResult:
     report (not one declared afterwards), attempts below the policy limit,
     before the deadline and within the retry budget, a clear lineage (a descendant
     of a contained operation does not carry on with its effect, CONFORMANCE L5.5), and
-    no permanent denial of the call recorded (SKILL §1-2: never retried unchanged). The
+    no permanent denial of the call recorded (SKILL §1-2: never retried unchanged), and
+    the key its own (not another operation's, SKILL §4: `machines.claims`). The
     core evaluates this itself before any retry-kind capability, whatever guard the
     machine put on the transition."""
     view = ctx.view
@@ -134,6 +135,7 @@ def retry_permitted(ctx: GuardContext) -> GuardResult:
         and _within_budget(view, ctx.policy)
         and lineage.value
         and not view.denials
+        and view.key_owner is None
     )
     refs = (
         *evidence.evidence,
@@ -143,6 +145,7 @@ def retry_permitted(ctx: GuardContext) -> GuardResult:
         f"deadline:{view.deadline.isoformat() if view.deadline else 'none'}",
         *lineage.evidence,
         *(f"denied:{event_id}" for event_id in view.denials),
+        *(() if view.key_owner is None else (f"key-owner:{view.key_owner.operation_id}",)),
     )
     return GuardResult(value, refs)
 

@@ -127,6 +127,15 @@ def checkpoint_digest(checkpoint: Checkpoint) -> str:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class KeyClaim:
+    """The operation that owns an idempotency key (`machines.claims`), with the digest
+    of the arguments it declared with it (None: it declared none)."""
+
+    operation_id: str
+    arguments_digest: str | None = None
+
+
 # A set of strings, written sorted: a set iterates in an order that follows the
 # process's hash seed, and the stored view (and the audit commitment's digest of it) must
 # be the same bytes whichever process wrote it.
@@ -216,6 +225,10 @@ class OperationView:
     principal: str | None = None
     task: str | None = None
     runtime: str | None = None
+    # The operation that already owned the idempotency key this one's opening event
+    # declared (`machines.claims`): this operation is its duplicate or a conflicting
+    # reuse of the key, and never retries with it (practice §4).
+    key_owner: KeyClaim | None = None
 
     def command_capability(self, command_id: str | None) -> str | None:
         """The capability of the open command `command_id`, if this operation issued it

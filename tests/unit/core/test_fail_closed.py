@@ -18,13 +18,20 @@ from hypothesis import strategies as st
 
 from machines import CATALOGUE, Machine, load_catalogue, load_registry
 from machines.decision import Outcome, apply, decide
-from machines.event import EffectOutcome, Event, EvidencePayload, Lineage
+from machines.event import DeclaredFacts, EffectOutcome, Event, EvidencePayload, Lineage
 from machines.evidence import with_evidence
-from machines.guards import GuardContext, evidence_unsettled, verified
+from machines.guards import GuardContext, evidence_unsettled, retry_permitted, verified
 from machines.invariants import result_family
 from machines.model import CapabilityKind, Transition
 from machines.policy import parse_policy
-from machines.view import LineageStatus, OperationView, ToolFacts, Verification, new_view
+from machines.view import (
+    KeyClaim,
+    LineageStatus,
+    OperationView,
+    ToolFacts,
+    Verification,
+    new_view,
+)
 
 REGISTRY = load_registry()
 MACHINES = load_catalogue(REGISTRY, CATALOGUE)
@@ -228,3 +235,50 @@ def test_a_success_moves_only_once_every_awaited_action_answered(
     if failure.event_type in machine.states[state].on and named is not None:
         f = decide(machine, view, failure, POLICY, REGISTRY, T0)
         assert f.outcome is not Outcome.AWAITING
+
+
+OPENINGS = [
+    (name, event)
+    for name, machine in sorted(MACHINES.items())
+    for event in sorted(machine.states[machine.initial].on)
+]
+DIGESTS = ("sha256:" + "1" * 64, "sha256:" + "2" * 64, None)
+
+
+@pytest.mark.parametrize(("name", "event_type"), OPENINGS)
+@settings(max_examples=10, deadline=None)
+@given(mine=st.sampled_from(DIGESTS), theirs=st.sampled_from(DIGESTS))
+def test_a_second_operation_claiming_a_key_is_a_duplicate_or_refused(
+    name: str, event_type: str, mine: str | None, theirs: str | None
+) -> None:
+    """Practice §4, class 6: an operation whose opening event declares an idempotency
+    key another operation owns (laid on its view by the fold) is decided on the
+    machine's duplicate route when both declared the same arguments, refused as a
+    conflicting reuse otherwise, and never retries with that key."""
+    machine = MACHINES[name]
+    base = view_of(machine, machine.initial, ToolFacts(), dict.fromkeys(VERIFIERS, "not_applied"))
+    view = replace(base, key_owner=KeyClaim("op-owner", theirs))
+    event = replace(
+        event_for(machine, view, event_type, "tool-integration"),
+        facts=DeclaredFacts(idempotency_key="key-1", arguments_digest=mine),
+        payload_digest="",
+    )
+    d = decide(machine, view, event, POLICY, REGISTRY, T0)
+    assert CapabilityKind.RETRY not in [i.kind for i in d.invocations]
+    duplicate = mine is not None and mine == theirs
+    assert d.evidence.key_reuse == ("op-owner", "duplicate" if duplicate else "conflict")
+    if not duplicate:
+        assert d.outcome is Outcome.REFUSED
+        assert [n.code for n in d.refusals] == ["idempotency-key-conflict"]
+        return
+    routes = machine.states[machine.initial].on.get("DUPLICATE_DETECTED")
+    if routes is None:
+        assert [n.code for n in d.refusals] == ["duplicate-operation"]
+    else:
+        assert d.transition_target in {t.target for t in routes}
+    # Later events decide normally, but the key stays the owner's: never a retry.
+    assert not retry_permitted(GuardContext(apply(view, d), POLICY, T0, routes_any(machine))).value
+
+
+def routes_any(machine: Machine) -> Transition:
+    return Transition(machine.initial, "ANY", 0, machine.initial)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from machines.view import LineageStatus, OperationView, ToolFacts, evolve
+from machines.view import KeyClaim, LineageStatus, OperationView, ToolFacts, evolve
 
 BASE = OperationView(
     operation_id="op-1",
@@ -67,6 +67,7 @@ NEW: dict[str, Any] = {
     "principal": "bob",
     "task": "task-2",
     "runtime": "runtime-2",
+    "key_owner": KeyClaim("op-9", "sha256:ff"),
 }
 
 

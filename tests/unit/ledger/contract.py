@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from ledger import (
+    Batch,
     EventIdReused,
     FencedError,
     Ledger,
@@ -23,6 +24,7 @@ from ledger import (
     VersionConflict,
 )
 from ledger.deadletters import DeadLetter, intake_chain_id
+from machines import ClaimKey, KeyClaim
 from tests.unit.ledger.ledger_support import (
     GROUP,
     TOPIC,
@@ -431,6 +433,39 @@ class LedgerContract(abc.ABC):
                 "task": "task-1",
             }
 
+    # -- idempotency-key claims ----------------------------------------------------------
+
+    def test_an_opened_operation_claims_its_declared_key_once(self, ledger: Ledger) -> None:
+        # machines.claims: the first operation declaring a key for a principal and
+        # capability owns it; a batch deciding another owner later is refused.
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        assert ledger.key_claims([KEY]) == {}
+        ledger.commit(_claiming(decide_batch(ledger, sequence("op-1"), epoch=claim.epoch), "op-1"))
+        assert ledger.key_claims([KEY, replace(KEY, principal="bob")]) == {
+            KEY: KeyClaim("op-1", DIGEST)
+        }
+        # Decided before op-1's claim was stored (another partition's controller), the
+        # second owner of the same key is refused whole, so it is decided again.
+        late = _claiming(
+            decide_batch(ledger, sequence("op-2"), epoch=claim.epoch, first_offset=3), "op-2"
+        )
+        with pytest.raises(VersionConflict, match="claimed by operation op-1"):
+            ledger.commit(late)
+        with pytest.raises(UnknownOperation):
+            ledger.operation("op-2")
+        assert ledger.key_claims([KEY]) == {KEY: KeyClaim("op-1", DIGEST)}
+
+    def test_two_new_operations_of_one_batch_cannot_both_own_a_key(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        batch = decide_batch(
+            ledger,
+            [event("op-1", 0, "TOOL_TIMEOUT"), event("op-2", 1, "TOOL_TIMEOUT")],
+            epoch=claim.epoch,
+        )
+        with pytest.raises(VersionConflict):
+            ledger.commit(_claiming(_claiming(batch, "op-1"), "op-2"))
+        assert ledger.key_claims([KEY]) == {}
+
     # -- approvals --------------------------------------------------------------------------
 
     def test_approval_nonce_reused_by_another_event_is_refused_whole(self, ledger: Ledger) -> None:
@@ -450,3 +485,21 @@ class LedgerContract(abc.ABC):
             ledger.commit(replay)
         assert ledger.load_views(["op-2"]) == {}
         assert ledger.offsets(GROUP, TOPIC) == {0: 1}
+
+
+KEY = ClaimKey("alice", "demo.write", "key-shared")
+DIGEST = "sha256:" + "5" * 64
+
+
+def _claiming(batch: Batch, op: str) -> Batch:
+    """`batch` with operation `op` (which it opens) declaring `KEY` when it was opened,
+    as the fold opens it from an event whose `facts` declare the key."""
+    view = batch.views[op]
+    facts = replace(
+        view.facts,
+        idempotency_key=KEY.idempotency_key,
+        arguments_digest=DIGEST,
+        declared_by="tool-integration",
+    )
+    claiming = replace(view, facts=facts, principal=KEY.principal, capability=KEY.capability)
+    return replace(batch, views={**batch.views, op: claiming}, folded=None)
