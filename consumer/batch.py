@@ -305,6 +305,7 @@ def decide_batch(
         sign=sign,
         provenance=decided.provenance,
         controller={"id": controller, "version": CONTROLLER_VERSION},
+        unlinked=dict(decided.fold.unlinked),
     )
     return DecidedBatch(batch, tuple(decided.decisions), tuple(decided.refused))
 

@@ -42,7 +42,11 @@ def lineage_moved(row: OperationRow, contained: Sequence[str], agents: Sequence[
     )
 
 
-def check_arrivals(plan: BatchRows, stored: Mapping[str, LineageRow]) -> None:
+def check_arrivals(
+    plan: BatchRows,
+    stored: Mapping[str, LineageRow],
+    unlinked: Mapping[str, frozenset[str]] | None = None,
+) -> None:
     """Refuse the batch (`VersionConflict`) when an operation it opens would be linked
     below a contained ancestor, or next to an ancestor's or descendant's agent, that the
     view it was decided with did not have: its lineage, from `stored` (the rows the
@@ -50,11 +54,17 @@ def check_arrivals(plan: BatchRows, stored: Mapping[str, LineageRow]) -> None:
     `lineage_moved` is the same rule continued operations are held to, and
     `machines.arrival_of` the same derivation the consumer's read used, so the
     replan, which reads the moved lineage, commits."""
+    refused = unlinked or {}
     for row in plan.operations:
         if not row.opens:
             continue
         parent = stored.get(row.parent_operation) if row.parent_operation else None
-        children = (r for r in stored.values() if r.parent_operation == row.operation_id)
+        left_out = refused.get(row.operation_id, frozenset())
+        children = (
+            r
+            for r in stored.values()
+            if r.parent_operation == row.operation_id and r.operation_id not in left_out
+        )
         arrival = arrival_of(row.operation_id, parent, children)
         agents = arrival.lineage_agents + arrival.descendant_agents
         if lineage_moved(row, arrival.contained_ancestors, agents):
@@ -76,6 +86,7 @@ def opened_lineage(plan: BatchRows) -> tuple[LineageRow, ...]:
             origin_operation=r.origin_operation,
             parent_operation=r.parent_operation,
             delegated_credentials=r.delegated_credentials,
+            opened_by=r.view.opened_by,
         )
         for r in plan.operations
         if r.opens

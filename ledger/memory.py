@@ -233,8 +233,10 @@ class MemoryLedger(Ledger):
             stored.update({a: known[a] for a in stored[op].ancestors if a in known})
         for op in self._below(roots):
             stored[op] = known[op]
-        check_arrivals(plan, stored)
-        lineage = plan_lineage(stored, opened_lineage(plan), plan.containments, batch_time(plan))
+        check_arrivals(plan, stored, batch.unlinked)
+        lineage = plan_lineage(
+            stored, opened_lineage(plan), plan.containments, batch_time(plan), batch.unlinked
+        )
         return with_lineage_plan(plan, lineage, batch.topics, batch.sign), dict(lineage.rows)
 
     def _below(self, roots: set[str]) -> set[str]:

@@ -139,6 +139,9 @@ class Batch:
     # (`{"id", "version"}`), which every decision and opened record names.
     provenance: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     controller: Mapping[str, str] | None = None
+    # Per operation the batch opens, the children reported before it that the lineage
+    # step must not link below it (`machines.may_link`, `BatchFold.unlinked`).
+    unlinked: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from machines.containment import (
     arrival_of,
     containment_of,
     lineage_below,
+    may_link,
     with_lineage,
 )
 from machines.decision import CORRELATION_MISMATCH, Decision, Invocation, Outcome, apply, decide
@@ -332,6 +333,7 @@ __all__ = [
     "load_trusted_publishers",
     "lock_entry",
     "matching_scope",
+    "may_link",
     "minimize_event",
     "minimize_payload",
     "new_view",

@@ -23,7 +23,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from machines.claims import ClaimKey, KeyClaim, claim_key_of, claimed_by
-from machines.containment import Arrival, Change, LineageRow, arrival_of, containment_of
+from machines.containment import (
+    Arrival,
+    Change,
+    LineageRow,
+    arrival_of,
+    containment_of,
+    may_link,
+)
 from machines.decision import Decision, Outcome, apply, decide
 from machines.event import Event
 from machines.guards import STANDARD_GUARDS, GuardFn
@@ -65,6 +72,8 @@ class OperationSetup:
     principal: str | None = None
     task: str | None = None
     runtime: str | None = None
+    credentials: tuple[str, ...] = ()
+    opened_by: str | None = None
 
 
 def open_view(
@@ -96,6 +105,8 @@ def open_view(
         principal=setup.principal,
         task=setup.task,
         runtime=setup.runtime,
+        credentials=setup.credentials,
+        opened_by=setup.opened_by,
     )
 
 
@@ -125,6 +136,9 @@ class BatchFold:
         # opened below one of them later is decided below it (no ledger knows it yet).
         self.opened: dict[str, tuple[Event, Arrival]] = {}
         self.containing: dict[str, bool] = {}
+        # Per operation opened here, the children reported before it that are not
+        # linked below it: their openers may not speak for its agents (`may_link`).
+        self.unlinked: dict[str, frozenset[str]] = {}
         self.base: dict[str, OperationView] = {}
         self.current: dict[str, OperationView] = {}
 
@@ -143,7 +157,7 @@ class BatchFold:
         if before is not None:
             self.current[operation_id] = before
             return
-        for table in (self.base, self.current, self.opened, self.containing):
+        for table in (self.base, self.current, self.opened, self.containing, self.unlinked):
             table.pop(operation_id, None)
         for key in [k for k, c in self.claims.items() if c.operation_id == operation_id]:
             del self.claims[key]
@@ -163,6 +177,16 @@ class BatchFold:
                 # is recorded until the view is built, so an event that fails to open
                 # its operation leaves the fold as it was.
                 arrival = self.arrival_in_batch(event)
+                refused = frozenset(
+                    c.operation_id
+                    for c in arrival.children
+                    if not may_link(
+                        self.rules.policy.roster, c, (event.lineage.agent, *arrival.lineage_agents)
+                    )
+                )
+                if refused:
+                    arrival = arrival.without(refused)
+                    self.unlinked[op] = refused
                 scope, lineage = event.scope, event.lineage
                 setup = OperationSetup(
                     operation_id=op,
@@ -174,6 +198,8 @@ class BatchFold:
                     principal=lineage.initiating_principal,
                     task=lineage.task,
                     runtime=lineage.runtime,
+                    credentials=lineage.delegated_credentials,
+                    opened_by=event.producer,
                 )
                 opened = open_view(machine, self.rules.policy, setup, event.event_time)
                 view = self._owned_elsewhere(arrival.applied_to(opened), event)
@@ -259,10 +285,16 @@ class BatchFold:
         descendants = stored.descendant_agents + tuple(
             a for a in below.descendant_agents if a not in stored.descendant_agents
         )
+        kids = stored.children + below.children
         if parent is None:
-            return replace(stored, descendant_agents=descendants)
+            return replace(stored, descendant_agents=descendants, children=kids)
         return Arrival(
-            op, below.ancestors, below.lineage_agents, below.contained_ancestors, descendants
+            op,
+            below.ancestors,
+            below.lineage_agents,
+            below.contained_ancestors,
+            descendants,
+            kids,
         )
 
     def row_of(self, op: str) -> LineageRow:
@@ -288,4 +320,5 @@ class BatchFold:
             contained_ancestors=arrival.contained_ancestors,
             containing=self.containing.get(op, False),
             descendant_agents=arrival.descendant_agents,
+            opened_by=ev.producer,
         )

@@ -95,6 +95,7 @@ class OperationSpec(BaseModel):
     task: str = "task-1"
     principal: str = "principal-1"
     runtime: str | None = "runtime-1"
+    credentials: tuple[str, ...] = ()  # delegated to the agent for the task
     correlation_id: str = "corr-1"
     parent_operation: str | None = None
     origin_operation: str | None = None
@@ -342,6 +343,7 @@ class _Runner:
                 principal=op.principal,
                 task=op.task,
                 runtime=op.runtime,
+                credentials=op.credentials,
             ),
             EPOCH,
         )
@@ -382,6 +384,7 @@ class _Runner:
                 origin_operation=op.origin_operation,
                 parent_operation=op.parent_operation,
                 runtime=op.runtime,
+                delegated_credentials=op.credentials,
             ),
             evidence=self._evidence(step),
             human_decision=self._decision(step, op.id, now),

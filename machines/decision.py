@@ -49,6 +49,10 @@ ESCALATION_SUPPRESSED = "escalation-suppressed"
 AFFECTED_AGENT_FINAL = "affected-agent-final"
 FINAL_STATE = "final-state"
 DUPLICATE_DETECTED = "DUPLICATE_DETECTED"
+ANCESTOR_CONTAINED = "ANCESTOR_CONTAINED"
+ANCESTOR_CONTAINED_UNROUTED = "ancestor-contained-unrouted"
+CONTAINMENT_UNAVAILABLE = "containment-unavailable"
+STOP, REVOKE = str(CapabilityKind.STOP), str(CapabilityKind.REVOKE)
 IDEMPOTENCY_KEY_CONFLICT = "idempotency-key-conflict"
 DUPLICATE_OPERATION = "duplicate-operation"
 
@@ -75,7 +79,7 @@ class Invocation:
     kind: str
     material: bool
     params: Mapping[str, Any]
-    origin: str  # "transition", "entry" or "escalation"
+    origin: str  # "transition", "entry", "escalation" or "containment"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready form."""
@@ -257,6 +261,8 @@ def _decide(
     if refusal is not None:
         final = refusal.code == FINAL_STATE
         draft.outcome, draft.refusals = (Outcome.FINAL if final else Outcome.REFUSED), (refusal,)
+        if final and event.event_type == ANCESTOR_CONTAINED:
+            _finished(draft, machine, view, event, policy, registry, now)
         return
     if event.event_type in _events_of(machine):
         draft.condition_scope = event.event_type
@@ -271,8 +277,121 @@ def _decide(
         return
     if refusal is not None:
         _withhold(draft, Outcome.REFUSED, refusal, view, policy, registry)
+    elif not candidates and draft.evidence.contained_ancestor is not None:
+        _contain_unrouted(draft, machine, view, event, policy, registry)
+    else:
+        _select(draft, candidates, _finals_of(machine), view, event, policy, registry, now)
+
+
+def _finished(
+    draft: _Draft,
+    machine: Machine,
+    view: OperationView,
+    event: Event,
+    policy: Policy,
+    registry: Registry,
+    now: datetime,
+) -> None:
+    """An ancestor's containment reaching an operation in a final state (CONFORMANCE
+    L5.3): its machine accepts nothing, but if it still holds the credentials delegated
+    to it, the controller revokes them; the contained ancestor is recorded as evidence.
+    An event the core would refuse anywhere (from the agent's lineage, say) is refused
+    here too."""
+    refusal = authority_refusal(event, view)
+    evidence, refusal = (
+        (NO_EVIDENCE, refusal) if refusal else admit_evidence(event, view, policy, now)
+    )
+    if refusal is not None:
+        _withhold(draft, Outcome.REFUSED, refusal, view, policy, registry)
         return
-    _select(draft, candidates, _finals_of(machine), view, event, policy, registry, now)
+    draft.evidence = evidence
+    if view.credentials and not view.revoked:
+        draft.invocations = _containment(draft, machine, view, policy, registry, stop=False)
+
+
+def _contain_unrouted(
+    draft: _Draft,
+    machine: Machine,
+    view: OperationView,
+    event: Event,
+    policy: Policy,
+    registry: Registry,
+) -> None:
+    """A trusted contained ancestor reported in a state the machine gives no route for
+    it (CONFORMANCE L5.2, L5.3): the controller stops the task and its queued work and
+    revokes the credentials it still holds itself, with the machine's own stop and
+    revoke capabilities, as two commands (SPEC §7.3), and escalates; the state does not
+    change, and the held lineage keeps retry and resume shut."""
+    notice = Notice(
+        ANCESTOR_CONTAINED_UNROUTED,
+        f"operation {view.operation_id}: {event.event_type} {event.event_id} (ancestor "
+        f"{draft.evidence.contained_ancestor}) has no route in state {view.state}; the "
+        "controller stops the task and revokes its delegated credentials itself",
+    )
+    contained = _containment(draft, machine, view, policy, registry, stop=True)
+    _withhold(draft, Outcome.REJECTED, notice, view, policy, registry)
+    draft.invocations = contained + tuple(
+        replace(i, command_id=f"{view.operation_id}:{draft.sequence}:{len(contained) + n}")
+        for n, i in enumerate(draft.invocations)
+    )
+
+
+def _containment(
+    draft: _Draft,
+    machine: Machine,
+    view: OperationView,
+    policy: Policy,
+    registry: Registry,
+    *,
+    stop: bool,
+) -> tuple[Invocation, ...]:
+    """The controller's own containment commands: the machine's stop (when `stop`) and,
+    while the operation holds delegated credentials it has not had revoked, its revoke
+    capability (`_containment_actions`); one it lacks, or the policy forbids, is recorded
+    as a `containment-unavailable` error."""
+    wanted = (STOP, REVOKE) if stop else (REVOKE,)
+    actions = _containment_actions(machine, registry)
+    out: list[Invocation] = []
+    for kind in wanted:
+        if kind == REVOKE and (not view.credentials or view.revoked):
+            continue
+        action = actions.get(kind)
+        spec = registry.capabilities.get(action.capability) if action else None
+        if action is None or spec is None or action.capability in policy.forbidden_capabilities:
+            draft.errors = (
+                *draft.errors,
+                Notice(
+                    CONTAINMENT_UNAVAILABLE,
+                    f"operation {view.operation_id}: machine {machine.name} names no usable "
+                    f"{kind} capability; the controller cannot {kind} it itself",
+                ),
+            )
+            continue
+        out.append(_invocation(view, draft.sequence, len(out), action, spec, "containment"))
+    return tuple(out)
+
+
+_CONTAINMENT: dict[str, Mapping[str, ActionRef]] = {}
+
+
+def _containment_actions(machine: Machine, registry: Registry) -> Mapping[str, ActionRef]:
+    """The machine's own stop and revoke actions (with their params): those of its
+    `ANCESTOR_CONTAINED` transitions first, else the first of each kind any transition
+    invokes, in machine order (cached by digest)."""
+    found = _CONTAINMENT.get(machine.digest)
+    if found is not None:
+        return found
+    transitions = [t for st in machine.states.values() for ts in st.on.values() for t in ts]
+    ordered = [t for t in transitions if t.event == ANCESTOR_CONTAINED] + transitions
+    chosen: dict[str, ActionRef] = {}
+    for action in (a for t in ordered for a in t.actions):
+        spec = registry.capabilities.get(action.capability)
+        if spec is not None and str(spec.kind) in (STOP, REVOKE):
+            chosen.setdefault(str(spec.kind), action)
+    if len(_CONTAINMENT) > 256:
+        _CONTAINMENT.clear()
+    _CONTAINMENT[machine.digest] = chosen
+    return chosen
 
 
 def _candidates(
@@ -834,6 +953,10 @@ def apply(view: OperationView, decision: Decision) -> OperationView:
         changes["escalations"] = escalations
     if decision.invocations or view.command_capabilities:
         changes["command_capabilities"] = _command_capabilities(view, decision)
+    kinds = {i.kind for i in decision.invocations}
+    if REVOKE in kinds or (view.revoked and str(CapabilityKind.RESUME) in kinds):
+        # A resumption gives the task its authority back; a revocation takes it away.
+        changes["revoked"] = REVOKE in kinds
     changes["state"] = decision.state_after
     changes["version"] = decision.sequence
     changes["seen_events"] = MappingProxyType(seen)

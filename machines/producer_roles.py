@@ -15,7 +15,11 @@ code `role-not-permitted` or `identity-mismatch`.
   the ledger knows the operation's ancestors (`parent_operation`), the opener must
   hold `tool` or `orchestrator` for each of their agents as well, so nobody hangs an
   operation below another agent's work, or names a bystander as its agent, to aim a
-  cascade at it.
+  cascade at it; when the parent arrives only later, the child is linked below it only
+  if its opener holds those grants then (`machines.may_link`, checked by the fold).
+  Credentials reported as delegated to the operation's agent
+  (`lineage.delegated_credentials`, which its revocation commands name) need
+  `orchestrator` for that agent.
 - **Every event.** `EventRoles` maps event types to the roles that may send them,
   each checked for the operation's stored scope (`DEFAULT_EVENT_ROLES`; a deployment,
   or a machine, may override it in `machines.Rules.event_roles`):
@@ -169,8 +173,10 @@ def check_opening(
     event: Event, producer: ProducerEntry, ancestor_agents: tuple[str, ...] = ()
 ) -> None:
     """Raise `AuthenticationError` unless `producer` may open `event`'s operation: a
-    `tool` for the event's scope and agent, and `tool` or `orchestrator` for every
-    agent of the ancestors the ledger knows (`ancestor_agents`)."""
+    `tool` for the event's scope and agent, `orchestrator` for that agent when the
+    lineage reports credentials delegated to it, and `tool` or `orchestrator` for every
+    agent of the ancestors the ledger knows (`ancestor_agents`; ancestors it learns of
+    later are checked when they arrive, `machines.may_link`)."""
     scope = event.scope
     wanted: dict[str, str | None] = {
         "capability": None if scope is None else scope.capability,
@@ -186,6 +192,17 @@ def check_opening(
             else "it does not hold role tool"
         )
         raise _refuse(producer, event, f"opening the operation: {hint}{_describe(wanted)}")
+    credentials = event.lineage.delegated_credentials
+    if credentials and not producer.permits(Role.ORCHESTRATOR, agent=event.lineage.agent):
+        # A revocation command names these credentials: a producer that could name any
+        # would aim a containment's revocation at a bystander's authority.
+        raise _refuse(
+            producer,
+            event,
+            f"its lineage reports credentials {', '.join(credentials)} delegated to agent "
+            f"{event.lineage.agent}, for which it does not hold orchestrator (the role that "
+            "reports an agent's lineage and delegations)",
+        )
     for agent in ancestor_agents:
         if agent == event.lineage.agent:
             continue

@@ -229,6 +229,15 @@ class OperationView:
     # declared (`machines.claims`): this operation is its duplicate or a conflicting
     # reuse of the key, and never retries with it (practice §4).
     key_owner: KeyClaim | None = None
+    # The credentials delegated to the operation's agent for its task, as its opening
+    # event reported them (`lineage.delegated_credentials`), and whether a revocation has
+    # been commanded since it last resumed: a finished descendant that still holds them
+    # gets the revocation when an ancestor is contained (CONFORMANCE L5.3).
+    credentials: tuple[str, ...] = ()
+    revoked: bool = False
+    # The authenticated producer of the event that opened the operation: a link of it
+    # below a parent reported later is checked against its grants (`may_link`).
+    opened_by: str | None = None
 
     def command_capability(self, command_id: str | None) -> str | None:
         """The capability of the open command `command_id`, if this operation issued it
@@ -320,6 +329,8 @@ def new_view(
     principal: str | None = None,
     task: str | None = None,
     runtime: str | None = None,
+    credentials: tuple[str, ...] = (),
+    opened_by: str | None = None,
 ) -> OperationView:
     """The view of an operation the controller has just started to govern."""
     return OperationView(
@@ -339,6 +350,8 @@ def new_view(
         principal=principal,
         task=task,
         runtime=runtime,
+        credentials=credentials,
+        opened_by=opened_by,
     )
 
 

@@ -319,10 +319,12 @@ ON CONFLICT (record_id) DO NOTHING;
 -- (`Ledger.arrival_lineage`): their named parents, and the rows naming one of them as
 -- parent (children reported first). Two index lookups, no walk: the denormalised
 -- lineage columns of these rows already hold the rest of the chain.
+-- The opener of each row (from its view) is what a child reported first is linked by
+-- (`machines.may_link`).
 SELECT operation_id, correlation_id, machine_name, machine_version, state, agent, task,
        initiating_principal, origin_operation, parent_operation, delegated_credentials,
        ancestors, lineage_agents, contained_ancestors, containing, containment_cause,
-       descendant_agents
+       descendant_agents, view->>'opened_by'
 FROM operations
 WHERE operation_id = ANY(%(parents)s) OR parent_operation = ANY(%(ids)s);
 

@@ -282,3 +282,41 @@ def test_a_second_operation_claiming_a_key_is_a_duplicate_or_refused(
 
 def routes_any(machine: Machine) -> Transition:
     return Transition(machine.initial, "ANY", 0, machine.initial)
+
+
+ALL_STATES = [(n, s) for n, m in sorted(MACHINES.items()) for s in sorted(m.states)]
+
+
+@pytest.mark.parametrize(("name", "state"), ALL_STATES)
+@settings(max_examples=5, deadline=None)
+@given(revoked=st.booleans(), credentials=st.sampled_from(((), ("cred-1",), ("c-1", "c-2"))))
+def test_an_ancestors_containment_reaches_every_state(
+    name: str, state: str, revoked: bool, credentials: tuple[str, ...]
+) -> None:
+    """CONFORMANCE L5.2, L5.3, class 7: a trusted ANCESTOR_CONTAINED stops a running
+    descendant and revokes the credentials it still holds, whether or not its machine
+    routes the event in that state; a finished one (final state) gets the revocation
+    only, once."""
+    machine = MACHINES[name]
+    view = replace(
+        view_of(machine, state, ToolFacts(), {}), credentials=credentials, revoked=revoked
+    )
+    event = replace(
+        event_for(machine, view, "ANCESTOR_CONTAINED", "recovery-controller"),
+        evidence=EvidencePayload(ancestor_operation="op-ancestor"),
+        payload_digest="",
+    )
+    d = decide(machine, view, event, POLICY, REGISTRY, T0)
+    kinds = [i.kind for i in d.invocations]
+    holds = bool(credentials) and not revoked
+    if machine.states[state].final:
+        assert d.outcome is Outcome.FINAL
+        assert kinds == (["revoke"] if holds else [])
+        return
+    assert d.evidence.contained_ancestor == "op-ancestor"
+    assert "stop" in kinds
+    if holds:
+        assert "revoke" in kinds
+    after = apply(view, d)
+    assert after.lineage.contained_ancestors == ("op-ancestor",)
+    assert after.revoked is (revoked or "revoke" in kinds)

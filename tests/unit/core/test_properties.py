@@ -438,11 +438,19 @@ def _check(
     state = machine.states[before.state]
     if state.final:
         assert d.state_after == before.state
-        assert d.invocations == ()
-        assert d.outcome in (Outcome.FINAL, Outcome.DUPLICATE, Outcome.CONFLICT)
+        # Nothing, but the revocation of credentials a finished descendant still holds
+        # when an ancestor is contained (CONFORMANCE L5.3).
+        assert all(
+            (i.origin, i.kind) in (("containment", "revoke"), ("escalation", "escalate"))
+            for i in d.invocations
+        )
+        assert d.outcome in (Outcome.FINAL, Outcome.DUPLICATE, Outcome.CONFLICT, Outcome.REFUSED)
     if d.outcome is not Outcome.TRANSITIONED:
         assert d.state_after == before.state
-        assert all(i.origin == "escalation" for i in d.invocations)
+        assert all(i.origin in ("escalation", "containment") for i in d.invocations)
+        assert event.event_type == "ANCESTOR_CONTAINED" or all(
+            i.origin == "escalation" for i in d.invocations
+        )
     if (
         d.outcome is Outcome.TRANSITIONED
         and before.lineage.includes(event.producer)

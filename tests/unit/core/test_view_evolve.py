@@ -68,6 +68,9 @@ NEW: dict[str, Any] = {
     "task": "task-2",
     "runtime": "runtime-2",
     "key_owner": KeyClaim("op-9", "sha256:ff"),
+    "credentials": ("cred-9",),
+    "revoked": True,
+    "opened_by": "tool-9",
 }
 
 
