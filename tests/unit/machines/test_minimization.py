@@ -5,6 +5,7 @@ digest of a redacted value survives, not even the event's own payload digest."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -126,7 +127,8 @@ def test_no_redacted_value_survives_minimization_and_only_recorded_payloads_are_
             "category": kind,
             "digest": sha256_digest(redacted),
         }
-        assert "4242" not in text
+        # Outside the digests, whose hex may hold those four digits by chance.
+        assert "4242" not in re.sub(r"sha256:[0-9a-f]{64}", "sha256:-", text)
     # Minimizing what intake kept changes nothing (replays and redrives are stable).
     assert minimize_event(machine.audit, kept) == kept
     # Everything else of the event is as it was.
