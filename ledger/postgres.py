@@ -45,8 +45,8 @@ from ledger.interface import (
     PartitionClaim,
 )
 from ledger.jsonutil import loads
-from ledger.postgres_arrays import ADAPTERS, TextArray
-from ledger.postgres_commit import write_batch
+from ledger.postgres_arrays import ADAPTERS
+from ledger.postgres_commit import read_claims, write_batch
 from ledger.postgres_lineage import lineage_row
 from ledger.queries import QUERIES
 from ledger.records import (
@@ -309,21 +309,7 @@ class PostgresLedger(Ledger):
         """See `Ledger.key_claims`: one query for the whole batch."""
         if not keys:
             return {}
-        params = {
-            "principals": TextArray(k.principal for k in keys),
-            "capabilities": TextArray(k.capability for k in keys),
-            "keys": TextArray(k.idempotency_key for k in keys),
-        }
-
-        def work(conn: Conn) -> dict[ClaimKey, KeyClaim]:
-            return {
-                ClaimKey(principal, capability, key): KeyClaim(op, digest)
-                for principal, capability, key, op, digest in conn.execute(
-                    QUERIES["key_claims"], params
-                )
-            }
-
-        return self._run("key claims", work)
+        return self._run("key claims", lambda conn: read_claims(conn, keys))
 
     # -- the batch transaction ----------------------------------------------------------
 

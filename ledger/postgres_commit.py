@@ -71,7 +71,7 @@ from ledger.records import (
 )
 from machines import ClaimKey, KeyClaim, LineageRow
 
-__all__ = ["write_batch"]
+__all__ = ["read_claims", "write_batch"]
 
 Conn = psycopg.Connection[TupleRow]
 Rows = list[TupleRow]
@@ -432,6 +432,19 @@ def _insert_claims(conn: Conn, plan: BatchRows) -> psycopg.Cursor[TupleRow] | No
     return conn.execute(QUERIES["insert_claims"], column_arrays(_CLAIM_COLUMNS, _CLAIM_TYPES, rows))
 
 
+def read_claims(conn: Conn, keys: Sequence[ClaimKey]) -> dict[ClaimKey, KeyClaim]:
+    """The stored owners of `keys` (`key_claims`: one primary-key lookup per key)."""
+    params = {
+        "principals": TextArray(k.principal for k in keys),
+        "capabilities": TextArray(k.capability for k in keys),
+        "keys": TextArray(k.idempotency_key for k in keys),
+    }
+    return {
+        ClaimKey(p, c, k): KeyClaim(op, digest)
+        for p, c, k, op, digest in conn.execute(QUERIES["key_claims"], params)
+    }
+
+
 _CLAIM_COLUMNS: Final = ("c0", "c1", "c2", "c3", "c4", "c5")
 _CLAIM_TYPES: Final = ("text", "text", "text", "text", "text", "timestamptz")
 
@@ -446,16 +459,7 @@ def _check_claimed(conn: Conn, plan: BatchRows, inserted: psycopg.Cursor[TupleRo
     missing = [c.key for c in plan.claims if c.key not in written]
     if not missing:
         return
-    params = {
-        "principals": TextArray(k.principal for k in missing),
-        "capabilities": TextArray(k.capability for k in missing),
-        "keys": TextArray(k.idempotency_key for k in missing),
-    }
-    stored = {
-        ClaimKey(p, c, k): KeyClaim(op, digest)
-        for p, c, k, op, digest in conn.execute(QUERIES["key_claims"], params)
-    }
-    check_claims(plan, stored)
+    check_claims(plan, read_claims(conn, missing))
     # Written by nobody and owned by nobody cannot happen; refuse rather than guess.
     raise VersionConflict(claim_message(missing[0], "?", "an unknown writer"))
 

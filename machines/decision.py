@@ -371,16 +371,11 @@ def _containment(
     return tuple(out)
 
 
-_CONTAINMENT: dict[str, Mapping[str, ActionRef]] = {}
-
-
 def _containment_actions(machine: Machine, registry: Registry) -> Mapping[str, ActionRef]:
     """The machine's own stop and revoke actions (with their params): those of its
     `ANCESTOR_CONTAINED` transitions first, else the first of each kind any transition
-    invokes, in machine order (cached by digest)."""
-    found = _CONTAINMENT.get(machine.digest)
-    if found is not None:
-        return found
+    invokes, in machine order. Not cached: only a contained ancestor's event in a state
+    without a route, or in a final state, asks."""
     transitions = [t for st in machine.states.values() for ts in st.on.values() for t in ts]
     ordered = [t for t in transitions if t.event == ANCESTOR_CONTAINED] + transitions
     chosen: dict[str, ActionRef] = {}
@@ -388,9 +383,6 @@ def _containment_actions(machine: Machine, registry: Registry) -> Mapping[str, A
         spec = registry.capabilities.get(action.capability)
         if spec is not None and str(spec.kind) in (STOP, REVOKE):
             chosen.setdefault(str(spec.kind), action)
-    if len(_CONTAINMENT) > 256:
-        _CONTAINMENT.clear()
-    _CONTAINMENT[machine.digest] = chosen
     return chosen
 
 
