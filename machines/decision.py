@@ -353,8 +353,10 @@ def _containment(
     actions = _containment_actions(machine, registry)
     out: list[Invocation] = []
     for kind in wanted:
-        if kind == REVOKE and (not view.credentials or view.revoked):
-            continue
+        if (kind == REVOKE and (not view.credentials or view.revoked)) or (
+            kind == STOP and view.stopped
+        ):
+            continue  # nothing delegated, or already revoked or stopped since it resumed
         action = actions.get(kind)
         spec = registry.capabilities.get(action.capability) if action else None
         if action is None or spec is None or action.capability in policy.forbidden_capabilities:
@@ -874,6 +876,7 @@ def _escalations(view: OperationView, decision: Decision) -> tuple[tuple[str, in
 
 
 _EPOCH_KINDS = frozenset({str(CapabilityKind.RETRY), str(CapabilityKind.COMPENSATE)})
+_CONTAINED_KINDS = frozenset({STOP, REVOKE, str(CapabilityKind.RESUME)})
 
 
 def _answered(decision: Decision) -> str | None:
@@ -946,9 +949,12 @@ def apply(view: OperationView, decision: Decision) -> OperationView:
     if decision.invocations or view.command_capabilities:
         changes["command_capabilities"] = _command_capabilities(view, decision)
     kinds = {i.kind for i in decision.invocations}
-    if REVOKE in kinds or (view.revoked and str(CapabilityKind.RESUME) in kinds):
-        # A resumption gives the task its authority back; a revocation takes it away.
-        changes["revoked"] = REVOKE in kinds
+    if kinds & _CONTAINED_KINDS:
+        # A stop or revocation holds until a resumption gives the task back its run and
+        # its authority.
+        resumed = str(CapabilityKind.RESUME) in kinds
+        changes["stopped"] = STOP in kinds or (view.stopped and not resumed)
+        changes["revoked"] = REVOKE in kinds or (view.revoked and not resumed)
     changes["state"] = decision.state_after
     changes["version"] = decision.sequence
     changes["seen_events"] = MappingProxyType(seen)

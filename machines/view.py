@@ -235,6 +235,9 @@ class OperationView:
     # gets the revocation when an ancestor is contained (CONFORMANCE L5.3).
     credentials: tuple[str, ...] = ()
     revoked: bool = False
+    # Whether a stop has been commanded since it last resumed: an ancestor's containment
+    # does not stop a task its own containment already stopped.
+    stopped: bool = False
     # The authenticated producer of the event that opened the operation: a link of it
     # below a parent reported later is checked against its grants (`may_link`).
     opened_by: str | None = None

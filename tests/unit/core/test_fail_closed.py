@@ -289,17 +289,25 @@ ALL_STATES = [(n, s) for n, m in sorted(MACHINES.items()) for s in sorted(m.stat
 
 @pytest.mark.parametrize(("name", "state"), ALL_STATES)
 @settings(max_examples=5, deadline=None)
-@given(revoked=st.booleans(), credentials=st.sampled_from(((), ("cred-1",), ("c-1", "c-2"))))
+@given(
+    revoked=st.booleans(),
+    stopped=st.booleans(),
+    credentials=st.sampled_from(((), ("cred-1",), ("c-1", "c-2"))),
+)
 def test_an_ancestors_containment_reaches_every_state(
-    name: str, state: str, revoked: bool, credentials: tuple[str, ...]
+    name: str, state: str, revoked: bool, stopped: bool, credentials: tuple[str, ...]
 ) -> None:
     """CONFORMANCE L5.2, L5.3, class 7: a trusted ANCESTOR_CONTAINED stops a running
     descendant and revokes the credentials it still holds, whether or not its machine
     routes the event in that state; a finished one (final state) gets the revocation
-    only, once."""
+    only, once; what its own containment already stopped or revoked is not again
+    unless its machine's route does it."""
     machine = MACHINES[name]
     view = replace(
-        view_of(machine, state, ToolFacts(), {}), credentials=credentials, revoked=revoked
+        view_of(machine, state, ToolFacts(), {}),
+        credentials=credentials,
+        revoked=revoked,
+        stopped=stopped,
     )
     event = replace(
         event_for(machine, view, "ANCESTOR_CONTAINED", "recovery-controller"),
@@ -314,9 +322,11 @@ def test_an_ancestors_containment_reaches_every_state(
         assert kinds == (["revoke"] if holds else [])
         return
     assert d.evidence.contained_ancestor == "op-ancestor"
-    assert "stop" in kinds
+    routed = "ANCESTOR_CONTAINED" in machine.states[state].on
+    assert ("stop" in kinds) is (routed or not stopped)
     if holds:
         assert "revoke" in kinds
     after = apply(view, d)
     assert after.lineage.contained_ancestors == ("op-ancestor",)
     assert after.revoked is (revoked or "revoke" in kinds)
+    assert after.stopped is (stopped or "stop" in kinds)

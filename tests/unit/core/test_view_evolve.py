@@ -70,6 +70,7 @@ NEW: dict[str, Any] = {
     "key_owner": KeyClaim("op-9", "sha256:ff"),
     "credentials": ("cred-9",),
     "revoked": True,
+    "stopped": True,
     "opened_by": "tool-9",
 }
 
