@@ -455,10 +455,12 @@ def _check_claimed(conn: Conn, plan: BatchRows, inserted: psycopg.Cursor[TupleRo
     which the refusal rolls back whole."""
     if inserted is None:
         return
-    written = {ClaimKey(*(str(v) for v in row)) for row in inserted.fetchall()}
-    missing = [c.key for c in plan.claims if c.key not in written]
+    written = {(ClaimKey(str(p), str(c), str(k)), str(op)) for p, c, k, op in inserted.fetchall()}
+    missing = [c.key for c in plan.claims if (c.key, c.claim.operation_id) not in written]
     if not missing:
         return
+    # Owned by another operation: one a concurrent batch committed, or one this batch
+    # claims twice (the first row of the statement won; it is visible here).
     check_claims(plan, read_claims(conn, missing))
     # Written by nobody and owned by nobody cannot happen; refuse rather than guess.
     raise VersionConflict(claim_message(missing[0], "?", "an unknown writer"))

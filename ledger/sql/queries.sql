@@ -338,8 +338,9 @@ JOIN idempotency_claims AS c USING (principal, capability, idempotency_key);
 
 -- name: insert_claims
 -- The claims of the operations a batch opens. A key another operation holds already
--- (a concurrent batch won it) is not written and is missing from RETURNING: the batch
--- is refused and decided again on that owner.
+-- (a concurrent batch won it, or an earlier row of this statement) is not written for
+-- this operation and is missing from RETURNING: the batch is refused and decided again
+-- on that owner.
 INSERT INTO idempotency_claims (principal, capability, idempotency_key, operation_id,
                                 arguments_digest, claimed_at)
 SELECT * FROM unnest(
@@ -347,7 +348,7 @@ SELECT * FROM unnest(
     %(c5)b::timestamptz[]
 )
 ON CONFLICT DO NOTHING
-RETURNING principal, capability, idempotency_key;
+RETURNING principal, capability, idempotency_key, operation_id;
 
 -- name: lineage_of
 SELECT operation_id, correlation_id, machine_name, machine_version, state, agent, task,
