@@ -266,10 +266,7 @@ def _decide(
         return
     if event.event_type in _events_of(machine):
         draft.condition_scope = event.event_type
-    draft.classifier, refusal = classifier_refusal(event, policy)
-    refusal = refusal or authority_refusal(event, view) or causation_refusal(event, view, registry)
-    if refusal is None:
-        draft.evidence, refusal = admit_evidence(event, view, policy, now)
+    refusal = _admission(draft, view, event, policy, registry, now)
     candidates: tuple[CompiledTransition, ...] = ()
     if refusal is None:
         candidates, refusal = _candidates(draft, machine, view, event, registry, guard_table)
@@ -281,6 +278,24 @@ def _decide(
         _contain_unrouted(draft, machine, view, event, policy, registry)
     else:
         _select(draft, candidates, _finals_of(machine), view, event, policy, registry, now)
+
+
+def _admission(
+    draft: _Draft,
+    view: OperationView,
+    event: Event,
+    policy: Policy,
+    registry: Registry,
+    now: datetime,
+) -> Notice | None:
+    """Whether the event may say what it says, and the trusted evidence it adds (into
+    the draft): the classifier boundary, the producer's authority, the command it
+    answers, then evidence admission; the first refusal, or None."""
+    draft.classifier, refusal = classifier_refusal(event, policy)
+    refusal = refusal or authority_refusal(event, view) or causation_refusal(event, view, registry)
+    if refusal is None:
+        draft.evidence, refusal = admit_evidence(event, view, policy, now)
+    return refusal
 
 
 def _finished(
@@ -297,14 +312,10 @@ def _finished(
     to it, the controller revokes them; the contained ancestor is recorded as evidence.
     An event the core would refuse anywhere (from the agent's lineage, say) is refused
     here too."""
-    refusal = authority_refusal(event, view)
-    evidence, refusal = (
-        (NO_EVIDENCE, refusal) if refusal else admit_evidence(event, view, policy, now)
-    )
+    refusal = _admission(draft, view, event, policy, registry, now)
     if refusal is not None:
         _withhold(draft, Outcome.REFUSED, refusal, view, policy, registry)
         return
-    draft.evidence = evidence
     if view.credentials and not view.revoked:
         draft.invocations = _containment(draft, machine, view, policy, registry, stop=False)
 
