@@ -17,8 +17,9 @@ report that agrees with the opening goes on to the role check and the decision c
 as before (a wrong correlation id there is `correlation-mismatch`).
 
 Events of other roles (verifiers, workers, approvers, orchestrators, the controller's
-own) answer what the operation asked and are not openings; a machine *version* other
-than the pinned one is not a conflict either (the same machine, upgraded).
+own), and any event that answers a command the operation issued (its causation), answer
+what the operation asked and are not openings; a machine *version* other than the
+pinned one is not a conflict either (the same machine, upgraded).
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ def opening_conflict(
     operation's opening; None when it is no tool report or agrees (module docstring)."""
     if Role.TOOL not in roles.roles_for(event.event_type) or Role.TOOL not in producer.roles():
         return None
+    if event.causation is not None and view.command_capability(event.causation) is not None:
+        return None  # an answer to a command the operation issued, not a report of it
     scope = event.scope
     claimed = Opening(
         producer=event.producer,
