@@ -16,15 +16,17 @@ not a recording of whatever the code does.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import sys
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
+import fastavro
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from machines import (
@@ -37,18 +39,23 @@ from machines import (
     Lineage,
     Scope,
     canonical_json,
+    digest_of,
+    issue_call_context,
     key_id,
     public_key_text,
     sign_decision,
     signing_payload,
 )
+from machines.call_context import CALL_CONTEXT_DOMAIN
 from machines.digest import CANONICAL_FORM
+from machines.event import MAX_DELEGATED_CREDENTIALS
 from schemas import (
     CAPABILITY_COMMAND,
     CONTENT_TYPE,
     CONTENT_TYPE_AVRO,
     CONTENT_TYPE_JSON,
     EVENT_ENVELOPE,
+    HEADER_CALL_CONTEXT,
     HEADER_COMMAND_ID,
     HEADER_RECORD_ID,
     HEADER_SCHEMA,
@@ -76,11 +83,17 @@ AT: Final = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 T0: Final = datetime(2026, 6, 1, 11, 59, 30, 250000, tzinfo=UTC)
 
 TOOL: Final = "vector-tool"
+# A tool shared by many agents: its grant names none, so an opening needs the call
+# context the agent's runtime signed (docs/wire-protocol.md, "Call contexts").
+SHARED_TOOL: Final = "vector-shared-tool"
+RUNTIME: Final = "vector-runtime"  # the agent's runtime: orchestrator for AGENT
 WORKER: Final = "vector-worker"
 APPROVER: Final = "vector-approver"
 CONTROLLER: Final = "recovery-controller"
 STRANGER: Final = "vector-stranger"  # a key no roster lists
 AGENT: Final = "procurement-agent"
+# The agent runtime that ran the call (envelope v6, `lineage.runtime`).
+AGENT_RUNTIME: Final = "procurement-runtime-3"
 CAPABILITY: Final = "procurement.create-request"
 VERIFY: Final = "procurement.verify-request"
 
@@ -97,6 +110,8 @@ def _seed_hex(name: str) -> str:
 
 _KEY_NAMES: Final = (
     TOOL,
+    SHARED_TOOL,
+    RUNTIME,
     WORKER,
     APPROVER,
     CONTROLLER,
@@ -154,6 +169,16 @@ def roster() -> dict[str, Any]:
                     {"public_key": _public("vector-future"), "not_before": "2100-01-01T00:00:00Z"},
                 ],
                 "grants": [tool_grant],
+            },
+            {
+                "id": SHARED_TOOL,
+                "keys": [{"public_key": _public(SHARED_TOOL)}],
+                "grants": [{k: v for k, v in tool_grant.items() if k != "agents"}],
+            },
+            {
+                "id": RUNTIME,
+                "keys": [{"public_key": _public(RUNTIME)}],
+                "grants": [{"role": "orchestrator", "agents": [AGENT]}],
             },
             {
                 "id": WORKER,
@@ -271,8 +296,17 @@ def _ids() -> dict[str, Any]:
 # events
 
 
-def _lineage() -> Lineage:
-    return Lineage(agent=AGENT, task="task-7", initiating_principal="alice@example.com")
+def _lineage(runtime: str | None = None) -> Lineage:
+    """The lineage of the vectors' operation; a command's carries no runtime (the
+    command schema has none), an event's names the agent runtime that ran the call."""
+    return Lineage(
+        agent=AGENT, task="task-7", initiating_principal="alice@example.com", runtime=runtime
+    )
+
+
+# The arguments of the call the vectors' operation stands for, and their digest
+# (`facts.arguments_digest`, envelope v6).
+ARGUMENTS: Final = {"item": "laptop-14", "quantity": 12}
 
 
 def _base_event(**fields: Any) -> Event:
@@ -286,13 +320,14 @@ def _base_event(**fields: Any) -> Event:
         "event_time": T0,
         "evidence_ref": "coupa:call:req-op-vector-1",
         "producer": TOOL,
-        "lineage": _lineage(),
+        "lineage": _lineage(AGENT_RUNTIME),
         "facts": DeclaredFacts(
             idempotency_key="req-op-vector-1",
             side_effect_possible=True,
             side_effect_confirmed=False,
             compensation_supported=True,
             status_api=True,
+            arguments_digest=digest_of(ARGUMENTS),
         ),
         "scope": Scope(capability=CAPABILITY, tool="coupa", environment="production"),
     }
@@ -322,10 +357,11 @@ def _event_cases() -> list[tuple[str, Event]]:
     return [
         ("tool timeout opening an operation", _base_event()),
         (
-            "minimal envelope (no optional block)",
+            "minimal envelope (no optional block, no runtime)",
             _base_event(
                 event_id="evt-vector-0002",
                 event_time=datetime(2026, 6, 1, 11, 0, tzinfo=UTC),
+                lineage=_lineage(),
                 facts=None,
                 scope=None,
             ),
@@ -352,6 +388,7 @@ def _event_cases() -> list[tuple[str, Event]]:
                 event_id="result:op-vector-1:1:0",
                 producer=WORKER,
                 evidence_ref="command:op-vector-1:1:0",
+                lineage=_lineage(),  # a result copies the command's lineage
                 evidence=EvidencePayload(
                     outcome="not_applied", verifier=WORKER, reference="status-api:404"
                 ),
@@ -371,6 +408,7 @@ def _event_cases() -> list[tuple[str, Event]]:
                     origin_operation="op-root",
                     parent_operation="op-parent",
                     delegated_credentials=("cred-1", "cred-2"),
+                    runtime=AGENT_RUNTIME,
                 ),
                 classifier=ClassifierOutput(
                     identity="clf-1",
@@ -388,12 +426,59 @@ def _event_cases() -> list[tuple[str, Event]]:
                 event_id="decision:0123456789abcdef0123456789abcdef",
                 producer=APPROVER,
                 evidence_ref=f"approval:{APPROVER}:0123456789abcdef0123456789abcdef",
+                lineage=_lineage(),
                 human_decision=_decision(),
                 facts=None,
                 scope=None,
             ),
         ),
+        (
+            "opening by a shared tool with the agent runtime's call context",
+            _base_event(event_id="evt-vector-0007", producer=SHARED_TOOL),
+        ),
     ]
+
+
+# When the vectors' call contexts were issued, and for how long they hold.
+CONTEXT_ISSUED: Final = datetime(2026, 6, 1, 11, 59, tzinfo=UTC)
+CONTEXT_LIFETIME: Final = timedelta(minutes=15)
+
+
+def _call_context(
+    operation_id: str = "op-vector-1",
+    lineage: Lineage | None = None,
+    *,
+    issuer: str = RUNTIME,
+    key: str | None = None,
+    issued: datetime = CONTEXT_ISSUED,
+) -> str:
+    """The call context `issuer` signs (with the key of `key`, else its own) for the call
+    that becomes `operation_id`: the `recovery-call-context` header a tool forwards."""
+    return issue_call_context(
+        issuer,
+        vector_key(key or issuer),
+        operation_id,
+        lineage or _lineage(AGENT_RUNTIME),
+        now=issued,
+        lifetime=CONTEXT_LIFETIME,
+    )
+
+
+def _call_context_case(text: str) -> dict[str, Any]:
+    """What a context header holds and how its signature is made."""
+    document = json.loads(text)
+    context = document["context"]
+    message = CALL_CONTEXT_DOMAIN + canonical_json(context)
+    return {
+        "header": text,
+        "context": context,
+        "signing_message": message.decode("utf-8"),
+        "signature": document["signature"],
+    }
+
+
+# The events whose opening forwards a call context, by event id.
+_FORWARDED: Final = {"evt-vector-0007": _call_context}
 
 
 def _signer(name: str, producer: str | None = None) -> RecordSigner:
@@ -404,8 +489,9 @@ def _headers_json(headers: Sequence[tuple[str, bytes | None]]) -> list[list[str 
     return [[k, None if v is None else v.decode("utf-8")] for k, v in headers]
 
 
-def _publish(event: Event, *, use_json: bool) -> dict[str, Any]:
-    """`event` as `producers.EventPublisher` writes it: value, headers, signature."""
+def _publish(event: Event, *, use_json: bool, call_context: str | None = None) -> dict[str, Any]:
+    """`event` as `producers.EventPublisher` writes it: value, headers (the call context,
+    when the tool forwards one, after the standard ones), signature."""
     if use_json:
         value = JsonCodec().encode(event_to_json(event), EVENT_ENVELOPE)
         headers: list[tuple[str, bytes | None]] = [(CONTENT_TYPE, CONTENT_TYPE_JSON.encode())]
@@ -418,6 +504,8 @@ def _publish(event: Event, *, use_json: bool) -> dict[str, Any]:
         ]
     rid = record_id("event", event.operation_id, event.event_id)
     headers.insert(1, (HEADER_RECORD_ID, rid.encode()))
+    if call_context is not None:
+        headers.append((HEADER_CALL_CONTEXT, call_context.encode()))
     signer = _signer(event.producer)
     key = event.operation_id.encode("utf-8")
     message = record_signing_message(
@@ -438,6 +526,8 @@ def _events() -> dict[str, Any]:
     cases = []
     for name, event in _event_cases():
         content = canonical_json(event.content())
+        issue = _FORWARDED.get(event.event_id)
+        context = None if issue is None else issue()
         case: dict[str, Any] = {
             "name": name,
             "envelope": event_to_json(event),
@@ -448,9 +538,11 @@ def _events() -> dict[str, Any]:
             "record_id": record_id("event", event.operation_id, event.event_id),
             "producer": event.producer,
             "key_id": key_id(vector_key(event.producer).public_key()),
-            "avro": _publish(event, use_json=False),
-            "json": _publish(event, use_json=True),
+            "avro": _publish(event, use_json=False, call_context=context),
+            "json": _publish(event, use_json=True, call_context=context),
         }
+        if context is not None:
+            case["call_context"] = _call_context_case(context)
         decision = event.human_decision
         if decision is not None:
             case["human_decision_signing_message"] = signing_payload(decision).decode("utf-8")
@@ -661,9 +753,11 @@ def _raw(
     content_type: str | None = None,
     after: Callable[[bytes, list[tuple[str, bytes | None]]], tuple[bytes, Any]] | None = None,
     unsigned: bool = False,
+    call_context: str | None = None,
 ) -> dict[str, Any]:
     """A record on the events topic: `event` encoded as the client does (or `value`),
-    keyed by its operation (or `key`), signed by `signer` (else its producer's key)."""
+    keyed by its operation (or `key`), forwarding `call_context`, signed by `signer`
+    (else its producer's key)."""
     headers: list[tuple[str, bytes | None]]
     if value is None and event is not None:
         encoded = _publish(event, use_json=use_json)
@@ -678,6 +772,8 @@ def _raw(
     if content_type is not None:
         headers = [(k, content_type.encode() if k == CONTENT_TYPE else v) for k, v in headers]
     record_key = key if key is not None else (event.operation_id if event else "op-vector-1")
+    if call_context is not None:
+        headers.append((HEADER_CALL_CONTEXT, call_context.encode()))
     if not unsigned:
         chosen = signer or _signer(event.producer if event else TOOL)
         headers = chosen.sign(EVENTS_TOPIC, record_key.encode(), value, headers)
@@ -960,6 +1056,38 @@ def _refusals() -> dict[str, Any]:
             "role-not-permitted",
             "batch",
         ),
+        *_v6_cases(good),
+        *_call_context_cases(good),
+    ]
+    # Cases judged after other records of the same operation, in one batch: each
+    # `preceded_by` record is accepted and decided first.
+    opening = _raw(good)
+    other_scope = Scope(capability=CAPABILITY, tool="coupa", environment="staging")
+    sequenced: list[tuple[str, list[dict[str, Any]], dict[str, Any], str]] = [
+        (
+            "a later tool report with another scope than the operation's opening",
+            [opening],
+            _raw(
+                replace(
+                    good,
+                    event_type="TOOL_FAILED",
+                    event_id="evt-vector-0010",
+                    scope=other_scope,
+                    payload_digest="",
+                )
+            ),
+            "opening-conflict",
+        ),
+        (
+            "a later tool report that agrees with the opening",
+            [opening],
+            _raw(
+                replace(
+                    good, event_type="TOOL_FAILED", event_id="evt-vector-0011", payload_digest=""
+                )
+            ),
+            "accepted",
+        ),
     ]
     return {
         "topic": EVENTS_TOPIC,
@@ -973,10 +1101,185 @@ def _refusals() -> dict[str, Any]:
         "controller refuses it: intake (the record alone) or batch (the operation's "
         "stored state and the roster grants).",
         "cases": [
-            {"name": name, "record": record, "verdict": verdict, "stage": stage}
-            for name, record, verdict, stage in cases
+            *(
+                {"name": name, "record": record, "verdict": verdict, "stage": stage}
+                for name, record, verdict, stage in cases
+            ),
+            *(
+                {
+                    "name": name,
+                    "preceded_by": before,
+                    "record": record,
+                    "verdict": verdict,
+                    "stage": "batch",
+                }
+                for name, before, record, verdict in sequenced
+            ),
         ],
     }
+
+
+def _v6_cases(good: Event) -> list[tuple[str, dict[str, Any], str, str]]:
+    """What envelope v6 added (`lineage.runtime`, `facts.arguments_digest`), its
+    bounds, and the v5 writers the controller still reads."""
+    assert good.facts is not None
+    many = tuple(f"cred-{n}" for n in range(MAX_DELEGATED_CREDENTIALS + 1))
+    return [
+        (
+            "arguments digest that is not sha256 and 64 hex digits",
+            _raw(
+                replace(
+                    good,
+                    facts=replace(good.facts, arguments_digest="sha256:ABC"),
+                    payload_digest="",
+                )
+            ),
+            "envelope-field-invalid",
+            "intake",
+        ),
+        (
+            "runtime with whitespace",
+            _raw(
+                replace(good, lineage=replace(good.lineage, runtime="runtime 3"), payload_digest="")
+            ),
+            "envelope-field-invalid",
+            "intake",
+        ),
+        (
+            f"{MAX_DELEGATED_CREDENTIALS + 1} delegated credentials, one over the bound",
+            _raw(
+                replace(
+                    good,
+                    lineage=replace(good.lineage, delegated_credentials=many),
+                    payload_digest="",
+                )
+            ),
+            "envelope-field-invalid",
+            "intake",
+        ),
+        (
+            "an event written with envelope schema v5",
+            _signed_value(_avro_v5(good), good),
+            "accepted",
+            "intake",
+        ),
+    ]
+
+
+def _avro_v5(event: Event) -> tuple[bytes, str]:
+    """`event` written with `event_envelope.v5.avsc` (before `lineage.runtime` and
+    `facts.arguments_digest`), as a v5 producer writes it; and that schema's fingerprint."""
+    [v5] = [
+        v for v in default_catalog().versions().values() if v.path.name == "event_envelope.v5.avsc"
+    ]
+    record = event_to_record(
+        replace(
+            event,
+            lineage=replace(event.lineage, runtime=None),
+            facts=None if event.facts is None else replace(event.facts, arguments_digest=None),
+        )
+    )
+    del record["lineage"]["runtime"]
+    if record["facts"] is not None:
+        del record["facts"]["arguments_digest"]
+    buffer = io.BytesIO()
+    buffer.write(b"\xc3\x01" + v5.fingerprint)
+    fastavro.schemaless_writer(buffer, v5.parsed, record)
+    return buffer.getvalue(), v5.fingerprint_hex
+
+
+def _signed_value(encoded: tuple[bytes, str], event: Event) -> dict[str, Any]:
+    """A record holding `encoded` (a value and its writer's fingerprint) with the headers
+    the client writes, signed by `event`'s producer."""
+    value, fingerprint = encoded
+    headers: list[tuple[str, bytes | None]] = [
+        (CONTENT_TYPE, CONTENT_TYPE_AVRO.encode()),
+        (HEADER_RECORD_ID, record_id("event", event.operation_id, event.event_id).encode()),
+        (HEADER_SCHEMA, fingerprint.encode()),
+    ]
+    key = event.operation_id.encode()
+    signed = _signer(event.producer).sign(EVENTS_TOPIC, key, value, headers)
+    return {"key": event.operation_id, "value_hex": value.hex(), "headers": _headers_json(signed)}
+
+
+def _call_context_cases(good: Event) -> list[tuple[str, dict[str, Any], str, str]]:
+    """Openings and the proof of their affected agent: a tool whose grant names no
+    agent needs the call context the agent's runtime signed; a context that proves
+    nothing refuses the opening even from a tool whose grant would have proven it."""
+    shared = replace(good, producer=SHARED_TOOL, payload_digest="")
+    altered = _call_context().replace(
+        '"issued_at":"2026-06-01T11:59:00Z"', '"issued_at":"2026-06-01T11:58:00Z"'
+    )
+    assert altered != _call_context()
+    other_task = replace(good.lineage, task="task-8")
+    return [
+        (
+            "opened by a tool whose grant names no agent, without a call context",
+            _raw(shared),
+            "agent-unproven",
+            "batch",
+        ),
+        (
+            "opened by that tool with the agent runtime's call context",
+            _raw(shared, call_context=_call_context()),
+            "accepted",
+            "batch",
+        ),
+        (
+            "call context issued for another operation",
+            _raw(shared, call_context=_call_context("op-vector-2")),
+            "call-context-invalid",
+            "batch",
+        ),
+        (
+            "call context naming another lineage than the event",
+            _raw(shared, call_context=_call_context(lineage=other_task)),
+            "call-context-invalid",
+            "batch",
+        ),
+        (
+            "call context expired",
+            _raw(shared, call_context=_call_context(issued=AT - timedelta(minutes=30))),
+            "call-context-invalid",
+            "batch",
+        ),
+        (
+            "call context issued after now, beyond the clock skew",
+            _raw(shared, call_context=_call_context(issued=AT + timedelta(minutes=10))),
+            "call-context-invalid",
+            "batch",
+        ),
+        (
+            "call context from a producer that is not orchestrator for the agent",
+            _raw(shared, call_context=_call_context(issuer=WORKER)),
+            "call-context-invalid",
+            "batch",
+        ),
+        (
+            "call context that is not JSON",
+            _raw(shared, call_context="not json"),
+            "call-context-invalid",
+            "batch",
+        ),
+        (
+            "call context signed with a key its issuer does not hold",
+            _raw(shared, call_context=_call_context(key=STRANGER)),
+            "key-unknown",
+            "batch",
+        ),
+        (
+            "call context altered after signing",
+            _raw(shared, call_context=altered),
+            "signature-invalid",
+            "batch",
+        ),
+        (
+            "a bad call context refuses even a tool whose grant names the agent",
+            _raw(good, call_context=_call_context("op-vector-2")),
+            "call-context-invalid",
+            "batch",
+        ),
+    ]
 
 
 def _payload_text_value(event: Event, text: str) -> bytes:

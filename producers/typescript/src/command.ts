@@ -27,7 +27,8 @@ export interface CapabilityCommand {
   readonly machine_version: string;
   readonly machine_digest: string;
   readonly sequence: number;
-  readonly lineage: Required<Lineage>;
+  /** The operation's lineage as the command carries it (a command names no runtime). */
+  readonly lineage: Required<Omit<Lineage, 'runtime'>>;
   readonly issued_at: Micros;
   readonly deadline: Micros | null;
   readonly idempotency_key: string | null;
@@ -39,7 +40,7 @@ export function commandFromRecord(record: Record<string, unknown>): CapabilityCo
   if (params === null || typeof params !== 'object' || Array.isArray(params)) {
     throw new WireError('record-invalid', `command ${String(record['command_id'])}: params_json is not a JSON object`);
   }
-  const lineage = record['lineage'] as Required<Lineage>;
+  const lineage = record['lineage'] as Required<Omit<Lineage, 'runtime'>>;
   return {
     command_id: String(record['command_id']),
     capability: String(record['capability']),

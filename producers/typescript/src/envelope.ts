@@ -17,6 +17,9 @@ export interface Lineage {
   origin_operation?: string | null;
   parent_operation?: string | null;
   delegated_credentials?: readonly string[];
+  /** The agent runtime that ran the call (envelope v6); part of the identity the
+   * controller records on the operation and names in its audit records. */
+  runtime?: string | null;
 }
 
 export interface CheckpointReport {
@@ -67,6 +70,10 @@ export interface DeclaredFacts {
   side_effect_confirmed?: boolean;
   compensation_supported?: boolean;
   status_api?: boolean;
+  /** `sha256:` and the hex SHA-256 of the canonical JSON of the call's arguments
+   * (envelope v6; `argumentsDigest`): tells a duplicate business operation from a
+   * conflicting reuse of the idempotency key. */
+  arguments_digest?: string | null;
 }
 
 export interface Scope {
@@ -119,7 +126,11 @@ export class EnvelopeError extends Error {
 export const MAX_ID_LENGTH = 256;
 export const MAX_REFERENCE_LENGTH = 2048;
 export const MAX_PAYLOAD_DEPTH = 32;
+/** The payload's canonical JSON, at most (bytes). */
+export const MAX_PAYLOAD_BYTES = 64 * 1024;
+export const MAX_DELEGATED_CREDENTIALS = 64;
 const EVENT_TYPE = /^[A-Z][A-Z0-9_]{0,127}$/u;
+const DIGEST = /^sha256:[0-9a-f]{64}$/u;
 /** Whitespace as the protocol means it: Python's `str.isspace` set (not JavaScript's
  * `\s`, which adds U+FEFF and lacks U+0085). */
 const SPACE = '\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000';
@@ -140,7 +151,7 @@ function tokenProblem(name: string, value: string, bound: number, reference: boo
   const length = codePoints(value);
   if (length > bound) return `${name} is ${length} characters long; at most ${bound}`;
   if (!(reference ? REFERENCE : TOKEN).test(value)) {
-    return `${name} ${JSON.stringify(value)} is blank, padded or holds ${reference ? 'control characters' : 'whitespace or control characters'}`;
+    return `${name} ${JSON.stringify(value.slice(0, MAX_ID_LENGTH))} is blank, padded or holds ${reference ? 'control characters' : 'whitespace or control characters'}`;
   }
   return null;
 }
@@ -176,19 +187,35 @@ export function envelopeProblems(fields: EnvelopeFields): string[] {
     ['causation', fields.causation],
     ['lineage.origin_operation', lineage.origin_operation],
     ['lineage.parent_operation', lineage.parent_operation],
+    ['lineage.runtime', lineage.runtime],
   ];
   const problems: string[] = [];
   for (const [name, value] of [...checks, ...optional.filter(([, v]) => v !== null && v !== undefined)]) {
     const problem = tokenProblem(name, value ?? '', MAX_ID_LENGTH, false);
     if (problem) problems.push(problem);
   }
+  const credentials = lineage.delegated_credentials ?? [];
+  if (credentials.length > MAX_DELEGATED_CREDENTIALS) {
+    problems.push(`lineage.delegated_credentials lists ${credentials.length}; at most ${MAX_DELEGATED_CREDENTIALS}`);
+  }
+  let longest = 0;
+  for (const credential of credentials) longest = Math.max(longest, codePoints(credential));
+  if (longest > MAX_ID_LENGTH) {
+    problems.push(`lineage.delegated_credentials holds one of ${longest} characters; at most ${MAX_ID_LENGTH}`);
+  }
   const reference = tokenProblem('evidence_ref', fields.evidence_ref, MAX_REFERENCE_LENGTH, true);
   if (reference) problems.push(reference);
+  const digest = fields.facts?.arguments_digest;
+  if (digest !== null && digest !== undefined && !DIGEST.test(digest)) {
+    problems.push(`facts.arguments_digest ${JSON.stringify(digest.slice(0, 80))} is not sha256:<64 hex digits>`);
+  }
   return problems;
 }
 
-function lineageContent(lineage: Lineage): { [key: string]: JsonValue } {
-  return {
+/** The lineage as an event's content and a call context carry it: `runtime` only when
+ * set, so an event without one keeps the digest it had before envelope v6. */
+export function lineageContent(lineage: Lineage): { [key: string]: JsonValue } {
+  const content: { [key: string]: JsonValue } = {
     agent: lineage.agent,
     task: lineage.task,
     initiating_principal: lineage.initiating_principal,
@@ -196,6 +223,12 @@ function lineageContent(lineage: Lineage): { [key: string]: JsonValue } {
     parent_operation: lineage.parent_operation ?? null,
     delegated_credentials: [...(lineage.delegated_credentials ?? [])],
   };
+  if (lineage.runtime !== null && lineage.runtime !== undefined) content['runtime'] = lineage.runtime;
+  return content;
+}
+
+function lineageRecord(lineage: Lineage): Record<string, unknown> {
+  return { ...lineageContent(lineage), runtime: lineage.runtime ?? null };
 }
 
 function checkpointContent(c: CheckpointReport): { [key: string]: JsonValue } {
@@ -253,14 +286,23 @@ function classifierContent(c: ClassifierOutput): { [key: string]: JsonValue } {
   };
 }
 
+/** The facts as an event's content carries them: `arguments_digest` only when set. */
 function factsContent(f: DeclaredFacts): { [key: string]: JsonValue } {
-  return {
+  const content: { [key: string]: JsonValue } = {
     idempotency_key: f.idempotency_key ?? null,
     side_effect_possible: f.side_effect_possible ?? true,
     side_effect_confirmed: f.side_effect_confirmed ?? false,
     compensation_supported: f.compensation_supported ?? false,
     status_api: f.status_api ?? false,
   };
+  if (f.arguments_digest !== null && f.arguments_digest !== undefined) content['arguments_digest'] = f.arguments_digest;
+  return content;
+}
+
+/** `sha256:` and the hex SHA-256 of the canonical JSON of a call's arguments: the
+ * `arguments_digest` a tool declares with its idempotency key. */
+export function argumentsDigest(args: JsonValue): string {
+  return 'sha256:' + sha256Hex(canonicalJson(args));
 }
 
 function scopeContent(s: Scope): { [key: string]: JsonValue } {
@@ -294,11 +336,18 @@ export function envelopeContent(f: EnvelopeFields): { [key: string]: JsonValue }
 
 /** Validates `fields` as the controller's intake does and computes the digest. */
 export function buildEnvelope(fields: EnvelopeFields): Envelope {
-  if (fields.payload !== null && fields.payload !== undefined && payloadTooDeep(fields.payload)) {
-    throw new EnvelopeError('envelope-field-invalid', `event ${fields.event_id}: payload is nested deeper than ${MAX_PAYLOAD_DEPTH} levels`);
-  }
-  if (fields.payload !== null && fields.payload !== undefined && (typeof fields.payload !== 'object' || Array.isArray(fields.payload))) {
-    throw new EnvelopeError('envelope-invalid', `event ${fields.event_id}: payload must be a JSON object`);
+  const payload = fields.payload;
+  if (payload !== null && payload !== undefined) {
+    if (payloadTooDeep(payload)) {
+      throw new EnvelopeError('envelope-field-invalid', `event ${fields.event_id}: payload is nested deeper than ${MAX_PAYLOAD_DEPTH} levels`);
+    }
+    if (typeof payload !== 'object' || Array.isArray(payload) || payload instanceof JsonFloat) {
+      throw new EnvelopeError('envelope-invalid', `event ${fields.event_id}: payload must be a JSON object`);
+    }
+    const size = canonicalJson(payload as JsonValue).length;
+    if (size > MAX_PAYLOAD_BYTES) {
+      throw new EnvelopeError('envelope-field-invalid', `event ${fields.event_id}: payload is ${size} bytes of canonical JSON; at most ${MAX_PAYLOAD_BYTES}`);
+    }
   }
   if (!EVENT_TYPE.test(fields.event_type)) {
     throw new EnvelopeError('envelope-invalid', `event ${fields.event_id}: event type ${JSON.stringify(fields.event_type)} must be an uppercase id (A-Z, 0-9, _; at most 128 characters)`);
@@ -348,7 +397,7 @@ export function envelopeRecord(envelope: Envelope): Record<string, unknown> {
     event_time: f.event_time,
     evidence_ref: f.evidence_ref,
     producer: f.producer,
-    lineage: lineageContent(f.lineage),
+    lineage: lineageRecord(f.lineage),
     evidence: e
       ? {
           outcome: e.outcome ?? null,
@@ -384,7 +433,7 @@ export function envelopeRecord(envelope: Envelope): Record<string, unknown> {
       : null,
     causation: f.causation ?? null,
     payload_digest: envelope.payloadDigest,
-    facts: f.facts ? factsContent(f.facts) : null,
+    facts: f.facts ? { ...factsContent(f.facts), arguments_digest: f.facts.arguments_digest ?? null } : null,
     scope: f.scope ? scopeContent(f.scope) : null,
     payload: f.payload ? canonicalJson(f.payload as JsonValue).toString('utf8') : null,
   };
@@ -421,6 +470,7 @@ export function fieldsFromJson(json: { [key: string]: JsonValue | undefined }): 
       origin_operation: text(lineage['origin_operation']),
       parent_operation: text(lineage['parent_operation']),
       delegated_credentials: ((lineage['delegated_credentials'] as string[] | undefined) ?? []).slice(),
+      runtime: text(lineage['runtime']),
     },
     causation: text(json['causation']),
   };
@@ -477,6 +527,7 @@ export function fieldsFromJson(json: { [key: string]: JsonValue | undefined }): 
       side_effect_confirmed: facts['side_effect_confirmed'] === true,
       compensation_supported: facts['compensation_supported'] === true,
       status_api: facts['status_api'] === true,
+      arguments_digest: text(facts['arguments_digest']),
     };
   }
   if (scope) {

@@ -8,6 +8,16 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
   admitCommand,
+  callContextMessage,
+  ed25519Verify,
+  EnvelopeError,
+  EventPublisher,
+  headerValue,
+  issueCallContext,
+  readEvent,
+  RecoveryClient,
+  unsignedHeaders,
+  WireError,
   buildEnvelope,
   canonicalJson,
   canonicalText,
@@ -37,7 +47,6 @@ import {
   AuthenticationError,
   type Header,
   type JsonValue,
-  type RecoveryClient,
 } from '../src/index.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -91,6 +100,11 @@ test('record ids, partitions, schema canonical forms and fingerprints', () => {
 });
 
 const events = load('events.json');
+const vectorRoster = Roster.fromDocument(load('refusals.json')['roster']);
+const vectorsAt = parseUtc(str(load('refusals.json')['at']));
+const publisherOf = (signer: RecordSigner, useJson: boolean): EventPublisher =>
+  new EventPublisher(signer, { bootstrap: '127.0.0.1:1', useJson });
+
 for (const c of list(events, 'cases')) {
   test(`event: ${str(c['name'])}`, () => {
     const envelope = buildEnvelope(fieldsFromJson(c['envelope'] as Doc));
@@ -98,34 +112,68 @@ for (const c of list(events, 'cases')) {
     assert.equal(envelope.payloadDigest, c['payload_digest']);
     const topic = str(c['topic']);
     const key = Buffer.from(str(c['key']), 'utf8');
-    const rid = recordId('event', envelope.fields.operation_id, envelope.fields.event_id);
-    assert.equal(rid, c['record_id']);
+    assert.equal(recordId('event', envelope.fields.operation_id, envelope.fields.event_id), c['record_id']);
     const signer = signerOf(str(c['producer']));
     assert.equal(signer.keyId, c['key_id']);
-    const catalog = defaultCatalog();
-    const encodings: Array<[string, Buffer, Header[]]> = [
-      ['avro', catalog.encode(envelopeRecord(envelope), EVENT_ENVELOPE), [
-        ['content-type', Buffer.from('application/vnd.apache.avro.single-object')],
-        ['recovery-record-id', Buffer.from(rid)],
-        ['recovery-schema', Buffer.from(catalog.current(EVENT_ENVELOPE).fingerprint.toString('hex'))],
-      ]],
-      ['json', canonicalJson(envelopeJson(envelope)), [
-        ['content-type', Buffer.from('application/json')],
-        ['recovery-record-id', Buffer.from(rid)],
-      ]],
-    ];
-    for (const [name, value, headers] of encodings) {
-      const wire = c[name] as Doc;
-      assert.equal(value.toString('hex'), wire['value_hex'], `${name} value`);
-      const message = recordSigningMessage(topic, key, value, headers, signer.producer, signer.keyId);
-      assert.equal(message.toString('utf8'), wire['signing_message'], `${name} signing message`);
-      const signed = signer.sign(topic, key, value, headers);
-      assert.deepEqual(signed.map(([k, v]) => [k, v?.toString('utf8') ?? null]), wire['headers'], `${name} headers`);
-      const roster = Roster.fromDocument(load('refusals.json')['roster']);
-      assert.equal(verifyRecord(roster, topic, key, value, signed, parseUtc('2026-06-01T12:00:00Z')).id, signer.producer);
+    const forwarded = (c['call_context'] as Doc | undefined) ?? null;
+    const header = forwarded === null ? null : str(forwarded['header']);
+    for (const encoding of ['avro', 'json'] as const) {
+      const wire = c[encoding] as Doc;
+      // The publisher's own encoding: value bytes, headers in order, signature.
+      const record = publisherOf(signer, encoding === 'json').encode(envelope, topic, header);
+      assert.equal(record.value.toString('hex'), wire['value_hex'], `${encoding} value`);
+      assert.deepEqual(record.headers.map(([k, v]) => [k, v?.toString('utf8') ?? null]), wire['headers'], `${encoding} headers`);
+      const message = recordSigningMessage(topic, key, record.value, unsignedHeaders(record.headers), signer.producer, signer.keyId);
+      assert.equal(message.toString('utf8'), wire['signing_message'], `${encoding} signing message`);
+      assert.equal(verifyRecord(vectorRoster, topic, key, record.value, record.headers, vectorsAt).id, signer.producer);
+      // And the reader's: the vector's bytes decode to the same content.
+      const contentType = headerValue(record.headers, 'content-type');
+      assert.equal(canonicalText(readEvent(record.value, contentType).content), c['content_canonical'], `${encoding} read back`);
     }
     const decision = envelope.fields.human_decision;
-    if (decision) assert.equal(humanDecisionMessage(decision).toString('utf8'), c['human_decision_signing_message']);
+    if (decision) {
+      assert.equal(humanDecisionMessage(decision).toString('utf8'), c['human_decision_signing_message']);
+      // publishHumanDecision's envelope, signed with the approver's key, is the vector's.
+      const client = new RecoveryClient(publisherOf(signer, false));
+      const made = client.humanDecision({
+        private_key: privateKeyFromSeed(seeds.get(decision.approver)!),
+        verdict: decision.decision,
+        operation_id: decision.operation_id,
+        correlation_id: envelope.fields.correlation_id,
+        machine_name: envelope.fields.machine_name,
+        machine_version: envelope.fields.machine_version,
+        machine_digest: decision.machine_digest,
+        state: decision.state,
+        transition: decision.transition,
+        lineage: envelope.fields.lineage,
+        expires_at: decision.expires_at,
+        nonce: decision.nonce,
+        event_time: envelope.fields.event_time,
+        reviewed_digest: decision.reviewed_digest ?? '',
+        for_resume: decision.for_resume ?? false,
+      });
+      assert.equal(made.fields.human_decision?.signature, decision.signature);
+      assert.equal(canonicalText(made.content), c['content_canonical']);
+    }
+    if (forwarded !== null) {
+      const context = forwarded['context'] as Doc;
+      // The runtime's side: the same context, message and signature from its key.
+      const issuer = str(context['issuer']);
+      const issued = parseUtc(str(context['issued_at']));
+      const reissued = issueCallContext(issuer, privateKeyFromSeed(seeds.get(issuer)!), envelope.fields.operation_id, envelope.fields.lineage, {
+        now: issued,
+        lifetime: parseUtc(str(context['expires_at'])) - issued,
+      });
+      assert.equal(reissued, header);
+      assert.equal(callContextMessage(context as { [key: string]: JsonValue }).toString('utf8'), forwarded['signing_message']);
+      const runtime = vectorRoster.producer(issuer)!.keys[0]!.publicKey;
+      assert.ok(ed25519Verify(runtime, Buffer.from(str(forwarded['signature']), 'base64'), callContextMessage(context as { [key: string]: JsonValue })));
+      // The tool's side: operation id and lineage come from the context it forwards.
+      const { operation_id: _op, lineage: _lineage, ...rest } = envelope.fields;
+      const client = new RecoveryClient(publisherOf(signer, false));
+      const built = client.buildEvent(envelope.fields.event_type, { ...rest, call_context: header });
+      assert.equal(canonicalText(built.content), c['content_canonical']);
+    }
   });
 }
 
@@ -180,25 +228,51 @@ for (const c of list(commands, 'cases')) {
 }
 
 const refusals = load('refusals.json');
-const AUTH = new Set(['signature-missing', 'signature-malformed', 'producer-unknown', 'key-unknown', 'key-revoked', 'key-not-yet-valid', 'key-expired', 'signature-invalid']);
-test('record signatures of the refusal vectors verify or fail with their code', () => {
-  const roster = Roster.fromDocument(refusals['roster']);
-  const at = parseUtc(str(refusals['at']));
-  let checked = 0;
-  for (const c of list(refusals, 'cases')) {
-    const verdict = str(c['verdict']);
-    if (!(AUTH.has(verdict) || verdict === 'accepted')) continue;
-    const record = c['record'] as Doc;
-    const value = record['value_hex'] === null ? null : Buffer.from(str(record['value_hex']), 'hex');
-    const key = Buffer.from(str(record['key']), 'utf8');
-    try {
-      verifyRecord(roster, str(refusals['topic']), key, value, headersOf(record['headers']), at);
-      assert.equal(verdict, 'accepted', str(c['name']));
-    } catch (error) {
-      assert.ok(error instanceof AuthenticationError, String(error));
-      assert.equal(error.code, verdict, str(c['name']));
-    }
-    checked += 1;
+// What a client can check of a record on its own, in the controller's order: size,
+// decoding, the envelope, the signature and the signer, the key. The rest (machines,
+// the operation's state and the roster's grants) is the controller's.
+const CLIENT_CHECKS = new Set([
+  'wire-oversized', 'wire-empty', 'wire-unsupported-content-type', 'avro-not-single-object', 'avro-unknown-fingerprint',
+  'avro-corrupt', 'avro-trailing-bytes', 'json-malformed', 'json-schema-violation', 'schema-unexpected', 'envelope-invalid',
+  'envelope-field-invalid', 'event-time-out-of-range', 'signature-missing', 'signature-malformed', 'producer-unknown',
+  'key-unknown', 'key-revoked', 'key-not-yet-valid', 'key-expired', 'signature-invalid', 'identity-mismatch', 'key-mismatch',
+]);
+
+function clientVerdict(record: Doc, roster: Roster, at: number, maxBytes: number): string {
+  const key = Buffer.from(str(record['key']), 'utf8');
+  const value = record['value_hex'] === null ? null : Buffer.from(str(record['value_hex']), 'hex');
+  const headers = headersOf(record['headers']);
+  const size = key.length + (value?.length ?? 0) + headers.reduce((n, [k, v]) => n + Buffer.byteLength(k) + (v?.length ?? 0), 0);
+  if (size > maxBytes) return 'wire-oversized';
+  let envelope;
+  try {
+    envelope = readEvent(value, headerValue(headers, 'content-type'));
+  } catch (error) {
+    if (error instanceof WireError || error instanceof EnvelopeError) return error.code;
+    throw error;
   }
-  assert.ok(checked >= 12, `only ${checked} cases checked`);
-});
+  try {
+    const signer = verifyRecord(roster, str(refusals['topic']), key, value, headers, at);
+    if (signer.id !== envelope.fields.producer) return 'identity-mismatch';
+  } catch (error) {
+    if (error instanceof AuthenticationError) return error.code;
+    throw error;
+  }
+  return key.toString('utf8') === envelope.fields.operation_id ? 'accepted' : 'key-mismatch';
+}
+
+for (const c of list(refusals, 'cases')) {
+  test(`refusal: ${str(c['name'])}`, () => {
+    const roster = Roster.fromDocument(refusals['roster']);
+    const at = parseUtc(str(refusals['at']));
+    const maxBytes = Number(refusals['max_record_bytes']);
+    const verdict = str(c['verdict']);
+    // A client reaches every verdict of the record alone; what only the controller can
+    // refuse (its machines, the operation's state, grants, call contexts) passes it.
+    const expected = c['stage'] === 'intake' && CLIENT_CHECKS.has(verdict) ? verdict : 'accepted';
+    for (const before of (c['preceded_by'] as Doc[] | undefined) ?? []) {
+      assert.equal(clientVerdict(before, roster, at, maxBytes), 'accepted');
+    }
+    assert.equal(clientVerdict(c['record'] as Doc, roster, at, maxBytes), expected);
+  });
+}

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Message
 
-from consumer import Accepted, Intake, RawRecord, Rejected, decide_batch
+from consumer import Accepted, Intake, RawRecord, decide_batch
 from consumer.batch import operation_ids, positions_for
 from ledger import MemoryLedger
 from machines import (
@@ -26,18 +26,22 @@ from machines import (
     Roster,
     canonical_json,
     ed25519_verify,
+    issue_call_context,
     key_id,
     public_key_bytes,
     public_key_text,
     signing_payload,
 )
+from machines.call_context import CALL_CONTEXT_DOMAIN
 from producers import CapabilityWorker, ExecutionStore
 from producers.worker import WorkerStats
 from schemas import (
+    HEADER_CALL_CONTEXT,
     CapabilityCommand,
     TopicNames,
     WireDecoder,
     default_catalog,
+    header_value,
     rabin_fingerprint,
     record_id,
     record_signing_message,
@@ -140,6 +144,32 @@ def test_each_event_decodes_digests_and_verifies_as_the_vector_says(
         )
         signature = base64.b64decode(decision.signature)
         assert ed25519_verify(public_key_bytes(public), signature, signing_payload(decision))
+    forwarded = case.get("call_context")
+    if forwarded is not None:
+        # The tool forwards the runtime's context, unsigned by the record's signature.
+        assert header_value(headers, HEADER_CALL_CONTEXT) == forwarded["header"]
+        context = forwarded["context"]
+        assert (context["operation_id"], context["lineage"]) == (
+            event.operation_id,
+            event.lineage.to_dict(),
+        )
+        message = CALL_CONTEXT_DOMAIN + canonical_json(context)
+        assert message.decode("utf-8") == forwarded["signing_message"]
+        issuer = vector_key(context["issuer"])
+        assert key_id(issuer.public_key()) == context["key_id"]
+        raw = public_key_bytes(public_key_text(issuer.public_key()))
+        assert ed25519_verify(raw, base64.b64decode(forwarded["signature"]), message)
+        moment = datetime.fromisoformat(context["issued_at"])
+        lifetime = datetime.fromisoformat(context["expires_at"]) - moment
+        reissued = issue_call_context(
+            context["issuer"],
+            issuer,
+            event.operation_id,
+            event.lineage,
+            now=moment,
+            lifetime=lifetime,
+        )
+        assert reissued == forwarded["header"]
 
 
 class _Reports:
@@ -221,8 +251,7 @@ def test_the_worker_reaches_each_command_verdict(
         } == expected
 
 
-def _raw(case: dict[str, Any], offset: int) -> RawRecord:
-    record = case["record"]
+def _raw(record: dict[str, Any], offset: int) -> RawRecord:
     value = record["value_hex"]
     return RawRecord(
         topic=vectors("refusals.json")["topic"],
@@ -246,24 +275,32 @@ def test_the_controller_reaches_each_intake_verdict(case: dict[str, Any]) -> Non
         max_record_bytes=refusals["max_record_bytes"],
         clock=lambda: at("refusals.json"),
     )
-    raw = _raw(case, 0)
-    result = intake.examine(raw)
+    # The records that precede it on its operation, then the record judged, in one batch.
+    raws = [_raw(r, n) for n, r in enumerate([*case.get("preceded_by", []), case["record"]])]
+    results = [intake.examine(raw) for raw in raws]
+    result = results[-1]
     if case["stage"] == "intake":
         got = "accepted" if isinstance(result, Accepted) else result.refusal.code
         assert got == case["verdict"], getattr(result, "refusal", None)
         return
-    assert isinstance(result, Accepted), getattr(result, "refusal", None)
+    assert all(isinstance(r, Accepted) for r in results), [
+        getattr(r, "refusal", None) for r in results
+    ]
     ledger = MemoryLedger()
     policy = Policy(id="vectors", producers=_roster("refusals.json").producers)
-    epochs = {(c.topic, c.partition): c.epoch for c in ledger.claim("g", raw.topic, [0], "me")}
+    epochs = {(c.topic, c.partition): c.epoch for c in ledger.claim("g", raws[0].topic, [0], "me")}
     planned = decide_batch(
-        [result],
-        ledger.load_views(operation_ids([result])),
+        results,
+        ledger.load_views(operation_ids(results)),
         type(rules)(policy=policy, registry=rules.registry),
         group="g",
         controller="vectors",
-        positions=positions_for([raw], epochs),
+        positions=positions_for(raws, epochs),
         now=at("refusals.json") + timedelta(seconds=1),
     )
-    assert [d.reason_code for d in planned.batch.dead_letters] == [case["verdict"]]
-    assert not isinstance(result, Rejected)
+    wanted = [] if case["verdict"] == "accepted" else [case["verdict"]]
+    assert [d.reason_code for d in planned.batch.dead_letters] == wanted, [
+        d.reason for d in planned.batch.dead_letters
+    ]
+    decided = [d.event_id for d in planned.decisions]
+    assert (result.event.event_id in decided) == (not wanted), decided
