@@ -53,8 +53,13 @@ export function loadPrivateKey(path: string): KeyObject {
   }
   const text = data.toString('utf8').trim();
   if (text.startsWith('-----BEGIN')) {
-    const key = createPrivateKey({ key: text, format: 'pem' });
-    if (key.asymmetricKeyType !== 'ed25519') throw new KeyError(`key file ${path} holds a key that is not Ed25519`);
+    let key: KeyObject;
+    try {
+      key = createPrivateKey({ key: text, format: 'pem' });
+    } catch (error) {
+      throw new KeyError(`key file ${path} is not a PEM private key (${(error as Error).message})`);
+    }
+    if (key.asymmetricKeyType !== 'ed25519') throw new KeyError(`key file ${path} holds a ${key.asymmetricKeyType} key, not Ed25519`);
     return key;
   }
   const seed = decodeBase64(text);

@@ -6,10 +6,11 @@
  */
 import { readFileSync } from 'node:fs';
 import type { KeyObject } from 'node:crypto';
+import { isNode, LineCounter, parseDocument } from 'yaml';
 import { decodeBase64, ed25519Verify, keyId, publicKeyFromRaw } from './keys.js';
 import { HEADER_KEY_ID, HEADER_PRODUCER, HEADER_SIGNATURE, headerValue, type Header } from './headers.js';
 import { recordSigningMessage, unsignedHeaders } from './signing.js';
-import { parseUtc, type Micros } from './time.js';
+import { parseInstant, parseUtc, type Micros } from './time.js';
 
 export type Role = 'tool' | 'verifier' | 'worker' | 'validator' | 'orchestrator' | 'classifier' | 'approver' | 'controller';
 
@@ -57,34 +58,112 @@ export interface ProducerEntry {
   readonly grants: readonly Grant[];
 }
 
-interface RawKey {
-  public_key: string;
-  not_before?: string | null;
-  not_after?: string | null;
-  revoked?: boolean;
-}
-
-interface RawGrant {
-  role: Role;
-  capabilities?: string[];
-  tools?: string[];
-  environments?: string[];
-  agents?: string[];
-}
-
-interface RawProducer {
-  id: string;
-  keys: RawKey[];
-  grants?: RawGrant[];
-}
-
 export class RosterError extends Error {
   override name = 'RosterError';
 }
 
-function validity(text: string | null | undefined): Micros | null {
-  if (text === null || text === undefined) return null;
-  return Math.floor(Date.parse(text)) * 1000;
+export const ROLES: readonly Role[] = ['tool', 'verifier', 'worker', 'validator', 'orchestrator', 'classifier', 'approver', 'controller'];
+const PRODUCER_ID = /^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,199}$/;
+const SCOPE_LISTS = ['capabilities', 'tools', 'environments', 'agents'] as const;
+
+/** Where in a roster document a value is (`producers[1].keys[0].public_key`), and the
+ * line of a YAML file it is on, when known. */
+type Where = (path: ReadonlyArray<string | number>) => string;
+
+function dotted(path: ReadonlyArray<string | number>): string {
+  return path.map((p, i) => (typeof p === 'number' ? `[${p}]` : i === 0 ? p : `.${p}`)).join('') || 'the document';
+}
+
+/** Checks a roster document's shape as the controller's roster model does (every key
+ * known, ids, keys, times, roles, lists) and builds the producers; throws `RosterError`
+ * naming each problem and where it is. */
+function parseProducers(raw: unknown, where: Where): ProducerEntry[] {
+  const problems: string[] = [];
+  const fail = (path: ReadonlyArray<string | number>, what: string): void => void problems.push(`${where(path)}: ${what}`);
+  const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
+  const unknownKeys = (v: Record<string, unknown>, allowed: readonly string[], path: Array<string | number>): void => {
+    for (const key of Object.keys(v)) if (!allowed.includes(key)) fail([...path, key], `unknown key (allowed: ${allowed.join(', ')})`);
+  };
+  if (!Array.isArray(raw)) {
+    fail(['producers'], 'must be a list of producers');
+    throw new RosterError(problems.join('; '));
+  }
+  const entries: ProducerEntry[] = [];
+  raw.forEach((producer: unknown, i) => {
+    const at: Array<string | number> = ['producers', i];
+    if (!isObject(producer)) return fail(at, 'must be a mapping with id, keys and grants');
+    unknownKeys(producer, ['id', 'keys', 'grants'], at);
+    const id = producer['id'];
+    if (typeof id !== 'string' || !PRODUCER_ID.test(id)) fail([...at, 'id'], `must match ${PRODUCER_ID.source}`);
+    const keys: ProducerKey[] = [];
+    const rawKeys = producer['keys'];
+    if (!Array.isArray(rawKeys) || rawKeys.length === 0) fail([...at, 'keys'], 'must list at least one key');
+    else {
+      rawKeys.forEach((key: unknown, k) => {
+        const kat = [...at, 'keys', k];
+        if (!isObject(key)) return fail(kat, 'must be a mapping with public_key');
+        unknownKeys(key, ['public_key', 'not_before', 'not_after', 'revoked'], kat);
+        const text = key['public_key'];
+        const bytes = typeof text === 'string' ? decodeBase64(text) : null;
+        if (bytes === null || bytes.length !== 32) return fail([...kat, 'public_key'], 'must be the base64 of a raw 32-byte Ed25519 public key');
+        const times: Array<Micros | null> = (['not_before', 'not_after'] as const).map((name) => {
+          const value = key[name];
+          if (value === undefined || value === null) return null;
+          const at = typeof value === 'string' ? parseInstant(value) : null;
+          if (at === null) fail([...kat, name], 'must be an RFC 3339 time with its offset (use Z for UTC)');
+          return at;
+        });
+        const revoked = key['revoked'] ?? false;
+        if (typeof revoked !== 'boolean') fail([...kat, 'revoked'], 'must be true or false');
+        const publicKey = publicKeyFromRaw(bytes);
+        keys.push({ keyId: keyId(publicKey), publicKey, notBefore: times[0] ?? null, notAfter: times[1] ?? null, revoked: revoked === true });
+      });
+    }
+    const grants: Grant[] = [];
+    const rawGrants = producer['grants'] ?? [];
+    if (!Array.isArray(rawGrants)) fail([...at, 'grants'], 'must be a list');
+    else {
+      rawGrants.forEach((grant: unknown, g) => {
+        const gat = [...at, 'grants', g];
+        if (!isObject(grant)) return fail(gat, 'must be a mapping with a role');
+        unknownKeys(grant, ['role', ...SCOPE_LISTS], gat);
+        const role = grant['role'];
+        if (!ROLES.includes(role as Role)) return fail([...gat, 'role'], `must be one of ${ROLES.join(', ')}`);
+        const lists = SCOPE_LISTS.map((name) => {
+          const list = grant[name] ?? [];
+          if (!Array.isArray(list) || !list.every((item) => typeof item === 'string')) {
+            fail([...gat, name], 'must be a list of strings');
+            return [];
+          }
+          return list as string[];
+        });
+        grants.push({ role: role as Role, capabilities: lists[0]!, tools: lists[1]!, environments: lists[2]!, agents: lists[3]! });
+      });
+    }
+    if (typeof id === 'string') entries.push({ id, keys, grants });
+  });
+  const ids = entries.map((e) => e.id);
+  const twice = [...new Set(ids.filter((id, i) => ids.indexOf(id) !== i))];
+  if (twice.length > 0) fail(['producers'], `producer ids listed twice: ${twice.join(', ')}`);
+  if (problems.length > 0) throw new RosterError(problems.join('; '));
+  return entries;
+}
+
+/** The producers of a roster document: `{"producers": [...]}` alone, or a policy (a
+ * document with an `id`), whose `producers` the roster is; the policy's other keys are
+ * the controller's and are not read here. */
+function producersOf(document: unknown, where: Where): ProducerEntry[] {
+  if (document === null || typeof document !== 'object' || Array.isArray(document)) {
+    throw new RosterError(`${where([])}: a roster is a mapping with a producers list (or a policy with one)`);
+  }
+  const fields = document as Record<string, unknown>;
+  if (!('id' in fields)) {
+    const extra = Object.keys(fields).filter((k) => k !== 'producers');
+    if (extra.length > 0) {
+      throw new RosterError(`${where([extra[0]!])}: unknown key (a roster holds only producers; a policy has an id)`);
+    }
+  }
+  return parseProducers(fields['producers'] ?? [], where);
 }
 
 export class Roster {
@@ -95,39 +174,49 @@ export class Roster {
     if (this.byId.size !== producers.length) throw new RosterError('a producer id is listed twice');
   }
 
-  /** A roster from its JSON document (`{"producers": [...]}`, the roster file's form). */
-  static fromDocument(document: unknown): Roster {
-    const raw = (document as { producers?: RawProducer[] }).producers;
-    if (!Array.isArray(raw)) throw new RosterError('a roster is an object with a "producers" list');
-    return new Roster(
-      raw.map((p) => ({
-        id: p.id,
-        keys: p.keys.map((k) => {
-          const bytes = decodeBase64(k.public_key);
-          if (bytes === null) throw new RosterError(`producer ${p.id}: public key is not base64`);
-          const publicKey = publicKeyFromRaw(bytes);
-          return {
-            keyId: keyId(publicKey),
-            publicKey,
-            notBefore: validity(k.not_before),
-            notAfter: validity(k.not_after),
-            revoked: k.revoked ?? false,
-          };
-        }),
-        grants: (p.grants ?? []).map((g) => ({
-          role: g.role,
-          capabilities: g.capabilities ?? [],
-          tools: g.tools ?? [],
-          environments: g.environments ?? [],
-          agents: g.agents ?? [],
-        })),
-      })),
-    );
+  /** A roster from a parsed document: `{"producers": [...]}` (a roster file's form) or a
+   * policy holding `producers`. Throws `RosterError` naming every problem. */
+  static fromDocument(document: unknown, source = 'roster'): Roster {
+    return new Roster(producersOf(document, (path) => `${source}: ${dotted(path)}`));
   }
 
-  /** The roster in a JSON file (`RECOVERY_ROSTER_FILE`). */
+  /**
+   * The roster in `path` (`RECOVERY_ROSTER_FILE`): JSON when the name ends in `.json`,
+   * else YAML; a roster file (`producers:` only, as `ops/dev up` writes
+   * `.stack/keys/roster.json`) or a policy file (`ops/policy.production.yaml`), whose
+   * `producers` it takes, as the Python `machines.load_roster` reads them. Throws
+   * `RosterError` naming the file and, in YAML, the line of each problem.
+   */
   static load(path: string): Roster {
-    return Roster.fromDocument(JSON.parse(readFileSync(path, 'utf8')));
+    let text: string;
+    try {
+      text = readFileSync(path, 'utf8');
+    } catch (error) {
+      throw new RosterError(`roster ${path} cannot be read (${(error as Error).message})`);
+    }
+    if (path.endsWith('.json')) {
+      let document: unknown;
+      try {
+        document = JSON.parse(text);
+      } catch (error) {
+        throw new RosterError(`roster ${path}: not JSON: ${(error as Error).message}`);
+      }
+      return new Roster(producersOf(document, (p) => `roster ${path}: ${dotted(p)}`));
+    }
+    const lines = new LineCounter();
+    const parsed = parseDocument(text, { lineCounter: lines, uniqueKeys: true, prettyErrors: false });
+    const problem = parsed.errors[0];
+    if (problem !== undefined) {
+      throw new RosterError(`roster ${path} line ${lines.linePos(problem.pos[0]).line}: ${problem.message.split('\n')[0]}`);
+    }
+    const where: Where = (p) => {
+      let node: unknown = null;
+      for (let n = p.length; n >= 0 && !isNode(node); n--) node = parsed.getIn(p.slice(0, n), true);
+      const range = isNode(node) ? node.range : undefined;
+      const line = range ? ` line ${lines.linePos(range[0]).line}` : '';
+      return `roster ${path}${line}: ${dotted(p)}`;
+    };
+    return new Roster(producersOf(parsed.toJS({ maxAliasCount: 100 }), where));
   }
 
   producer(id: string): ProducerEntry | undefined {

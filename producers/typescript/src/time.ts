@@ -52,3 +52,27 @@ export function isoformat(micros: Micros): string {
 export function nowMicros(): Micros {
   return Date.now() * 1000;
 }
+
+const WITH_OFFSET = /^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}):(\d{2})(?::(\d{2})(\.\d{1,6})?)?([Zz]|[+-]\d{2}:\d{2})$/;
+
+/**
+ * Microseconds of an ISO 8601 / RFC 3339 time with its UTC offset, in any zone
+ * (`2026-12-01T08:00:00+01:00`, `2026-12-01 08:00Z`): what a roster's key validity and a
+ * worker's start time are written as. Null when `text` is not such a time (one without
+ * an offset included: it would mean a different instant on every machine).
+ */
+export function parseInstant(text: string): Micros | null {
+  const match = WITH_OFFSET.exec(text.trim());
+  if (match === null) return null;
+  const [, date, hours, minutes, seconds, fraction, zone] = match as unknown as string[];
+  let utc: Micros;
+  try {
+    utc = parseUtc(`${date}T${hours}:${minutes}:${seconds ?? '00'}${fraction ?? ''}Z`);
+  } catch (error) {
+    if (error instanceof TimeError) return null;
+    throw error;
+  }
+  if (zone!.toUpperCase() === 'Z') return utc;
+  const minutesEast = (zone!.startsWith('-') ? -1 : 1) * (Number(zone!.slice(1, 3)) * 60 + Number(zone!.slice(4, 6)));
+  return utc - minutesEast * 60_000_000;
+}

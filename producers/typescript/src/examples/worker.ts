@@ -3,7 +3,11 @@
 // one idempotency key a line) whether the key is there; the retry creates the request by
 // appending its key, fsynced. With --hang-after-effect the worker stops dead after
 // creating a request, before recording or reporting it, so it can be killed there.
-// Usage: node dist/src/examples/worker.js --keys DIR --store FILE --system FILE --group G
+// A new group starts at the end of the topic (--start latest, the default) unless told
+// otherwise (--start earliest, or a time); RECOVERY_ROSTER_FILE names the roster (JSON,
+// or a YAML or JSON policy) that the controller's commands are verified against.
+// Usage: node dist/src/examples/worker.js --keys DIR --store FILE --system FILE
+//            [--group G] [--start latest|earliest|TIME] [--bootstrap HOST:PORT]
 import { appendFileSync, existsSync, openSync, fsyncSync, closeSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -23,9 +27,10 @@ const { values } = parseArgs({
     keys: { type: 'string' },
     store: { type: 'string' },
     system: { type: 'string' },
-    group: { type: 'string', default: 'guide-typescript-worker' },
+    // Worker principals read in groups recovery-worker* (docs/operations.md, ACLs).
+    group: { type: 'string', default: 'recovery-worker-ts-example' },
     bootstrap: { type: 'string' },
-    start: { type: 'string', default: 'earliest' },
+    start: { type: 'string', default: 'latest' },
     'hang-after-effect': { type: 'boolean', default: false },
   },
 });
@@ -38,16 +43,28 @@ const system = values.system;
 const created = (): string[] => (existsSync(system) ? readFileSync(system, 'utf8').split('\n').filter(Boolean) : []);
 const bootstrap = values.bootstrap === undefined ? {} : { bootstrap: values.bootstrap };
 
-const signer = new RecordSigner('coupa-worker', loadPrivateKey(join(values.keys, 'coupa-worker.pem')));
+// A bad key file or roster is said in one line, not a stack trace.
+function fatal(error: unknown): never {
+  process.stderr.write(`worker: ${(error as Error).message}\n`);
+  process.exit(2);
+}
+let signer: RecordSigner;
+let roster: Roster;
+try {
+  signer = new RecordSigner('coupa-worker', loadPrivateKey(join(values.keys, 'coupa-worker.pem')));
+  roster = Roster.load(rosterFile);
+} catch (error) {
+  fatal(error);
+}
 const publisher = new EventPublisher(signer, bootstrap);
 const store = new ExecutionStore(values.store);
 const worker = new CapabilityWorker({
   ...bootstrap,
   groupId: values.group!,
-  roster: Roster.load(rosterFile),
+  roster,
   store,
   client: new RecoveryClient(publisher),
-  start: values.start === 'latest' ? 'latest' : 'earliest',
+  start: values.start!,
   consumerConfig: { 'session.timeout.ms': 6000, 'heartbeat.interval.ms': 500 },
   log: (line) => console.log(line),
   handlers: {
@@ -82,5 +99,8 @@ const stop = async (): Promise<void> => {
 };
 process.on('SIGTERM', () => void stop());
 process.on('SIGINT', () => void stop());
-void worker.assigned.then(() => console.log('worker: assigned'));
+worker.assigned.then(
+  () => console.log('worker: assigned'),
+  () => process.exit(1), // it said why
+);
 await worker.run();
