@@ -12,7 +12,7 @@
  * event it forwards the context with.
  */
 import type { KeyObject } from 'node:crypto';
-import { canonicalJson, JsonFloat, parseJson, type JsonValue } from './canonical.js';
+import { canonicalJson, isJsonObject, parseJson, type JsonValue } from './canonical.js';
 import { lineageContent, type Lineage } from './envelope.js';
 import { ed25519Sign, keyId } from './keys.js';
 import { isoformat, type Micros } from './time.js';
@@ -92,10 +92,7 @@ export function callContextClaims(text: string): { operationId: string; lineage:
   } catch (error) {
     throw new CallContextError(`not a call context: not JSON (${(error as Error).message})`);
   }
-  const object = (v: JsonValue | undefined): { [key: string]: JsonValue | undefined } | null =>
-    v !== null && v !== undefined && typeof v === 'object' && !Array.isArray(v) && !(v instanceof JsonFloat)
-      ? (v as { [key: string]: JsonValue | undefined })
-      : null;
+  const object = (v: JsonValue | undefined): { [key: string]: JsonValue | undefined } | null => (isJsonObject(v) ? v : null);
   const context = object(object(document)?.['context']);
   const lineage = object(context?.['lineage']);
   const str = (v: JsonValue | undefined): string | null => (typeof v === 'string' ? v : null);

@@ -26,6 +26,11 @@ export type JsonValue =
   | JsonValue[]
   | { [key: string]: JsonValue | undefined };
 
+/** Whether `value` is a JSON object: not null, an array or a `JsonFloat`. */
+export function isJsonObject(value: unknown): value is { [key: string]: JsonValue | undefined } {
+  return value !== null && typeof value === 'object' && !Array.isArray(value) && !(value instanceof JsonFloat);
+}
+
 export class CanonicalJsonError extends Error {
   override name = 'CanonicalJsonError';
 }

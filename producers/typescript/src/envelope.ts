@@ -4,7 +4,7 @@
  * and its Avro and JSON forms. `buildEnvelope` refuses what the controller would refuse
  * at intake, so a tool learns of a bad event at once, not from the dead-letter topic.
  */
-import { canonicalJson, JsonFloat, type JsonValue } from './canonical.js';
+import { canonicalJson, isJsonObject, JsonFloat, type JsonValue } from './canonical.js';
 import { sha256Hex } from './keys.js';
 import { isoformat, parseUtc, type Micros } from './time.js';
 
@@ -341,7 +341,7 @@ export function buildEnvelope(fields: EnvelopeFields): Envelope {
     if (payloadTooDeep(payload)) {
       throw new EnvelopeError('envelope-field-invalid', `event ${fields.event_id}: payload is nested deeper than ${MAX_PAYLOAD_DEPTH} levels`);
     }
-    if (typeof payload !== 'object' || Array.isArray(payload) || payload instanceof JsonFloat) {
+    if (!isJsonObject(payload)) {
       throw new EnvelopeError('envelope-invalid', `event ${fields.event_id}: payload must be a JSON object`);
     }
     const size = canonicalJson(payload as JsonValue).length;
@@ -442,8 +442,7 @@ export function envelopeRecord(envelope: Envelope): Record<string, unknown> {
 /** Envelope fields from the JSON form (as `envelopeJson` writes it; times as text). */
 export function fieldsFromJson(json: { [key: string]: JsonValue | undefined }): EnvelopeFields {
   const text = (v: JsonValue | undefined): string | null => (typeof v === 'string' ? v : null);
-  const obj = (v: JsonValue | undefined): { [key: string]: JsonValue | undefined } | null =>
-    v !== null && typeof v === 'object' && !Array.isArray(v) && !(v instanceof JsonFloat) ? (v as { [key: string]: JsonValue | undefined }) : null;
+  const obj = (v: JsonValue | undefined): { [key: string]: JsonValue | undefined } | null => (isJsonObject(v) ? v : null);
   const num = (v: JsonValue | undefined): number => (v instanceof JsonFloat ? v.value : Number(v));
   const lineage = obj(json['lineage'])!;
   const evidence = obj(json['evidence']);

@@ -10,7 +10,7 @@
  * validated against `schemas/event.schema.json`, as the controller reads them.
  */
 import { defaultCatalog, EVENT_ENVELOPE, WireError, type SchemaCatalog } from './avro.js';
-import { JsonFloat, parseJson, type JsonValue } from './canonical.js';
+import { isJsonObject, parseJson, type JsonValue } from './canonical.js';
 import {
   buildEnvelope,
   EnvelopeError,
@@ -56,10 +56,6 @@ export function readEvent(value: Buffer | null, contentType: string | null, cata
   const [name, record] = catalog.decode(value);
   if (name !== EVENT_ENVELOPE) throw new WireError('schema-unexpected', `a ${name} record is not an event envelope`);
   return envelopeOf(() => fieldsFromRecord(record));
-}
-
-export function isObject(value: JsonValue): boolean {
-  return value !== null && typeof value === 'object' && !Array.isArray(value) && !(value instanceof JsonFloat);
 }
 
 function envelopeOf(fields: () => EnvelopeFields): Envelope {
@@ -173,7 +169,7 @@ export function fieldsFromRecord(record: Fields): EnvelopeFields {
     } catch (error) {
       throw new EnvelopeError('envelope-invalid', `event ${fields.event_id}: payload is not JSON: ${(error as Error).message}`);
     }
-    if (!isObject(parsed)) {
+    if (!isJsonObject(parsed)) {
       throw new EnvelopeError('envelope-invalid', `event ${fields.event_id}: payload must be a JSON object`);
     }
     fields.payload = parsed as Payload;

@@ -7,6 +7,7 @@
 import { readFileSync } from 'node:fs';
 import type { KeyObject } from 'node:crypto';
 import { isNode, LineCounter, parseDocument } from 'yaml';
+import { isJsonObject } from './canonical.js';
 import { decodeBase64, ed25519Verify, keyId, publicKeyFromRaw } from './keys.js';
 import { HEADER_KEY_ID, HEADER_PRODUCER, HEADER_SIGNATURE, headerValue, type Header } from './headers.js';
 import { recordSigningMessage, unsignedHeaders } from './signing.js';
@@ -80,7 +81,6 @@ function dotted(path: ReadonlyArray<string | number>): string {
 function parseProducers(raw: unknown, where: Where): ProducerEntry[] {
   const problems: string[] = [];
   const fail = (path: ReadonlyArray<string | number>, what: string): void => void problems.push(`${where(path)}: ${what}`);
-  const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === 'object' && !Array.isArray(v);
   const unknownKeys = (v: Record<string, unknown>, allowed: readonly string[], path: Array<string | number>): void => {
     for (const key of Object.keys(v)) if (!allowed.includes(key)) fail([...path, key], `unknown key (allowed: ${allowed.join(', ')})`);
   };
@@ -91,7 +91,7 @@ function parseProducers(raw: unknown, where: Where): ProducerEntry[] {
   const entries: ProducerEntry[] = [];
   raw.forEach((producer: unknown, i) => {
     const at: Array<string | number> = ['producers', i];
-    if (!isObject(producer)) return fail(at, 'must be a mapping with id, keys and grants');
+    if (!isJsonObject(producer)) return fail(at, 'must be a mapping with id, keys and grants');
     unknownKeys(producer, ['id', 'keys', 'grants'], at);
     const id = producer['id'];
     if (typeof id !== 'string' || !PRODUCER_ID.test(id)) fail([...at, 'id'], `must match ${PRODUCER_ID.source}`);
@@ -101,7 +101,7 @@ function parseProducers(raw: unknown, where: Where): ProducerEntry[] {
     else {
       rawKeys.forEach((key: unknown, k) => {
         const kat = [...at, 'keys', k];
-        if (!isObject(key)) return fail(kat, 'must be a mapping with public_key');
+        if (!isJsonObject(key)) return fail(kat, 'must be a mapping with public_key');
         unknownKeys(key, ['public_key', 'not_before', 'not_after', 'revoked'], kat);
         const text = key['public_key'];
         const bytes = typeof text === 'string' ? decodeBase64(text) : null;
@@ -125,7 +125,7 @@ function parseProducers(raw: unknown, where: Where): ProducerEntry[] {
     else {
       rawGrants.forEach((grant: unknown, g) => {
         const gat = [...at, 'grants', g];
-        if (!isObject(grant)) return fail(gat, 'must be a mapping with a role');
+        if (!isJsonObject(grant)) return fail(gat, 'must be a mapping with a role');
         unknownKeys(grant, ['role', ...SCOPE_LISTS], gat);
         const role = grant['role'];
         if (!ROLES.includes(role as Role)) return fail([...gat, 'role'], `must be one of ${ROLES.join(', ')}`);
