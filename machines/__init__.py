@@ -102,7 +102,12 @@ from machines.model import (
     Machine,
     Registry,
 )
-from machines.opening import OPENING_CONFLICT, OpeningConflict, opening_conflict
+from machines.opening import (
+    OPENING_CONFLICT,
+    OpeningConflict,
+    correlation_conflict,
+    opening_conflict,
+)
 from machines.policy import (
     Policy,
     PolicyError,
@@ -251,6 +256,7 @@ __all__ = [
     "claimed_by",
     "compare_decisions",
     "containment_of",
+    "correlation_conflict",
     "decide",
     "discover",
     "dump_model",
