@@ -78,6 +78,7 @@ from machines import (
     Grant,
     Machine,
     Outcome,
+    Pins,
     ProducerEntry,
     ProducerKey,
     Role,
@@ -224,8 +225,9 @@ class Controller:
         self.signer = signer or controller_signer(settings)
         self.ledger = ledger
         self.rules = rules
+        self.pins = machines if isinstance(machines, Pins) else Pins(machines)
         self._intake = Intake(
-            machines,
+            self.pins,
             roster=with_own_key(rules.policy.roster, self.signer.signer),
             max_record_bytes=settings.max_record_bytes,
             clock=clock,
@@ -490,6 +492,7 @@ class Controller:
                     arrivals=arrivals,
                     sign=self.signer,
                     claims=claims,
+                    pins=self.pins,
                 )
                 self.ledger.commit(planned.batch)
             except RetryableConflict as exc:

@@ -29,6 +29,7 @@ from ledger import LedgerError, PostgresLedger, current_role, require_current_sc
 from machines import (
     Machine,
     MachineError,
+    Pins,
     Policy,
     PolicyError,
     Registry,
@@ -156,7 +157,7 @@ def controller_policy(settings: ControllerSettings, *, warn: bool = True) -> Pol
     return policy
 
 
-def load_machines(settings: RulesSettings) -> tuple[dict[str, Machine], Registry]:
+def load_machines(settings: RulesSettings) -> tuple[Pins, Registry]:
     """The pinned machines (each checked against the lock file and its publisher's
     signature) and the registry. Raises `ControllerError` naming the file that was
     refused, or a lock file that pins nothing."""
@@ -185,7 +186,7 @@ def checked_rules(machines: Mapping[str, Machine], registry: Registry, policy: P
     return Rules(policy=policy, registry=registry)
 
 
-def load_rules(settings: ControllerSettings) -> tuple[dict[str, Machine], Rules]:
+def load_rules(settings: ControllerSettings) -> tuple[Pins, Rules]:
     """The pinned machines and the registry and policy (`controller_policy`) every
     decision is made under. Raises `ControllerError` naming the file that was refused,
     `PolicyRefused` when the policy is missing or holds a public-name key outside demo

@@ -1015,10 +1015,10 @@ def _refusals() -> dict[str, Any]:
             "intake",
         ),
         (
-            "version not pinned",
+            "opening event naming a version not pinned",
             _raw(replace(good, machine_version="9.9.9", payload_digest="")),
             "machine-unpinned",
-            "intake",
+            "batch",
         ),
         (
             "scope outside the machine's applies_to",
@@ -1077,6 +1077,20 @@ def _refusals() -> dict[str, Any]:
                 )
             ),
             "opening-conflict",
+        ),
+        (
+            "a later event naming a version not pinned, decided by the operation's own",
+            [opening],
+            _raw(
+                replace(
+                    good,
+                    event_type="TOOL_FAILED",
+                    event_id="evt-vector-0012",
+                    machine_version="9.9.9",
+                    payload_digest="",
+                )
+            ),
+            "accepted",
         ),
         (
             "a later tool report that agrees with the opening",
