@@ -29,6 +29,25 @@ PUBLISHER = "rollout-tests"
 Edit = Callable[[dict[str, Any]], None]
 
 
+def review_renamed(data: dict[str, Any]) -> None:
+    """An `Edit` of email-send: version 2 calls `unresolved` `awaiting-review` (a
+    migration maps one to the other), and adds a `triage` state, entered on
+    TOOL_FAILED, whose entry escalates (which no state of version 1 ran)."""
+    states = data["states"]
+    states["awaiting-review"] = states.pop("unresolved")
+    for state in states.values():
+        for routes in (state.get("on") or {}).values():
+            for route in routes if isinstance(routes, list) else [routes]:
+                if route.get("target") == "unresolved":
+                    route["target"] = "awaiting-review"
+    states["triage"] = {
+        "description": "Escalated on entry.",
+        "entry": [{"capability": "human.escalate", "params": {"queue": "q", "severity": "low"}}],
+        "on": dict(states["awaiting-review"]["on"]),
+    }
+    states["failure-reported"]["on"]["TOOL_FAILED"]["target"] = "triage"
+
+
 def machine_document(name: str, version: str, edit: Edit | None = None) -> dict[str, Any]:
     """The catalogue machine `name` as data, at `version`, changed by `edit`."""
     raw = (CATALOGUE / name / "RECOVERY.yaml").read_bytes()
