@@ -104,6 +104,7 @@ from machines.migration import (
     decide_migration,
     mapping_refusal,
     migration_digest,
+    migration_plan,
 )
 from machines.minimization import minimize_event
 from machines.model import (
@@ -297,6 +298,7 @@ __all__ = [
     "matching_scope",
     "may_link",
     "migration_digest",
+    "migration_plan",
     "minimize_event",
     "new_view",
     "opening_conflict",

@@ -58,6 +58,7 @@ __all__ = [
     "decide_migration",
     "mapping_refusal",
     "migration_digest",
+    "migration_plan",
 ]
 
 MIGRATION_APPROVED: Final = "MIGRATION_APPROVED"
@@ -75,24 +76,28 @@ class MigrationRefusal(StrEnum):
     RESULTS_UNROUTED = "migration-results-unrouted"
 
 
+def migration_plan(view: OperationView, target: Machine, to_state: str) -> dict[str, Any]:
+    """What an approver signs for moving the operation `view` describes, at its ledger
+    position and state, to `to_state` of `target` (docs/wire-protocol.md, section 9)."""
+    return {
+        "domain": MIGRATION_DOMAIN,
+        "operation_id": view.operation_id,
+        "position": view.version,
+        "from": {
+            "name": view.machine_name,
+            "version": view.machine_version,
+            "digest": view.machine_digest,
+        },
+        "state": view.state,
+        "to": {"name": target.name, "version": target.version, "digest": target.digest},
+        "to_state": to_state,
+    }
+
+
 def migration_digest(view: OperationView, target: Machine, to_state: str) -> str:
-    """The digest an approver signs as `reviewed_digest` for moving the operation `view`
-    describes, at its ledger position and state, to `to_state` of `target`."""
-    return sha256_digest(
-        {
-            "domain": MIGRATION_DOMAIN,
-            "operation_id": view.operation_id,
-            "position": view.version,
-            "from": {
-                "name": view.machine_name,
-                "version": view.machine_version,
-                "digest": view.machine_digest,
-            },
-            "state": view.state,
-            "to": {"name": target.name, "version": target.version, "digest": target.digest},
-            "to_state": to_state,
-        }
-    )
+    """The digest an approver signs as `reviewed_digest`: of `migration_plan`'s canonical
+    JSON."""
+    return sha256_digest(migration_plan(view, target, to_state))
 
 
 def mapping_refusal(
