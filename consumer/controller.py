@@ -327,6 +327,17 @@ class Controller:
             old["lock_digest"],
             new["lock_digest"],
         )
+        dropped = sorted(set(old["machines"]) - set(new["machines"]))
+        if dropped:
+            # Not refused: the operator may have migrated every operation. If one is
+            # still on such a version, its events are dead-lettered machine-unpinned.
+            log.warning(
+                "controller %s no longer pins %s: an operation still in flight on it is "
+                "stranded (`recoveryctl machines rollout` shows any; pin it again, or "
+                "migrate them with `recoveryctl ops migrate`)",
+                self.settings.instance_id,
+                ", ".join(dropped),
+            )
         self._record_change(RULES_CHANGED, trigger, old, new, None, (before, rules))
 
     def _record_change(

@@ -110,3 +110,17 @@ def test_without_an_interval_only_requests_reload(tmp_path: Path, interval: floa
     requests.request("SIGHUP")
     assert watch.due() == "SIGHUP"
     assert watch.due() is None
+
+
+def test_a_reload_that_unpins_a_version_warns_that_its_operations_would_be_stranded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    requests, ledger = ReloadRequests(), MemoryLedger()
+    machines, rules = _rules("before")
+    fewer = Pins({k: m for k, m in machines.items() if k != "email-send@1.0.0"})
+    controller = _controller(ledger, lambda: (fewer, rules), RulesWatch((), 0, requests=requests))
+    requests.request("SIGHUP")
+    controller._maybe_reload()
+    assert "no longer pins email-send@1.0.0" in caplog.text
+    (record,), _ = ledger.audit_chain(rules_chain_id(GROUP))
+    assert record.record["changed"] == ["current", "lock_digest", "machines"]
