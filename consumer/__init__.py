@@ -28,6 +28,14 @@ from consumer.intake import (
     Rejected,
 )
 from consumer.metrics import ControllerMetrics
+from consumer.reload import (
+    RULES_CHANGE_REFUSED,
+    RULES_CHANGED,
+    RulesWatch,
+    reload_requests,
+    rules_chain_id,
+    rules_digests,
+)
 from consumer.service import (
     checked_rules,
     controller_policy,
@@ -54,6 +62,8 @@ __all__ = [
     "ENV_METRICS_ADDRESS",
     "FORGED_REFUSALS",
     "RELAY_SERVICE",
+    "RULES_CHANGED",
+    "RULES_CHANGE_REFUSED",
     "Accepted",
     "BatchTracer",
     "Controller",
@@ -72,6 +82,7 @@ __all__ = [
     "RefusalCode",
     "Rejected",
     "RulesSettings",
+    "RulesWatch",
     "SettingsError",
     "Telemetry",
     "TelemetryError",
@@ -92,6 +103,9 @@ __all__ = [
     "operator_policy",
     "positions_for",
     "redact_url",
+    "reload_requests",
+    "rules_chain_id",
+    "rules_digests",
     "run_controller",
     "trace_headers",
 ]

@@ -10,6 +10,7 @@ With `RECOVERY_METRICS_ADDRESS` set (host:port) it serves /metrics, /healthz and
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -17,6 +18,7 @@ from types import FrameType
 
 from consumer.errors import ControllerError, PolicyRefused, SettingsError
 from consumer.health_server import HealthServer
+from consumer.reload import reload_requests
 from consumer.service import run_controller
 from consumer.settings import ControllerSettings, ProcessSettings
 from schemas import ConfigurationError
@@ -42,8 +44,12 @@ def main() -> int:
         logging.getLogger("consumer").info("signal %d: stopping after this batch", signum)
         stop.set()
 
+    def on_hangup(_signum: int, _frame: FrameType | None) -> None:
+        reload_requests.request(f"SIGHUP to pid {os.getpid()}")
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGHUP, on_hangup)
     try:
         run_controller(settings, stop, health=health)
     except PolicyRefused as exc:

@@ -12,10 +12,14 @@ Per record, in consumption order:
 - an event id already used by another operation earlier in the batch: a dead letter
   (`event-id-conflict`); the ledger catches reuse across batches;
 - an operation already governed by another machine: a dead letter
-  (`machine-not-applicable`); an event that opens an operation without a `scope` block,
-  or with one the machine's `applies_to` does not admit (`scope-missing`,
-  `machine-not-applicable`: `machines.scope_refusal`, SPEC §8 step 2): dead letters
-  too;
+  (`machine-not-applicable`); another *version* of its machine is decided by the
+  version the operation is pinned to (`_Decided.governing`; the decision records the
+  version named), and a new operation opens on the version the lock marks current
+  (`machine-unpinned` when the event names a version the lock does not pin, or the
+  operation's own version is no longer pinned); an event that opens an operation
+  without a `scope` block, or with one the machine's `applies_to` does not admit
+  (`scope-missing`, `machine-not-applicable`: `machines.scope_refusal`, SPEC §8 step
+  2): dead letters too;
 - a producer that may not open the operation, or send this event on its scope
   (`machines.producer_roles`, on the view as folded so far): a dead letter
   (`role-not-permitted`, `identity-mismatch`), never decided;
@@ -52,10 +56,12 @@ from consumer.intake import (
     RefusalCode,
     Rejected,
     failed,
+    unpinned_refusal,
 )
 from ledger import Batch, DeadLetter, Entry, Position, RowSigner, Source, batch_rows
 from machines import (
     CORRELATION_MISMATCH,
+    MIGRATION_APPROVED,
     Arrival,
     AuthenticationError,
     AuthRefusal,
@@ -64,8 +70,10 @@ from machines import (
     Decision,
     Event,
     KeyClaim,
+    Machine,
     OperationView,
     Outcome,
+    Pins,
     Rules,
     check_event_role,
     check_opening,
@@ -210,9 +218,10 @@ def positions_for(
 class _Decided:
     """What deciding one batch collects besides the fold (kept inside `decide_batch`)."""
 
-    def __init__(self, fold: BatchFold, controller: str) -> None:
+    def __init__(self, fold: BatchFold, controller: str, pins: Pins) -> None:
         self.fold = fold
         self.controller = controller
+        self.pins = pins
         self.event_owner: dict[str, str] = {}
         self.entries: list[Entry] = []
         self.decisions: list[Decision] = []
@@ -221,11 +230,12 @@ class _Decided:
         # by digest: the `operation-opened` audit record names it (SPEC §10).
         self.provenance: dict[str, Mapping[str, str]] = {}
 
-    def precheck(self, item: Accepted) -> Refusal | None:
+    def precheck(self, item: Accepted) -> tuple[Machine | None, Refusal | None]:
+        """The machine that decides `item` (`_governing`), or why the batch refuses it."""
         event, machine = item.event, item.machine
         owner = self.event_owner.setdefault(event.event_id, event.operation_id)
         if owner != event.operation_id:
-            return Refusal(
+            return None, Refusal(
                 RefusalCode.EVENT_ID_CONFLICT,
                 f"record {item.record.coordinates}: event id {event.event_id} is already "
                 f"used by operation {owner} in this batch; event ids are unique per event",
@@ -241,37 +251,75 @@ class _Decided:
             )
         )
         if conflict is not None:
-            return Refusal(
+            return None, Refusal(
                 RefusalCode.OPENING_CONFLICT,
                 f"record {item.record.coordinates}: {conflict.describe()}",
                 event.event_id,
                 event.operation_id,
                 incident=conflict.to_json(),
             )
-        if stored is not None and (stored.machine_name, stored.machine_digest) != (
-            machine.name,
-            machine.digest,
-        ):
-            return Refusal(
+        if stored is not None and stored.machine_name != machine.name:
+            return None, Refusal(
                 RefusalCode.MACHINE_NOT_APPLICABLE,
                 f"record {item.record.coordinates}: event {event.event_id} names machine "
-                f"{machine.name}@{machine.version}, but operation {event.operation_id} is "
-                f"governed by {stored.machine_name} ({stored.machine_digest})",
+                f"{machine.name}@{event.machine_version}, but operation {event.operation_id} "
+                f"is governed by {stored.machine_name} ({stored.machine_digest})",
                 event.event_id,
                 event.operation_id,
             )
-        if stored is None and machine.provenance is not None:
-            self.provenance.setdefault(machine.digest, machine.provenance.to_dict())
-        unmatched = scope_refusal(machine, event, opening=stored is None)
+        found = self.governing(item, stored)
+        if isinstance(found, Refusal):
+            return None, found
+        if stored is None and found.provenance is not None:
+            self.provenance.setdefault(found.digest, found.provenance.to_dict())
+        unmatched = scope_refusal(found, event, opening=stored is None)
         if unmatched is not None:
             code, reason = unmatched
-            return Refusal(
+            return None, Refusal(
                 code,
                 f"record {item.record.coordinates}: {reason}",
                 event.event_id,
                 event.operation_id,
             )
-        return None
+        return found, None
+
+    def governing(self, item: Accepted, stored: OperationView | None) -> Machine | Refusal:
+        """The version of `item`'s machine that decides it (docs/machine-format.md,
+        "Rollout"): for an operation the ledger knows, the version its view is pinned to,
+        whatever version the event names (the decision records the one named); for a new
+        operation, the version the lock marks current, when the event names a pinned
+        version at all (`machine-unpinned` otherwise)."""
+        event = item.event
+        migrates = event.event_type == MIGRATION_APPROVED
+        if stored is None:
+            if migrates:
+                return Refusal(
+                    RefusalCode.MIGRATION_UNKNOWN_OPERATION,
+                    f"record {item.record.coordinates}: {event.event_type} {event.event_id} "
+                    f"migrates operation {event.operation_id}, which the ledger does not know",
+                    event.event_id,
+                    event.operation_id,
+                )
+            if item.unpinned:
+                return unpinned_refusal(item.record, event, self.pins)
+            return self.pins.current(event.machine_name) or item.machine
+        if migrates and item.unpinned:
+            return unpinned_refusal(item.record, event, self.pins)  # the target version
+        machine = self.pins.by_digest(stored.machine_digest)
+        if machine is not None:
+            return machine
+        version = stored.machine_version or "?"
+        return Refusal(
+            RefusalCode.MACHINE_UNPINNED,
+            f"record {item.record.coordinates}: event {event.event_id} is for operation "
+            f"{event.operation_id}, which is governed by {stored.machine_name}@{version} "
+            f"({stored.machine_digest}); the lock no longer pins that version (pinned: "
+            f"{', '.join(self.pins.refs(stored.machine_name)) or 'none'}); pin it again "
+            "and redrive this record (`recoveryctl dlq redrive`), and migrate the operation "
+            'before retiring the version (docs/operations.md, "Upgrading a machine")',
+            event.event_id,
+            event.operation_id,
+        )
 
 
 def decide_batch(
@@ -289,6 +337,7 @@ def decide_batch(
     arrivals: Mapping[str, Arrival] | None = None,
     sign: RowSigner | None = None,
     claims: Mapping[ClaimKey, KeyClaim] | None = None,
+    pins: Pins | None = None,
 ) -> DecidedBatch:
     """Decide a batch (see the module docstring). `stored` are the views the ledger
     holds for the batch's operations; `arrivals` the lineage it gives the operations
@@ -302,8 +351,11 @@ def decide_batch(
     names); `sign` signs every outbox row the commit writes (`consumer.signing`). The
     batch names `controller` and this code's version as the controller that decided,
     and the provenance of each machine it opens an operation under (SPEC §10); the agent
-    runtime an operation names comes from its opening event's lineage."""
-    decided = _Decided(BatchFold(stored, rules, arrivals, claims), controller)
+    runtime an operation names comes from its opening event's lineage. `pins` are the
+    pinned machines, which say the version that decides each event (`_Decided.governing`;
+    without them, the versions the accepted events name, one per machine)."""
+    pins = pins if pins is not None else _named_pins(results)
+    decided = _Decided(BatchFold(stored, rules, arrivals, claims), controller, pins)
     letters: list[DeadLetter] = []
     excluded = excluded or {}
     for result in results:
@@ -334,6 +386,18 @@ def decide_batch(
     return DecidedBatch(batch, tuple(decided.decisions), tuple(decided.refused))
 
 
+def _named_pins(results: Sequence[IntakeResult]) -> Pins:
+    """Pins of the versions the accepted results carry, the first of each name current
+    (callers that decide without the lock: tests, simulations)."""
+    named: dict[str, Machine] = {}
+    current: dict[str, str] = {}
+    for r in results:
+        if isinstance(r, Accepted):
+            named.setdefault(f"{r.machine.name}@{r.machine.version}", r.machine)
+            current.setdefault(r.machine.name, r.machine.version)
+    return Pins(named, current)
+
+
 def _guarded(decided: _Decided, item: Accepted, now: datetime, observe: Observer) -> Refusal | None:
     """Check, open, decide and fold one accepted event, in one guard: whatever raises on
     this record (a bug met by odd input) refuses it as `record-failed`, naming the stage,
@@ -344,8 +408,8 @@ def _guarded(decided: _Decided, item: Accepted, now: datetime, observe: Observer
     entries = len(decided.entries)
     stage = "checking"
     try:
-        refusal = decided.precheck(item)
-        if refusal is not None:
+        machine, refusal = decided.precheck(item)
+        if refusal is not None or machine is None:
             return refusal
         stage = "authorizing"
         opens = decided.fold.known(op) is None
@@ -356,7 +420,8 @@ def _guarded(decided: _Decided, item: Accepted, now: datetime, observe: Observer
             except AuthenticationError as exc:
                 return _refused(item, exc)
         stage = "opening"
-        run = decided.fold.decider(item.event, item.machine, now, proof)
+        target = item.machine if item.event.event_type == MIGRATION_APPROVED else None
+        run = decided.fold.decider(item.event, machine, now, proof, target)
         stage = "authorizing"
         view = decided.fold.current[op]
         roles = decided.fold.rules.event_roles

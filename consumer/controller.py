@@ -60,11 +60,22 @@ from consumer.heap import settle_heap
 from consumer.intake import Intake, IntakeResult, RawRecord, Refusal, RefusalCode, Rejected
 from consumer.metrics import ControllerMetrics
 from consumer.quarantine import Watch, quarantine_refusal, watch_after_claim
+from consumer.reload import (
+    RULES_CHANGE_REFUSED,
+    RULES_CHANGED,
+    RULES_LOADED,
+    RulesWatch,
+    change_record,
+    rules_chain_id,
+    rules_digests,
+)
 from consumer.settings import ControllerSettings
 from consumer.signing import controller_signer
 from consumer.telemetry import Telemetry
 from consumer.tracing import BatchTracer
 from ledger import (
+    Batch,
+    DeadLetter,
     EventIdReused,
     FencedError,
     Ledger,
@@ -78,6 +89,7 @@ from machines import (
     Grant,
     Machine,
     Outcome,
+    Pins,
     ProducerEntry,
     ProducerKey,
     Role,
@@ -218,30 +230,25 @@ class Controller:
         telemetry: Telemetry | None = None,
         clock: Callable[[], datetime] = _utcnow,
         signer: OutboxSigner | None = None,
+        reload: Callable[[], tuple[Pins, Rules]] | None = None,
+        watch: RulesWatch | None = None,
     ) -> None:
         self.settings = settings
         # Fail closed: no key, no controller (`consumer.signing`).
         self.signer = signer or controller_signer(settings)
         self.ledger = ledger
-        self.rules = rules
-        self._intake = Intake(
-            machines,
-            roster=with_own_key(rules.policy.roster, self.signer.signer),
-            max_record_bytes=settings.max_record_bytes,
-            clock=clock,
-        )
-        if not rules.policy.producers:
-            log.warning(
-                "policy %s lists no producers: every event will be refused as "
-                "producer-unknown; add the producer roster (`producers:`) to the policy",
-                rules.policy.id,
-            )
+        self._clock = clock
+        self._use_rules(machines if isinstance(machines, Pins) else Pins(machines), rules)
+        # Reloading the rules without a restart (`consumer.reload`): how to load them
+        # again, and when to.
+        self._reload = reload
+        self._rules_watch = watch
+        self.rules_changes = 0
         telemetry = telemetry or Telemetry.disabled()
         self._tracer = BatchTracer(
             telemetry.tracer_provider, group=settings.group_id, client=settings.instance_id
         )
         self.metrics = ControllerMetrics(telemetry.meter_provider, settings.group_id)
-        self._clock = clock
         self._topics = settings.topics
         self._backoff = _Backoff(settings.backoff_initial_ms, settings.backoff_max_ms)
         # Owned partitions: their epoch and the next offset the ledger stores for them.
@@ -264,12 +271,135 @@ class Controller:
         # Advisory offset commits to Kafka that the broker refused (never fatal).
         self.advisory_commit_failures = 0
 
+    def _use_rules(self, pins: Pins, rules: Rules) -> None:
+        """Decide from now on under `pins` and `rules` (at start, and on a reload)."""
+        self.rules = rules
+        self.pins = pins
+        self._intake = Intake(
+            pins,
+            roster=with_own_key(rules.policy.roster, self.signer.signer),
+            max_record_bytes=self.settings.max_record_bytes,
+            clock=self._clock,
+        )
+        if not rules.policy.producers:
+            log.warning(
+                "policy %s lists no producers: every event will be refused as "
+                "producer-unknown; add the producer roster (`producers:`) to the policy",
+                rules.policy.id,
+            )
+
+    # -- reloading the rules ---------------------------------------------------------
+
+    def _maybe_reload(self) -> None:
+        """Reload the rules when asked or when their files changed (`consumer.reload`),
+        between batches; keep the old ones when the new ones do not load."""
+        if self._rules_watch is None or self._reload is None:
+            return
+        trigger = self._rules_watch.due()
+        if trigger is None:
+            return
+        old = rules_digests(self.pins, self.rules)
+        try:
+            pins, rules = self._reload()
+        except Exception as exc:
+            log.error(
+                "controller %s keeps its rules (policy %s): the changed rules do not load (%s): %s",
+                self.settings.instance_id,
+                self.rules.policy.digest,
+                trigger,
+                exc,
+            )
+            self._record_change(RULES_CHANGE_REFUSED, trigger, old, None, str(exc), (self.rules,))
+            return
+        new = rules_digests(pins, rules)
+        if new == old:
+            log.info("rules reloaded (%s): unchanged, policy %s", trigger, old["policy"]["digest"])
+            return
+        before = self.rules
+        self._use_rules(pins, rules)
+        self.rules_changes += 1
+        log.warning(
+            "controller %s reloaded its rules (%s): policy %s -> %s, lock %s -> %s",
+            self.settings.instance_id,
+            trigger,
+            old["policy"]["digest"],
+            new["policy"]["digest"],
+            old["lock_digest"],
+            new["lock_digest"],
+        )
+        dropped = sorted(set(old["machines"]) - set(new["machines"]))
+        if dropped:
+            # Not refused: the operator may have migrated every operation. If one is
+            # still on such a version, its events are dead-lettered machine-unpinned.
+            log.warning(
+                "controller %s no longer pins %s: an operation still in flight on it is "
+                "stranded (`recoveryctl machines rollout` shows any; pin it again, or "
+                "migrate them with `recoveryctl ops migrate`)",
+                self.settings.instance_id,
+                ", ".join(dropped),
+            )
+        self._record_change(RULES_CHANGED, trigger, old, new, None, (before, rules))
+
+    def _record_change(
+        self,
+        kind: str,
+        trigger: str,
+        old: Mapping[str, Any],
+        new: Mapping[str, Any] | None,
+        error: str | None,
+        rules: Sequence[Rules],
+    ) -> None:
+        """Append the change's audit record to the group's rules chain, signed and for
+        `recovery.audit`, in a transaction of its own. A ledger outage loses the record,
+        not the reload: the log line says what changed either way."""
+        group = self.settings.group_id
+        chain = rules_chain_id(group)
+        at = self._clock()
+        body = change_record(
+            kind,
+            controller=self.settings.instance_id,
+            group=group,
+            trigger=trigger,
+            old=old,
+            new=new,
+            error=error,
+            at=at.isoformat(),
+            policies=[r.policy for r in rules],
+        )
+        letter = DeadLetter(
+            record_id=f"{chain}:{self.settings.instance_id}:{at.isoformat()}",
+            chain_id=chain,
+            key=chain,
+            reason_code=kind,
+            payload={},
+            headers={},
+            audit=body,
+            kind=kind,
+            publish=False,
+        )
+        batch = Batch(
+            group=group,
+            positions=(),
+            views={},
+            dead_letters=(letter,),
+            topics=self._topics,
+            sign=self.signer,
+        )
+        try:
+            self.ledger.commit(batch)
+        except LedgerError as exc:
+            log.error("the %s audit record was not written: %s", kind, exc)
+
     # -- the loop -------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
         """Consume, decide and commit until `stop` is set; then close the consumer, which
         leaves the group (its partitions move to the other members at once)."""
         self._stop = stop
+        if self._reload is not None:
+            # What this member decides under from now on, in the audit stream.
+            loaded = rules_digests(self.pins, self.rules)
+            self._record_change(RULES_LOADED, "start", {}, loaded, None, (self.rules,))
         consumer = Consumer({**consumer_config(self.settings), "on_commit": self._advised})
         settle_heap("controller")
         topic = self.settings.topics.events
@@ -294,6 +424,7 @@ class Controller:
 
     def _step(self, consumer: Consumer) -> None:
         self.last_step = time.monotonic()
+        self._maybe_reload()
         if self._pending and time.monotonic() >= self._pending_at:
             self._claim_pending(consumer)
         # Wait for the first record only, then take what has already arrived: one
@@ -490,6 +621,7 @@ class Controller:
                     arrivals=arrivals,
                     sign=self.signer,
                     claims=claims,
+                    pins=self.pins,
                 )
                 self.ledger.commit(planned.batch)
             except RetryableConflict as exc:

@@ -18,14 +18,17 @@ Checks, in order (each failure is a `Refusal` whose code is the dead-letter reas
    and is checked by `consumer.batch` (`machines.producer_roles`);
 4. the Kafka key must be the operation id (`key-mismatch`): per-operation order and the
    partition's single owner both rest on it;
-5. the named machine must be pinned at that version (`machine-unknown`,
-   `machine-unpinned`), and its `applies_to` must admit what the envelope tells about the
-   operation (`machine-not-applicable`): the affected agent (`lineage.agent`) always,
-   and, when the envelope carries a `scope` block, its capability, tool and environment
-   too, through `machines.applies` (the rule `select_machine` uses). An envelope without
-   `scope` (schema v1/v2 producers) is checked on the agent only. The machine named by
-   an operation's first event governs it for good; a later event naming another
-   machine is refused by `consumer.batch`;
+5. the named machine must be pinned (`machine-unknown`), and the `applies_to` of one
+   of its pinned versions must admit what the envelope tells about the operation
+   (`machine-not-applicable`): the affected agent (`lineage.agent`) always, and, when
+   the envelope carries a `scope` block, its capability, tool and environment too,
+   through `machines.applies` (the rule `select_machine` uses). An envelope without
+   `scope` (schema v1/v2 producers) is checked on the agent only. Which *version*
+   decides is the batch's call (`consumer.batch`): an operation stays on the version it
+   opened under whatever version a later event names, and a new one opens on the
+   version the lock marks current; an event naming a version that is not pinned is
+   `Accepted` with `unpinned` set, and refused (`machine-unpinned`) only if it would
+   open an operation. A later event naming another machine is refused by the batch;
 6. the event time must lie in `EVENT_TIME_WINDOW` (`event-time-out-of-range`): a time
    like 9999-12-31 is no event's, and a deadline computed from it would overflow.
 
@@ -53,6 +56,7 @@ from machines import (
     Event,
     Machine,
     OperationScope,
+    Pins,
     ProducerEntry,
     Roster,
     applies,
@@ -79,6 +83,7 @@ __all__ = [
     "RefusalCode",
     "Rejected",
     "failed",
+    "unpinned_refusal",
 ]
 
 log = logging.getLogger("consumer")
@@ -109,6 +114,8 @@ class RefusalCode:
     RECORD_SKIPPED: Final = "record-skipped"
     # A tool report that disagrees with its operation's opening (`machines.opening`).
     OPENING_CONFLICT: Final = OPENING_CONFLICT
+    # A signed migration (`machines.migration`) of an operation the ledger does not know.
+    MIGRATION_UNKNOWN_OPERATION: Final = "migration-unknown-operation"
 
 
 # The event times intake accepts: generous for clock skew and replays of old streams,
@@ -161,14 +168,18 @@ class Refusal:
 class Accepted:
     """A record that decoded into an event for a pinned machine that applies to it,
     signed by `producer` (the authenticated roster entry, whose id is the event's
-    `producer`). `event` is already minimized under the machine's audit block
-    (`machines.minimize_event`), and `record` holds it in place of the consumed value:
-    nothing after intake sees a redacted value."""
+    `producer`). `machine` is the version the event names, or, when that version is not
+    pinned (`unpinned`), the version the lock marks current; the batch picks the version
+    that decides (module docstring). `event` is already minimized under the audit block
+    of every pinned version of its machine (`machines.minimize_event`), and `record`
+    holds it in place of the consumed value: nothing after intake sees a redacted
+    value."""
 
     record: RawRecord
     event: Event
     machine: Machine
     producer: ProducerEntry
+    unpinned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,9 +196,10 @@ IntakeResult = Accepted | Rejected
 
 class Intake:
     """Turns raw records into `Accepted` or `Rejected`. `machines` are the pinned ones,
-    keyed `name@version` (what `machines.provenance.load_locked_machines` returns);
-    `roster` the producers whose signatures are accepted (the policy's); `clock` the
-    time keys must be valid at (the controller's clock, never the record's)."""
+    keyed `name@version` (what `machines.provenance.load_locked_machines` returns, a
+    `machines.Pins`; a plain mapping pins one version per name); `roster` the producers
+    whose signatures are accepted (the policy's); `clock` the time keys must be valid
+    at (the controller's clock, never the record's)."""
 
     def __init__(
         self,
@@ -200,8 +212,7 @@ class Intake:
     ) -> None:
         self._roster = roster
         self._clock = clock or _utc_now
-        self._machines = dict(machines)
-        self._names = {m.name for m in machines.values()}
+        self._pins = machines if isinstance(machines, Pins) else Pins(machines)
         self._max = max_record_bytes
         self._decoder = decoder or WireDecoder(max_bytes=max_record_bytes)
 
@@ -253,24 +264,43 @@ class Intake:
                     event.operation_id,
                 ),
             )
-        ref = f"{event.machine_name}@{event.machine_version}"
-        machine = self._machines.get(ref)
-        if machine is not None:
-            kept = minimize_event(machine.audit, event)
+        versions = self._pins.versions(event.machine_name)
+        if versions:
+            kept = event
+            for version in versions:
+                kept = minimize_event(version.audit, kept)
             if kept is not event:
                 # From here on, dead letters included, the record holds only what the
                 # ledger may keep (SPEC §10): its payload redacted and, unless
-                # `audit.record` keeps it, referenced (`machines.minimize_event`).
+                # `audit.record` keeps it, referenced (`machines.minimize_event`), under
+                # every pinned version of the machine, whichever of them decides.
                 record, event = self._kept_record(record, kept), kept
         refusal = self._check_key(record, event) or _check_time(record, event)
         if refusal is None:
-            if machine is None:
-                refusal = self._unpinned(record, event, ref)
+            if not versions:
+                refusal = self._unknown(record, event)
             else:
-                refusal = self._check_applies(record, event, ref, machine)
-                if refusal is None:
-                    return Accepted(record, event, machine, producer)
+                return self._admitted(record, event, producer, versions)
         return Rejected(record, refusal)
+
+    def _admitted(
+        self,
+        record: RawRecord,
+        event: Event,
+        producer: ProducerEntry,
+        versions: tuple[Machine, ...],
+    ) -> IntakeResult:
+        """`Accepted` when a pinned version of the event's machine applies to it (the
+        named one first), else the named (or current) version's refusal."""
+        named = self._pins.get(f"{event.machine_name}@{event.machine_version}")
+        machine = named or self._pins.current(event.machine_name) or versions[0]
+        refusal = _check_applies(record, event, machine)
+        if refusal is not None and len(versions) > 1:
+            if any(_check_applies(record, event, v) is None for v in versions):
+                refusal = None
+        if refusal is not None:
+            return Rejected(record, refusal)
+        return Accepted(record, event, machine, producer, unpinned=named is None)
 
     def _kept_record(self, record: RawRecord, kept: Event) -> RawRecord:
         """`record` with `kept` (the minimized event) in place of the consumed value, in
@@ -315,58 +345,68 @@ class Intake:
             event.operation_id,
         )
 
-    def _unpinned(self, record: RawRecord, event: Event, ref: str) -> Refusal:
-        code = (
-            RefusalCode.MACHINE_UNPINNED
-            if event.machine_name in self._names
-            else RefusalCode.MACHINE_UNKNOWN
-        )
-        pinned = ", ".join(sorted(self._machines)) or "none"
+    def _unknown(self, record: RawRecord, event: Event) -> Refusal:
+        pinned = ", ".join(sorted(self._pins)) or "none"
         return Refusal(
-            code,
-            f"{_where(record, event)} names machine {ref}, which is not pinned (pinned: "
-            f"{pinned}); pin and sign it, or send events for a pinned version",
+            RefusalCode.MACHINE_UNKNOWN,
+            f"{_where(record, event)} names machine "
+            f"{event.machine_name}@{event.machine_version}, which is not pinned (pinned: "
+            f"{pinned}); pin and sign it, or send events for a pinned machine",
             event.event_id,
             event.operation_id,
         )
 
-    @staticmethod
-    def _check_applies(
-        record: RawRecord, event: Event, ref: str, machine: Machine
-    ) -> Refusal | None:
-        # Messages (and their `where` prefix) are built only for a refusal: most records
-        # are accepted, and the formatting cost as much as the check.
-        agents = machine.applies_to.agents
-        if agents and event.lineage.agent not in agents:
-            return Refusal(
-                RefusalCode.MACHINE_NOT_APPLICABLE,
-                f"{_where(record, event)}: machine {ref} applies to agents "
-                f"{', '.join(agents)}, not {event.lineage.agent}",
-                event.event_id,
-                event.operation_id,
-            )
-        scope = event.scope
-        if scope is None:
-            return None
-        operation = OperationScope(
-            capability=scope.capability,
-            tool=scope.tool,
-            agent=event.lineage.agent,
-            environment=scope.environment,
-        )
-        if applies(machine.applies_to, operation):
-            return None
-        allowed = machine.applies_to
+
+def unpinned_refusal(record: RawRecord, event: Event, pins: Pins) -> Refusal:
+    """The refusal of `event`, which names a version of its machine the lock does not
+    pin, where that version would have to decide (it opens an operation, or names a
+    migration's target): `machine-unpinned`."""
+    ref = f"{event.machine_name}@{event.machine_version}"
+    pinned = ", ".join(pins.refs(event.machine_name)) or "none"
+    return Refusal(
+        RefusalCode.MACHINE_UNPINNED,
+        f"{_where(record, event)} names machine {ref}, which is not pinned (pinned: "
+        f"{pinned}); pin and sign it, or send events for a pinned version",
+        event.event_id,
+        event.operation_id,
+    )
+
+
+def _check_applies(record: RawRecord, event: Event, machine: Machine) -> Refusal | None:
+    # Messages (and their `where` prefix) are built only for a refusal: most records
+    # are accepted, and the formatting cost as much as the check.
+    ref = f"{machine.name}@{machine.version}"
+    agents = machine.applies_to.agents
+    if agents and event.lineage.agent not in agents:
         return Refusal(
             RefusalCode.MACHINE_NOT_APPLICABLE,
-            f"{_where(record, event)}: machine {ref} does not apply to capability "
-            f"{scope.capability}, tool {scope.tool}, environment {scope.environment} (it "
-            f"applies to capabilities {_listed(allowed.capabilities)}, tools "
-            f"{_listed(allowed.tools)}, environments {_listed(allowed.environments)}); send "
-            "the event for the machine that governs this operation, or correct the scope",
+            f"{_where(record, event)}: machine {ref} applies to agents "
+            f"{', '.join(agents)}, not {event.lineage.agent}",
             event.event_id,
             event.operation_id,
         )
+    scope = event.scope
+    if scope is None:
+        return None
+    operation = OperationScope(
+        capability=scope.capability,
+        tool=scope.tool,
+        agent=event.lineage.agent,
+        environment=scope.environment,
+    )
+    if applies(machine.applies_to, operation):
+        return None
+    allowed = machine.applies_to
+    return Refusal(
+        RefusalCode.MACHINE_NOT_APPLICABLE,
+        f"{_where(record, event)}: machine {ref} does not apply to capability "
+        f"{scope.capability}, tool {scope.tool}, environment {scope.environment} (it "
+        f"applies to capabilities {_listed(allowed.capabilities)}, tools "
+        f"{_listed(allowed.tools)}, environments {_listed(allowed.environments)}); send "
+        "the event for the machine that governs this operation, or correct the scope",
+        event.event_id,
+        event.operation_id,
+    )
 
 
 def _utc_now() -> datetime:

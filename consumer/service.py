@@ -23,12 +23,14 @@ from consumer.controller import Controller
 from consumer.errors import ControllerError, PolicyRefused
 from consumer.health import controller_probes
 from consumer.health_server import HealthServer
+from consumer.reload import RulesWatch
 from consumer.settings import ENV_DEMO_MODE, ControllerSettings, RulesSettings
 from consumer.telemetry import CONTROLLER_SERVICE, Telemetry, build_telemetry
 from ledger import LedgerError, PostgresLedger, current_role, require_current_schema
 from machines import (
     Machine,
     MachineError,
+    Pins,
     Policy,
     PolicyError,
     Registry,
@@ -156,7 +158,7 @@ def controller_policy(settings: ControllerSettings, *, warn: bool = True) -> Pol
     return policy
 
 
-def load_machines(settings: RulesSettings) -> tuple[dict[str, Machine], Registry]:
+def load_machines(settings: RulesSettings) -> tuple[Pins, Registry]:
     """The pinned machines (each checked against the lock file and its publisher's
     signature) and the registry. Raises `ControllerError` naming the file that was
     refused, or a lock file that pins nothing."""
@@ -185,13 +187,13 @@ def checked_rules(machines: Mapping[str, Machine], registry: Registry, policy: P
     return Rules(policy=policy, registry=registry)
 
 
-def load_rules(settings: ControllerSettings) -> tuple[dict[str, Machine], Rules]:
+def load_rules(settings: ControllerSettings, *, warn: bool = True) -> tuple[Pins, Rules]:
     """The pinned machines and the registry and policy (`controller_policy`) every
     decision is made under. Raises `ControllerError` naming the file that was refused,
     `PolicyRefused` when the policy is missing or holds a public-name key outside demo
-    mode."""
+    mode. A reload passes `warn=False`: the demo mode's warnings were logged at start."""
     machines, registry = load_machines(settings)
-    return machines, checked_rules(machines, registry, controller_policy(settings))
+    return machines, checked_rules(machines, registry, controller_policy(settings, warn=warn))
 
 
 def check_database_role(settings: ControllerSettings) -> None:
@@ -271,8 +273,21 @@ def run_controller(
     except LedgerError as exc:
         raise ControllerError(f"controller cannot open the ledger: {exc}") from exc
     try:
+        watched = (
+            settings.lock_path,
+            settings.trusted_publishers_path,
+            settings.registry_path,
+            settings.policy_path,
+            settings.roster_path,
+        )
         controller = Controller(
-            settings, ledger, machines=machines, rules=rules, telemetry=telemetry
+            settings,
+            ledger,
+            machines=machines,
+            rules=rules,
+            telemetry=telemetry,
+            reload=lambda: load_rules(settings, warn=False),
+            watch=RulesWatch(watched, settings.rules_watch_seconds),
         )
         if health is not None:
             live, ready = controller_probes(controller)

@@ -119,6 +119,13 @@ class ControllerSettings(RulesSettings):
         "in-flight work: nothing is fetched for processing until the previous batch is "
         "committed or abandoned.",
     )
+    rules_watch_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        description="How often the controller looks for a change in its lock, trusted "
+        "publishers, registry, policy and roster files and reloads them (0: only on "
+        'SIGHUP); docs/operations.md, "Changing the rules without a restart".',
+    )
     batch_max_wait_ms: int = Field(
         default=200, ge=1, le=60_000, description="How long a batch waits for records."
     )

@@ -70,6 +70,17 @@ class OperationSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class MachineStateCount:
+    """How many operations of one machine version (by digest) are in one state."""
+
+    machine_name: str
+    machine_version: str
+    machine_digest: str
+    state: str
+    operations: int
+
+
+@dataclass(frozen=True, slots=True)
 class StoredEvent:
     """One stored event: its envelope (SPEC §6.2) and where it was consumed from."""
 
@@ -209,6 +220,16 @@ class LedgerInspector(PostgresLedger):
             return tuple(OperationSummary(*row) for row in rows)
 
         return self._read("list operations", work)
+
+    def machine_states(self) -> tuple[MachineStateCount, ...]:
+        """How many operations each machine version holds in each state (which states
+        are final only the machine knows: `recoveryctl machines rollout` asks it)."""
+
+        def work(conn: Conn) -> tuple[MachineStateCount, ...]:
+            rows = conn.execute(INSPECTION["machine_states"]).fetchall()
+            return tuple(MachineStateCount(*row) for row in rows)
+
+        return self._read("count operations per machine version", work)
 
     def operation_record(self, operation_id: str) -> OperationRecord:
         """The operation's whole record in one snapshot; raises `UnknownOperation`."""

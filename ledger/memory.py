@@ -62,6 +62,7 @@ from ledger.lineage_step import (
 from ledger.records import (
     Batch,
     BatchRows,
+    OperationRow,
     OutboxRow,
     audit_bodies,
     batch_rows,
@@ -308,6 +309,26 @@ class MemoryLedger(Ledger):
                     nonce=approval.nonce,
                 )
 
+    def _stored_info(
+        self, row: OperationRow, existing: _Operation | None, depth: int
+    ) -> OperationInfo:
+        """The operation row `row` leaves: its state and version, and its machine when
+        the batch migrated it (`OperationRow.migrated`), in the lineage rows too."""
+        info = existing.info if existing is not None else _new_info(row, depth)
+        info = replace(info, state=row.view.state, version=row.view.version)
+        if row.migrated:
+            info = replace(
+                info,
+                machine_version=row.view.machine_version,
+                machine_digest=row.view.machine_digest,
+            )
+            known = self._s.lineage.get(row.operation_id)
+            if known is not None:
+                self._s.lineage[row.operation_id] = replace(
+                    known, machine_version=row.view.machine_version
+                )
+        return info
+
     def _write(self, batch: Batch, plan: BatchRows) -> CommitResult:
         s = self._s
         chained: dict[str, list[AuditRecord]] = {}
@@ -326,10 +347,7 @@ class MemoryLedger(Ledger):
                 if records
                 else (existing.head if existing is not None else genesis_head(row.operation_id))
             )
-            info = (
-                existing.info if existing is not None else _new_info(row, depths[row.operation_id])
-            )
-            info = replace(info, state=row.view.state, version=row.view.version)
+            info = self._stored_info(row, existing, depths[row.operation_id])
             s.operations[row.operation_id] = _Operation(info, row.view, head)
         for event in plan.events:
             s.events[event.event_id] = (event.operation_id, event.payload_digest)

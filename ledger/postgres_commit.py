@@ -501,6 +501,16 @@ def _update_operations(
     conn.execute(
         QUERIES["update_operations"], column_arrays(_UPDATE_COLUMNS, _UPDATE_TYPES, updates)
     )
+    migrated = [r for r in rows if r.migrated]
+    if migrated:
+        conn.execute(
+            QUERIES["migrate_operations"],
+            {
+                "operation_id": [r.operation_id for r in migrated],
+                "machine_version": [r.view.machine_version for r in migrated],
+                "machine_digest": [r.view.machine_digest for r in migrated],
+            },
+        )
 
 
 def _store_offsets(conn: Conn, batch: Batch) -> None:

@@ -165,6 +165,9 @@ class OperationRow:
     # commit compares with the stored one under the operation's lock.
     decided_contained: tuple[str, ...] = ()
     decided_agents: frozenset[str] = frozenset()
+    # The batch moved the operation to another version of its machine (a signed
+    # migration, `machines.migration`): its row's machine columns follow the view.
+    migrated: bool = False
 
     @property
     def opens(self) -> bool:
@@ -503,8 +506,8 @@ def _evidence_events(event: Event, decision: Decision, topics: TopicNames) -> li
             "correlation_id": event.correlation_id,
             "sequence": seq,
             "source_event_id": event.event_id,
-            "machine_name": event.machine_name,
-            "machine_version": event.machine_version,
+            "machine_name": decision.machine_name,
+            "machine_version": decision.machine_version,
             "outcome": None,
             "verifier": None,
             "reference": event.evidence_ref,
@@ -543,7 +546,7 @@ def _operation_row(base: OperationView, final: OperationView, first: Event) -> O
         expected_version=base.version,
         view=final,
         correlation_id=first.correlation_id,
-        machine_version=first.machine_version,
+        machine_version=final.machine_version or first.machine_version,
         initiating_principal=lineage.initiating_principal,
         agent=lineage.agent,
         task=lineage.task,
@@ -553,6 +556,7 @@ def _operation_row(base: OperationView, final: OperationView, first: Event) -> O
         delegated_credentials=tuple(lineage.delegated_credentials),
         decided_contained=base.lineage.contained_ancestors,
         decided_agents=base.lineage.lineage_agents,
+        migrated=base.machine_digest != final.machine_digest,
     )
 
 
@@ -566,7 +570,7 @@ def _opened(view: OperationView, event: Event, batch: Batch, deadline: str | Non
         "correlation_id": event.correlation_id,
         "machine": {
             "name": view.machine_name,
-            "version": event.machine_version,
+            "version": view.machine_version or event.machine_version,
             "digest": view.machine_digest,
             "provenance": batch.provenance.get(view.machine_digest),
         },

@@ -98,6 +98,14 @@ from machines.loader import (
     load_machine,
     validate_path,
 )
+from machines.migration import (
+    MIGRATION_APPROVED,
+    MigrationRefusal,
+    decide_migration,
+    mapping_refusal,
+    migration_digest,
+    migration_plan,
+)
 from machines.minimization import minimize_event
 from machines.model import (
     Machine,
@@ -109,6 +117,7 @@ from machines.opening import (
     correlation_conflict,
     opening_conflict,
 )
+from machines.pins import Pins
 from machines.policy import (
     Policy,
     PolicyError,
@@ -185,6 +194,7 @@ __all__ = [
     "CORRELATION_MISMATCH",
     "DEFAULT_REGISTRY",
     "MAX_LINEAGE_DEPTH",
+    "MIGRATION_APPROVED",
     "OPENING_CONFLICT",
     "SCENARIOS",
     "Arrival",
@@ -214,11 +224,13 @@ __all__ = [
     "LockFile",
     "Machine",
     "MachineError",
+    "MigrationRefusal",
     "OpeningConflict",
     "OperationScope",
     "OperationSetup",
     "OperationView",
     "Outcome",
+    "Pins",
     "Policy",
     "PolicyError",
     "Problem",
@@ -259,6 +271,7 @@ __all__ = [
     "containment_of",
     "correlation_conflict",
     "decide",
+    "decide_migration",
     "digest_of",
     "discover",
     "dump_model",
@@ -281,8 +294,11 @@ __all__ = [
     "load_roster",
     "load_trusted_publishers",
     "lock_entry",
+    "mapping_refusal",
     "matching_scope",
     "may_link",
+    "migration_digest",
+    "migration_plan",
     "minimize_event",
     "new_view",
     "opening_conflict",

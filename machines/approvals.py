@@ -144,14 +144,19 @@ def check_decision(
     view: OperationView,
     policy: Policy,
     now: datetime,
+    reviewed: str | None = None,
 ) -> ApprovalRejection | None:
     """Verify a human decision against the operation as it is now. Returns None when the
     decision is authentic and bound to this operation, state, machine and moment, or the
     first reason it is not. Cheap checks run before the signature check; the lineage
-    check runs before the roster so an affected agent is named as such even if listed."""
+    check runs before the roster so an affected agent is named as such even if listed.
+    `reviewed` is the digest an approval must have signed when it is not the review
+    digest of its transition (a migration's plan, `machines.migration`); such a decision
+    is always an approval."""
     if decision is None:
         return ApprovalRejection.MISSING
-    expected = "approved" if event_type == "HUMAN_APPROVED" else "rejected"
+    approving = event_type == "HUMAN_APPROVED" or reviewed is not None
+    expected = "approved" if approving else "rejected"
     if decision.decision != expected:
         return ApprovalRejection.DECISION_MISMATCH
     if view.lineage.includes(decision.approver):
@@ -163,11 +168,11 @@ def check_decision(
         return ApprovalRejection.ROLE_NOT_PERMITTED
     if not _signature_valid(decision, approver.public_key):
         return ApprovalRejection.BAD_SIGNATURE
-    return _check_binding(decision, view, now)
+    return _check_binding(decision, view, now, reviewed)
 
 
 def _check_binding(
-    decision: HumanDecision, view: OperationView, now: datetime
+    decision: HumanDecision, view: OperationView, now: datetime, reviewed: str | None
 ) -> ApprovalRejection | None:
     if decision.operation_id != view.operation_id:
         return ApprovalRejection.WRONG_OPERATION
@@ -181,8 +186,8 @@ def _check_binding(
         return ApprovalRejection.REPLAYED_NONCE
     # An approval authorises what the approver saw; a rejection fails closed whatever
     # was seen, so only approvals must match the controller's own view of the review.
-    if decision.decision == "approved" and decision.reviewed_digest != review_digest(
-        view, decision.transition, now, for_resume=decision.for_resume
-    ):
+    if reviewed is None and decision.decision == "approved":
+        reviewed = review_digest(view, decision.transition, now, for_resume=decision.for_resume)
+    if reviewed is not None and decision.reviewed_digest != reviewed:
         return ApprovalRejection.REVIEW_MISMATCH
     return None

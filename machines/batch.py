@@ -34,6 +34,7 @@ from machines.containment import (
 from machines.decision import Decision, Outcome, apply, decide
 from machines.event import Event
 from machines.guards import STANDARD_GUARDS, GuardFn
+from machines.migration import decide_migration
 from machines.model import Machine, Registry
 from machines.policy import Policy
 from machines.producer_roles import DEFAULT_EVENT_ROLES, EventRoles
@@ -93,6 +94,7 @@ def open_view(
         operation_id=setup.operation_id,
         machine_name=machine.name,
         machine_digest=machine.digest,
+        machine_version=machine.version,
         policy_digest=policy.digest,
         initial_state=setup.state or machine.initial,
         lineage=LineageStatus(agent=setup.agent, lineage_agents=setup.lineage_agents),
@@ -213,13 +215,22 @@ class BatchFold:
         return self.current[op]
 
     def decider(
-        self, event: Event, machine: Machine, now: datetime, agent_proof: str = ""
+        self,
+        event: Event,
+        machine: Machine,
+        now: datetime,
+        agent_proof: str = "",
+        target: Machine | None = None,
     ) -> Callable[[], Decision]:
         """Open `event`'s operation if needed (`view_of`), and return the call that
         decides `event` on its view at `now`; `fold` takes the decision in (a caller may
-        wrap the call in a span or a timer)."""
+        wrap the call in a span or a timer). With `target`, the event is a signed
+        migration of the operation from `machine` to that version
+        (`machines.migration.decide_migration`)."""
         view = self.view_of(event, machine, agent_proof)
         rules = self.rules
+        if target is not None:
+            return lambda: decide_migration(machine, target, view, event, rules.policy, now)
 
         def run() -> Decision:
             return decide(

@@ -130,6 +130,14 @@ class Decision:
     # knows it (a stream of unknown types is one condition).
     escalation: str | None = None
     escalation_suppressed: bool = False
+    # The machine version the event named when it is not the version that decided it:
+    # an operation stays on the version it opened under (docs/machine-format.md,
+    # "Rollout"), and the mismatch is recorded, never a refusal.
+    named_version: str | None = None
+    # A signed migration to another version of the machine (`machines.migration`):
+    # `{"from": {version, digest}, "to": {version, digest}, "states": {old: new}}`; the
+    # decision names the version it moved the operation to.
+    migration: Mapping[str, Any] | None = None
 
     @property
     def capabilities(self) -> tuple[str, ...]:
@@ -137,20 +145,24 @@ class Decision:
         return tuple(i.capability for i in self.invocations)
 
     def to_dict(self) -> dict[str, Any]:
-        """The decision as plain JSON-ready data with a fixed key set."""
+        """The decision as plain JSON-ready data with a fixed key set; the machine block
+        adds `named_version` only for an event that named another version."""
         # The ledger builds this record for every decided event: the parts most
         # decisions leave empty are written without a comprehension (each one is a
         # call), and the shared empty evidence without asking it. Same dict either way.
         guards, invocations = self.guards, self.invocations
         refusals, errors, evidence = self.refusals, self.errors, self.evidence
-        return {
+        machine = {
+            "name": self.machine_name,
+            "version": self.machine_version,
+            "digest": self.machine_digest,
+        }
+        if self.named_version is not None:
+            machine["named_version"] = self.named_version
+        record: dict[str, Any] = {
             "operation_id": self.operation_id,
             "sequence": self.sequence,
-            "machine": {
-                "name": self.machine_name,
-                "version": self.machine_version,
-                "digest": self.machine_digest,
-            },
+            "machine": machine,
             "policy_digest": self.policy_digest,
             "decided_at": self.decided_at.isoformat(),
             "event": {
@@ -180,6 +192,9 @@ class Decision:
             if self.escalation is None
             else {"condition": self.escalation, "suppressed": self.escalation_suppressed},
         }
+        if self.migration is not None:
+            record["migration"] = dict(self.migration)
+        return record
 
 
 class _Draft:
@@ -577,6 +592,7 @@ def _finish(
         approval_consumed=draft.approval_consumed,
         escalation=draft.escalation,
         escalation_suppressed=draft.escalation_suppressed,
+        named_version=None if event.machine_version == machine.version else event.machine_version,
     )
 
 
@@ -594,14 +610,16 @@ def _envelope_refusal(machine: Machine, view: OperationView, event: Event) -> No
             f"operation {view.operation_id} was opened with {view.correlation_id}; send "
             "the operation's own correlation id (SPEC 6.2)",
         )
-    if (event.machine_name, event.machine_version) != (machine.name, machine.version) or (
-        view.machine_digest != machine.digest
-    ):
+    # Another *version* of the operation's machine is no refusal: the operation is
+    # decided by the version it is pinned to, and the decision records the version the
+    # event named (`Decision.named_version`).
+    if event.machine_name != machine.name or view.machine_digest != machine.digest:
         return Notice(
             "machine-mismatch",
             f"event {event.event_id} names machine {event.machine_name} "
             f"{event.machine_version}; operation {view.operation_id} is pinned to "
-            f"{machine.name} {machine.version} ({view.machine_digest})",
+            f"{view.machine_name} ({view.machine_digest}), not {machine.name} "
+            f"{machine.version} ({machine.digest})",
         )
     return None
 
@@ -966,6 +984,11 @@ def apply(view: OperationView, decision: Decision) -> OperationView:
         resumed = str(CapabilityKind.RESUME) in kinds
         changes["stopped"] = STOP in kinds or (view.stopped and not resumed)
         changes["revoked"] = REVOKE in kinds or (view.revoked and not resumed)
+    if decision.migration is not None and decision.outcome is Outcome.TRANSITIONED:
+        # A signed migration (`machines.migration`) moves the operation to the version
+        # it was decided under; nothing else ever changes an operation's machine.
+        changes["machine_digest"] = decision.machine_digest
+        changes["machine_version"] = decision.machine_version
     changes["state"] = decision.state_after
     changes["version"] = decision.sequence
     changes["seen_events"] = MappingProxyType(seen)

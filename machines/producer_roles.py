@@ -36,7 +36,8 @@ code `role-not-permitted`, `identity-mismatch` or `agent-unproven`.
   forwards decisions signed elsewhere (the reviewer console, `recoveryctl approve` as
   a deployment's approval service): the decision's own signature proves the human and
   is checked against the policy's approvers by the core, so the record's signer need
-  not be the approver; `RESUME_REQUESTED`: `approver`, `orchestrator` (agent) or `tool`. An event
+  not be the approver; `MIGRATION_APPROVED` (`machines.migration`): `approver`, on the
+  same terms; `RESUME_REQUESTED`: `approver`, `orchestrator` (agent) or `tool`. An event
   with a `classifier` block needs `classifier` whatever its type; `AUTHORIZATION_DENIED`,
   `VALIDATION_DENIED` and `POLICY_DENIED`: `tool`, or `worker` for the capability of
   the command they answer (a retry the worker found denied); and a validated
@@ -107,6 +108,8 @@ DEFAULT_EVENT_ROLES: Final = EventRoles(
         {
             "ANCESTOR_CONTAINED": _LINEAGE,
             "RESUME_REQUESTED": (Role.APPROVER, Role.ORCHESTRATOR, Role.TOOL),
+            # A signed migration to another machine version (`machines.migration`).
+            "MIGRATION_APPROVED": (Role.APPROVER,),
             # A denial of the call comes from the tool; a denial of a retry from the
             # worker that executed it (scoped by the command it names).
             **{denial: (Role.TOOL, Role.WORKER) for denial in sorted(DENIAL_EVENTS)},

@@ -5,7 +5,9 @@ SPEC §8.1 step 1 and §12, CONFORMANCE L3.1: the controller loads only a machin
 a publisher, and whose publisher signature verifies under a key the operator trusts.
 
 - Lock file (`machines.lock`, JSON): `{"lock_version": 1, "machines": {"name@version":
-  {"name", "version", "digest", "publisher", "path"}}}`; `path` is relative to the lock.
+  {"name", "version", "digest", "publisher", "path"}}, "current": {"name": "version"}}`;
+  `path` is relative to the lock. A lock may pin several versions of a machine (a
+  rollout); `current` then names the version new operations open on (`machines.Pins`).
 - Signature (`RECOVERY.sig` beside RECOVERY.yaml, JSON): `{"signature_version": 1, "name",
   "version", "digest", "publisher", "key_id", "signature"}`; `signature` is base64 Ed25519
   over `signed_message(...)`, the canonical JSON of the pinned fields plus a context
@@ -35,6 +37,7 @@ from machines.errors import Code, Location, Problem, ProvenanceError
 from machines.keys import key_id, public_key_text
 from machines.loader import load_machine
 from machines.model import Machine, MachineProvenance, Registry
+from machines.pins import Pins
 from machines.yamlsafe import parse_yaml, read_bytes
 
 SIGNATURE_FILE = "RECOVERY.sig"
@@ -54,15 +57,50 @@ class LockEntry(BaseModel):
 
 
 class LockFile(BaseModel):
-    """The operator's lock file: the only machines the controller will load."""
+    """The operator's lock file: the only machines the controller will load. `current`
+    names, for a machine pinned at several versions, the one new operations open on
+    (a machine pinned once needs no entry)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     lock_version: int = Field(1, ge=1, le=1)
     machines: dict[str, LockEntry] = Field(default_factory=dict)
+    current: dict[str, str] = Field(default_factory=dict)
 
     def entry(self, name: str, version: str) -> LockEntry | None:
         """The pin of `name@version`, if any."""
         return self.machines.get(f"{name}@{version}")
+
+    def versions(self, name: str) -> list[str]:
+        """Every pinned version of `name`, in lock order."""
+        return [e.version for e in self.machines.values() if e.name == name]
+
+    def current_version(self, name: str) -> str | None:
+        """The version of `name` new operations open on: the marked one, else the only
+        pinned one; None when it is not pinned or several are and none is marked."""
+        marked = self.current.get(name)
+        if marked is not None:
+            return marked
+        found = self.versions(name)
+        return found[0] if len(found) == 1 else None
+
+    def problem(self) -> str | None:
+        """What makes this lock unusable beyond its shape, or None: a key that does not
+        match its entry, a current version that is not pinned, or a machine pinned at
+        several versions without a current one."""
+        for key, entry in self.machines.items():
+            if key != f"{entry.name}@{entry.version}":
+                return f"lock key {key!r} does not match its entry {entry.name}@{entry.version}"
+        for name, version in self.current.items():
+            if self.entry(name, version) is None:
+                return f"current version {name}@{version} is not pinned"
+        names = {e.name for e in self.machines.values()}
+        for name in sorted(names):
+            if self.current_version(name) is None:
+                return (
+                    f"machine {name} is pinned at versions {', '.join(self.versions(name))} "
+                    "and none is marked current"
+                )
+        return None
 
 
 class SignatureFile(BaseModel):
@@ -122,8 +160,12 @@ def sign_machine(machine: Machine, publisher: str, private_key: Ed25519PrivateKe
 
 
 def dump_model(model: BaseModel) -> str:
-    """Deterministic JSON text of a lock or signature file (sorted keys, trailing newline)."""
-    return json.dumps(model.model_dump(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    """Deterministic JSON text of a lock or signature file (sorted keys, trailing newline).
+    A lock without a `current` entry is written without the key, as before rollouts."""
+    data = model.model_dump()
+    if isinstance(model, LockFile) and not model.current:
+        del data["current"]
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def _read_json(path: Path, code: Code, what: str) -> Any:
@@ -151,14 +193,15 @@ def load_lock(path: str | Path) -> LockFile:
             str(path),
             "regenerate it with `recoveryctl machines lock`",
         ) from exc
-    for key, entry in lock.machines.items():
-        if key != f"{entry.name}@{entry.version}":
-            raise _fail(
-                Code.LOCK_INVALID,
-                f"lock key {key!r} does not match its entry {entry.name}@{entry.version}",
-                str(path),
-                "regenerate it with `recoveryctl machines lock`",
-            )
+    problem = lock.problem()
+    if problem is not None:
+        raise _fail(
+            Code.LOCK_INVALID,
+            problem,
+            str(path),
+            "regenerate it with `recoveryctl machines lock`, and mark the version new "
+            "operations open on with `recoveryctl machines promote NAME@VERSION`",
+        )
     return lock
 
 
@@ -308,10 +351,11 @@ def load_pinned_machine(
 
 def load_locked_machines(
     lock_path: str | Path, registry: Registry, trust: TrustedPublishers
-) -> dict[str, Machine]:
+) -> Pins:
     """Every machine the lock file pins, by `name@version`, each loaded through
-    `load_pinned_machine` from its `path` (relative to the lock file). This is what a
-    controller loads at start-up; the first refusal raises and names its check."""
+    `load_pinned_machine` from its `path` (relative to the lock file), with the version
+    of each name new operations open on (`machines.Pins`). This is what a controller
+    loads at start-up; the first refusal raises and names its check."""
     lock_path = Path(lock_path)
     lock = load_lock(lock_path)
     loaded: dict[str, Machine] = {}
@@ -329,7 +373,7 @@ def load_locked_machines(
                 "fix the entry's path or re-lock the machine",
             )
         loaded[ref] = machine
-    return loaded
+    return Pins(loaded, lock.current)
 
 
 def lock_entry(machine: Machine, publisher: str, package: Path, lock_dir: Path) -> LockEntry:

@@ -9,6 +9,14 @@ event's lineage agent, the lineage the ledger links it into) and deciding each e
 its recorded `decided_at`; `compare_decisions` names every decision whose recorded form
 differs from the replayed one, field by field. Pure: no clock, no I/O.
 
+An operation migrated to another version of its machine (`machines.migration`) is
+replayed across the move: each event is decided by the version the operation's view
+names at that point, and a `MIGRATION_APPROVED` event towards the version it names, so
+`versions` (the pinned machines, `machines.Pins`) must hold every version the operation
+ran under. An operation decided across a policy reload is replayed under the policy
+each decision names (`policies`, which `recoveryctl replay --verify` finds in the audit
+stream's rules records).
+
 One limit: the lineage an operation is opened with is the one the ledger holds now. An
 operation linked below an ancestor that was already containing when it arrived is
 replayed as if it were not (that containment reached the view as a lineage column, not
@@ -19,7 +27,7 @@ then names the guards that read the lineage.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -30,7 +38,9 @@ from machines.containment import Arrival
 from machines.decision import Decision
 from machines.digest import canonical_json
 from machines.event import Event
+from machines.migration import MIGRATION_APPROVED
 from machines.model import Machine
+from machines.policy import Policy
 
 __all__ = ["ReplayMismatch", "compare_decisions", "replay_decisions"]
 
@@ -66,17 +76,32 @@ def replay_decisions(
     events: Sequence[Event],
     decided_at: Sequence[datetime],
     arrival: Arrival,
+    versions: Mapping[str, Machine] | None = None,
+    policies: Sequence[Policy] | None = None,
 ) -> tuple[Decision, ...]:
     """Decide one operation's `events` again, in order, each at its `decided_at`,
-    opening the operation with `arrival` (see the module docstring)."""
+    opening the operation with `arrival` on `machine`; later events are decided by the
+    version in `versions` (by `name@version`) whose digest the operation's view names,
+    each under its policy in `policies` (aligned with `events`; default: `rules`'s) (see
+    the module docstring)."""
     if len(events) != len(decided_at):
         raise ValueError(f"{len(events)} events but {len(decided_at)} decision times")
+    if policies is not None and len(policies) != len(events):
+        raise ValueError(f"{len(events)} events but {len(policies)} policies")
     if not events:
         return ()
     fold = BatchFold({}, rules, {arrival.operation_id: arrival})
+    by_digest = {m.digest: m for m in (versions or {}).values()}
     decisions = []
-    for event, now in zip(events, decided_at, strict=True):
-        decision = fold.decider(event, machine, now)()
+    for index, (event, now) in enumerate(zip(events, decided_at, strict=True)):
+        if policies is not None:
+            fold.rules = replace(rules, policy=policies[index])
+        view = fold.known(event.operation_id)
+        governing = machine if view is None else by_digest.get(view.machine_digest, machine)
+        target = None
+        if event.event_type == MIGRATION_APPROVED and versions is not None:
+            target = versions.get(f"{event.machine_name}@{event.machine_version}")
+        decision = fold.decider(event, governing, now, target=target)()
         fold.fold(event, decision)
         decisions.append(decision)
     return tuple(decisions)

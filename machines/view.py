@@ -248,6 +248,10 @@ class OperationView:
     # call context the agent's runtime signed, `machines.call_context`). Empty for a view
     # stored before it was kept.
     agent_proof: str = ""
+    # The version of the machine whose digest `machine_digest` is: the one the operation
+    # opened under, or the one a signed migration moved it to (`machines.migration`).
+    # Empty for a view stored before it was kept (the operation row's version then).
+    machine_version: str = ""
 
     def command_capability(self, command_id: str | None) -> str | None:
         """The capability of the open command `command_id`, if this operation issued it
@@ -342,6 +346,7 @@ def new_view(
     credentials: tuple[str, ...] = (),
     opened_by: str | None = None,
     agent_proof: str = "",
+    machine_version: str = "",
 ) -> OperationView:
     """The view of an operation the controller has just started to govern."""
     return OperationView(
@@ -364,6 +369,7 @@ def new_view(
         credentials=credentials,
         opened_by=opened_by,
         agent_proof=agent_proof,
+        machine_version=machine_version,
     )
 
 

@@ -10,7 +10,12 @@ and compares:
 
 - a record on the topic that is unsigned, or signed by anyone but a roster controller
   key (a forgery chaining onto the real head, say) is reported (`unsigned-record`,
-  `forged-record`) and otherwise ignored;
+  `forged-record`) and otherwise ignored. Each key is judged at the time the record
+  was signed (an audit record's own OCSF `time`; a chain-heads record's, the newest
+  record it names), never later than now, so a controller key rotated out (`not_after`)
+  or revoked from the time of a compromise still proves what it signed before; a
+  record backdated by someone holding such a key is not the ledger's record, which the
+  comparisons below report;
 - a published record whose hash differs from the database's record of that chain and
   sequence (`rewritten`), or a signed head the database's chain no longer has
   (`head-mismatch`): a consistent rewrite;
@@ -36,7 +41,7 @@ found from the database (`recoveryctl audit verify`), before any SIEM compares.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -228,15 +233,83 @@ def compare_with_topic(
     return report
 
 
+def _parsed(value: bytes | None) -> Mapping[str, Any]:
+    try:
+        data = json.loads(value or b"{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _own_time(data: Mapping[str, Any]) -> datetime | None:
+    """The time an audit record says it was made (OCSF `time`, milliseconds)."""
+    millis = data.get("time")
+    if not isinstance(millis, int) or isinstance(millis, bool):
+        return None
+    try:
+        return datetime.fromtimestamp(millis / 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def _record_times(records: Sequence[TopicRecord]) -> dict[tuple[str, int], datetime]:
+    """The time of every audit record on the topic, by its chain link."""
+    times: dict[tuple[str, int], datetime] = {}
+    for rec in records:
+        data = _parsed(rec.value)
+        when = _own_time(data)
+        try:
+            chain, seq, _ = _chain_link(data)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if when is not None:
+            times[(chain, seq)] = when
+    return times
+
+
+def _signed_time(
+    data: Mapping[str, Any], times: Mapping[tuple[str, int], datetime]
+) -> datetime | None:
+    """When a topic record was signed, as it says: an audit record's own time; a
+    chain-heads record's, the newest of the records it names (it is signed in their
+    batch); None when neither is known."""
+    when = _own_time(data)
+    if when is not None:
+        return when
+    heads = data.get("heads")
+    if not isinstance(heads, list):
+        return None
+    found = [
+        times[key]
+        for h in heads
+        if isinstance(h, dict)
+        and (key := (str(h.get("operation_id")), _int(h.get("sequence")))) in times
+    ]
+    return max(found) if found else None
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else -1
+
+
 def _read(
     records: Iterable[TopicRecord], roster: Roster, at: datetime, report: TopicReport
 ) -> _Topic:
     topic = _Topic()
-    for rec in records:
+    read = list(records)
+    times = _record_times(read)
+    for rec in read:
         report.records_read += 1
         where = f"{rec.topic}[{rec.partition}]@{rec.offset}"
         try:
-            entry = verify_record(roster, rec.topic, rec.key, rec.value, rec.headers, at=at)
+            # Judged at the time it says it was signed, so that a rotated controller key
+            # (`not_after`) still verifies what it signed before: a record backdated by a
+            # holder of a retired key is not the ledger's, and the comparison below
+            # reports it.
+            signed_at = _signed_time(_parsed(rec.value), times) or at
+            entry = verify_record(
+                roster, rec.topic, rec.key, rec.value, rec.headers, at=min(signed_at, at)
+            )
         except AuthenticationError as exc:
             code = (
                 "unsigned-record" if exc.code == AuthRefusal.SIGNATURE_MISSING else "forged-record"

@@ -43,7 +43,7 @@ from consumer import (
     operator_policy,
 )
 from ledger import LedgerInspector, PostgresLedger
-from machines import Machine, Policy, Registry, Rules, load_private_key
+from machines import Machine, Pins, Policy, Registry, Rules, load_private_key
 from ops.errors import NotConfigured, StackError, UsageError
 from ops.runtime import Services
 from ops.stack import StackState, live_state
@@ -85,7 +85,7 @@ _RULE_FLAGS = (
 class LoadedRules:
     """The pinned machines by `name@version` and the rules (policy, registry)."""
 
-    machines: dict[str, Machine]
+    machines: Pins
     rules: Rules
 
     def machine_for(self, name: str, version: str, digest: str) -> Machine | None:
@@ -97,7 +97,7 @@ class LoadedRules:
 class PinnedMachines:
     """The pinned machines by `name@version` and the registry, without a policy."""
 
-    machines: dict[str, Machine]
+    machines: Pins
     registry: Registry
 
     def machine_for(self, name: str, version: str, digest: str) -> Machine | None:
@@ -105,9 +105,11 @@ class PinnedMachines:
         return _pinned(self.machines, name, version, digest)
 
 
-def _pinned(machines: dict[str, Machine], name: str, version: str, digest: str) -> Machine | None:
-    machine = machines.get(f"{name}@{version}")
-    return machine if machine is not None and machine.digest == digest else None
+def _pinned(machines: Pins, name: str, version: str, digest: str) -> Machine | None:
+    machine = machines.by_digest(digest)
+    if machine is None or (machine.name, machine.version) != (name, version):
+        return None
+    return machine
 
 
 def parse_duration(text: str) -> timedelta:

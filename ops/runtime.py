@@ -23,6 +23,7 @@ from consumer import (
     HealthServer,
     Telemetry,
     build_telemetry,
+    reload_requests,
 )
 from ledger import PostgresLedger, migrate_database, require_current_schema
 from producers import OutboxRelay, RelaySettings, relay_probes
@@ -180,14 +181,19 @@ def _controller_target(
 
 @contextmanager
 def stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """Set `stop` on SIGTERM and SIGINT while inside (main thread only); the previous
+    """Set `stop` on SIGTERM and SIGINT, and ask the controllers to reload their rules
+    on SIGHUP (`consumer.reload`), while inside (main thread only); the previous
     handlers come back afterwards."""
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         _log.info("received %s: stopping after the current batches", signal.Signals(signum).name)
         stop.set()
 
+    def reload(_signum: int, _frame: FrameType | None) -> None:
+        reload_requests.request(f"SIGHUP to pid {os.getpid()}")
+
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, reload)
     try:
         yield
     finally:

@@ -11,7 +11,11 @@ reviewer console call these same functions, so they cannot drift apart.
 - `submit_decision`: a signed decision checked as the controller will check it
   (`machines.check_decision`), then published through the client library;
 - `await_decision`: the controller's decision on a published event, waited for with a
-  bound.
+  bound;
+- `plan_migration` and `submit_migration`: moving one operation to another pinned version
+  of its machine (`recoveryctl ops migrate`, docs/operations.md "Upgrading a machine"):
+  the state mapping checked as the controller will check it (`machines.mapping_refusal`),
+  the approver's signed decision checked, then published as `MIGRATION_APPROVED`.
 """
 
 from __future__ import annotations
@@ -22,17 +26,25 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from ledger import LedgerInspector, OperationRecord
 from machines import (
+    MIGRATION_APPROVED,
     Event,
     HumanDecision,
+    Machine,
     OperationView,
+    Policy,
     Registry,
     ReviewPacket,
     Verdict,
     awaited_actions,
     awaits_human,
     check_decision,
+    mapping_refusal,
+    migration_digest,
+    public_key_b64,
 )
 from machines import review_packet as build_packet
 from ops.context import LoadedRules, PinnedMachines
@@ -42,11 +54,15 @@ from producers import RecoveryClient
 __all__ = [
     "VERDICT_EVENTS",
     "DecisionRefused",
+    "MigrationPlan",
     "Review",
+    "approver_for",
     "await_decision",
+    "plan_migration",
     "proposed_decision",
     "review",
     "submit_decision",
+    "submit_migration",
     "timeline",
     "waiting_for_human",
 ]
@@ -157,6 +173,8 @@ def _registry(pinned: PinnedMachines | LoadedRules) -> Registry:
 def _decision_json(decision: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "sequence": decision["sequence"],
+        "machine": decision["machine"],
+        "migration": decision.get("migration"),
         "decided_at": decision["decided_at"],
         "outcome": decision["outcome"],
         "state_before": decision["state_before"],
@@ -307,3 +325,138 @@ def await_decision(
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.2)
+
+
+def approver_for(policy: Policy, key: Ed25519PrivateKey, wanted: str | None) -> str:
+    """The approver of `policy` whose roster key is `key`'s public half (`wanted`, when
+    given, must be one). Raises `Refused` when none is, naming what to add."""
+    public = public_key_b64(key)
+    holders = [a.id for a in policy.approvers if a.public_key == public]
+    if not holders:
+        raise Refused(
+            f"the key's public half {public} is not in policy {policy.id}'s approver roster; "
+            "add it (`recoveryctl keys show FILE` prints the entry) and reload the controller"
+        )
+    if wanted is not None and wanted not in holders:
+        raise Refused(f"the key belongs to approver {holders[0]} in the roster, not {wanted}")
+    return wanted or holders[0]
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationPlan:
+    """One operation's move from `source` to `target`, another pinned version of its
+    machine, its current state mapped to `to_state`; `reviewed` is the digest of the
+    plan an approver signs (`machines.migration_digest`)."""
+
+    record: OperationRecord
+    source: Machine
+    target: Machine
+    to_state: str
+    reviewed: str
+
+    def decision(self, approver: str, expires_at: datetime, nonce: str) -> HumanDecision:
+        """The unsigned decision `approver` signs for this plan."""
+        view = self.record.view
+        return HumanDecision(
+            approver=approver,
+            operation_id=view.operation_id,
+            state=view.state,
+            transition=self.to_state,
+            machine_digest=view.machine_digest,
+            expires_at=expires_at,
+            nonce=nonce,
+            decision="approved",
+            reviewed_digest=self.reviewed,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as an operator reads it."""
+        view = self.record.view
+        return {
+            "operation_id": view.operation_id,
+            "position": view.version,
+            "from": {
+                "name": self.source.name,
+                "version": self.source.version,
+                "digest": self.source.digest,
+                "state": view.state,
+            },
+            "to": {
+                "name": self.target.name,
+                "version": self.target.version,
+                "digest": self.target.digest,
+                "state": self.to_state,
+            },
+            "plan_digest": self.reviewed,
+        }
+
+
+def plan_migration(
+    record: OperationRecord,
+    pinned: LoadedRules,
+    to_version: str,
+    mapping: Mapping[str, str],
+) -> MigrationPlan:
+    """The plan that moves the operation `record` holds to `to_version` of its machine,
+    its states mapped by `mapping` (default: each to the state of the same name). Raises
+    `UsageError` when either version is not pinned here, and `Refused` when the new
+    version does not allow the mapping (`machines.mapping_refusal`), naming the rule."""
+    row, view = record.row, record.view
+    op = view.operation_id
+    source = pinned.machines.by_digest(view.machine_digest)
+    if source is None:
+        raise UsageError(
+            f"operation {op} runs {row['machine_name']}@{row['machine_version']} "
+            f"({view.machine_digest}), which this lock does not pin; pass the controller's "
+            "--lock"
+        )
+    target = pinned.machines.get(f"{source.name}@{to_version}")
+    if target is None:
+        known = ", ".join(pinned.machines.refs(source.name))
+        raise UsageError(
+            f"operation {op}: {source.name}@{to_version} is not pinned (pinned: {known}); "
+            "lock the new version first (`recoveryctl machines lock`)"
+        )
+    states = dict(mapping) or {view.state: view.state}
+    states.setdefault(view.state, view.state)
+    refused = mapping_refusal(source, target, view, states)
+    if refused is not None:
+        raise Refused(f"{refused.code}: {refused.message}; nothing was signed or published")
+    to_state = states[view.state]
+    return MigrationPlan(record, source, target, to_state, migration_digest(view, target, to_state))
+
+
+def submit_migration(
+    plan: MigrationPlan,
+    decision: HumanDecision,
+    *,
+    client: RecoveryClient,
+    rules: LoadedRules,
+    now: datetime,
+) -> Event:
+    """Check the signed `decision` for `plan` as the controller will and publish it as
+    `MIGRATION_APPROVED`. Raises `DecisionRefused` when the controller would refuse it:
+    nothing is published."""
+    refused = check_decision(
+        decision,
+        event_type=MIGRATION_APPROVED,
+        view=plan.record.view,
+        policy=rules.rules.policy,
+        now=now,
+        reviewed=plan.reviewed,
+    )
+    if refused is not None:
+        raise DecisionRefused(
+            f"operation {decision.operation_id}: the controller would refuse this "
+            f"{MIGRATION_APPROVED}: {refused}; nothing was published"
+        )
+    row = plan.record.row
+    event = client.publish_migration(
+        decision,
+        correlation_id=row["correlation_id"],
+        machine_name=plan.target.name,
+        target_version=plan.target.version,
+        lineage=plan.record.lineage,
+    )
+    client.flush(10.0)
+    return event

@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from opentelemetry import propagate
 
 from machines import (
+    MIGRATION_APPROVED,
     ClassifierOutput,
     DeclaredFacts,
     Event,
@@ -639,6 +640,36 @@ class RecoveryClient:
             lineage=lineage,
             evidence_ref=f"approval:{self.producer}:{decision.nonce}",
             event_time=event_time,
+            human_decision=decision,
+        )
+
+    def publish_migration(
+        self,
+        decision: HumanDecision,
+        *,
+        correlation_id: str,
+        machine_name: str,
+        target_version: str,
+        lineage: Lineage,
+    ) -> Event:
+        """Publish an approver's signed migration of one operation to `target_version`
+        of its machine as `MIGRATION_APPROVED` (`machines.migration`: the decision's
+        `transition` is the state it maps to, its `reviewed_digest` the plan's
+        `machines.migration_digest`). The record is this client's, an `approver`."""
+        if not decision.signature:
+            raise ProducersError(
+                f"migration of operation {decision.operation_id} by {decision.approver} has "
+                "no signature; sign it first (`machines.sign_decision`)"
+            )
+        return self.publish_event(
+            MIGRATION_APPROVED,
+            event_id=f"migration:{decision.nonce}",
+            operation_id=decision.operation_id,
+            correlation_id=correlation_id,
+            machine_name=machine_name,
+            machine_version=target_version,
+            lineage=lineage,
+            evidence_ref=f"migration:{self.producer}:{decision.nonce}",
             human_decision=decision,
         )
 

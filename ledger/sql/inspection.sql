@@ -15,6 +15,14 @@ WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
 ORDER BY updated_at, operation_id
 LIMIT %(limit)s;
 
+-- name: machine_states
+-- How many operations each machine version holds in each state (`recoveryctl machines
+-- rollout|retire`): a scan of the operations table, for an operator, never on the event path.
+SELECT machine_name, machine_version, machine_digest, state, count(*)
+FROM operations
+GROUP BY machine_name, machine_version, machine_digest, state
+ORDER BY machine_name, machine_version, machine_digest, state;
+
 -- name: operation_record
 SELECT operation_id, correlation_id, machine_name, machine_version, machine_digest,
        policy_digest, state, version, initiating_principal, agent, runtime, task,

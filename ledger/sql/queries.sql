@@ -230,6 +230,15 @@ FROM unnest(
 )
 WHERE o.operation_id = u.operation_id;
 
+-- name: migrate_operations
+-- The operations a batch moved to another version of their machine (a signed migration,
+-- machines.migration): the machine columns follow the folded view. Rare, so apart from
+-- update_operations, which every batch runs.
+UPDATE operations AS o SET machine_version = u.machine_version, machine_digest = u.machine_digest
+FROM unnest(%(operation_id)s::text[], %(machine_version)s::text[], %(machine_digest)s::text[])
+    AS u (operation_id, machine_version, machine_digest)
+WHERE o.operation_id = u.operation_id;
+
 -- name: store_offsets
 INSERT INTO consumer_offsets (consumer_group, topic, partition, next_offset)
 SELECT %(group)s, u.topic, u.partition, u.next_offset

@@ -1,4 +1,5 @@
-"""`recoveryctl ops list|show`: the operations in the ledger and one operation's timeline.
+"""`recoveryctl ops list|show|migrate`: the operations in the ledger, one operation's
+timeline, and moving one to another version of its machine (`ops/commands/migrate.py`).
 
 - `list [--state S] [--machine NAME[@VERSION]] [--older-than 15m] [--waiting-for-human]`
   lists operations, least recently changed first, with their machine, state, age and
@@ -25,6 +26,7 @@ from typing import Any
 
 from ledger import OperationSummary
 from ops.commands.db import add_ledger_options
+from ops.commands.migrate import register_migrate
 from ops.context import (
     Context,
     PinnedMachines,
@@ -71,6 +73,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_ledger_options(show, json_help="print the timeline as JSON")
     add_rules_options(show)
     register_command(show, _show)
+    register_migrate(actions)
 
 
 def _age(now: datetime, then: datetime) -> str:
@@ -276,6 +279,18 @@ def _decision_notes(events: Sequence[Mapping[str, Any]]) -> list[str]:
                 notes.append(
                     f"  #{decision['sequence']} guard {guard['guard']}: evidence {evidence}{error}"
                 )
+        migration = decision.get("migration")
+        if migration is not None:
+            notes.append(
+                f"  #{decision['sequence']} migrated {migration['from']['version']} -> "
+                f"{migration['to']['version']} ({migration['to']['digest']})"
+            )
+        named = (decision.get("machine") or {}).get("named_version")
+        if named is not None:
+            notes.append(
+                f"  #{decision['sequence']} the event named version {named}; decided by "
+                f"{decision['machine']['version']}, the operation's"
+            )
         for refusal in decision["refusals"]:
             notes.append(
                 f"  #{decision['sequence']} refused {refusal['code']}: {refusal['message']}"

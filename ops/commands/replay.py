@@ -3,11 +3,15 @@ the pinned machine and policy make on the recorded events?
 
 For every operation (or the ones named), the ledger's events are decided again through
 the machine the operation is pinned to and the controller's policy, each at the time it
-was decided (`machines.replay`), and each replayed decision is compared, field by
-field, with the decision row (recoverability paper §7.3: decisions checkable apart from
-outcomes). Every mismatch is reported. An operation whose machine is not pinned by the
-lock file, or whose decisions were made under another policy digest than the one
-loaded, cannot be checked and is reported as such.
+was decided (`machines.replay`), each under the policy its decision names, and each
+replayed decision is compared, field by field, with the decision row (recoverability
+paper §7.3: decisions checkable apart from outcomes). Every mismatch is reported. The
+policies are the one loaded and every one the controllers recorded in the audit stream
+when they started or reloaded their rules (`consumer.reload`: the `rules:<group>`
+chains). An operation migrated between machine versions is replayed across the move,
+each event under the version that decided it. An operation whose machine versions are
+not all pinned by the lock file, or one of whose decisions names a policy digest found
+in neither, cannot be checked and is reported as such.
 
 Read from one read-only snapshot per operation (`ledger.LedgerInspector`). A table, or
 JSON with `--json`. Exit status: 0 every checked decision replays, 1 a mismatch (or an
@@ -17,13 +21,16 @@ operation that could not be checked), 2 no database or rules, or an unknown oper
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ledger import LedgerInspector, OperationRecord
+from consumer import rules_chain_id
+from ledger import Ledger, LedgerInspector, OperationRecord
 from machines import (
     Arrival,
     EventError,
+    Policy,
     compare_decisions,
     parse_event,
     replay_decisions,
@@ -34,6 +41,8 @@ from ops.context import Context, LoadedRules, add_rules_options, register_comman
 __all__ = ["register", "verify_operation"]
 
 _ALL = 10_000_000
+# Every group's rules chain starts so (`consumer.rules_chain_id`).
+RULES_CHAIN_PREFIX = rules_chain_id("")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,9 +65,32 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     register_command(parser, _replay)
 
 
-def verify_operation(record: OperationRecord, loaded: LoadedRules) -> dict[str, Any]:
+def recorded_policies(ledger: Ledger) -> dict[str, Policy]:
+    """Every policy the controllers recorded on their rules chains (`consumer.reload`),
+    by digest; a document that no longer validates, or validates to another digest, is
+    left out (a decision naming it is then reported unchecked)."""
+    found: dict[str, Policy] = {}
+    for chain in ledger.audit_operation_ids():
+        if not chain.startswith(RULES_CHAIN_PREFIX):
+            continue
+        records, _ = ledger.audit_chain(chain)
+        for record in records:
+            for digest, document in (record.record.get("policies") or {}).items():
+                try:
+                    policy = Policy.model_validate(document)
+                except ValueError:
+                    continue
+                if policy.digest == digest:
+                    found.setdefault(digest, policy)
+    return found
+
+
+def verify_operation(
+    record: OperationRecord, loaded: LoadedRules, policies: Mapping[str, Policy] | None = None
+) -> dict[str, Any]:
     """The replay verdict of one operation: `status` `ok`, `mismatch` or `unchecked`,
-    the number of decisions, and each mismatch described."""
+    the number of decisions, and each mismatch described. `policies` are the recorded
+    ones by digest (`recorded_policies`), besides the loaded one."""
     row = record.row
     op = str(row["operation_id"])
     result: dict[str, Any] = {
@@ -68,21 +100,40 @@ def verify_operation(record: OperationRecord, loaded: LoadedRules) -> dict[str, 
         "mismatches": [],
         "reason": None,
     }
-    machine = loaded.machine_for(row["machine_name"], row["machine_version"], row["machine_digest"])
+    # Every version the operation was decided under (it may have been migrated): the
+    # first opens it, and each must be pinned.
+    ran = {
+        (str(d["machine"]["name"]), str(d["machine"]["version"]), str(d["machine"]["digest"]))
+        for d in record.decisions
+    } | {(row["machine_name"], row["machine_version"], row["machine_digest"])}
+    first = record.decisions[0]["machine"] if record.decisions else None
+    opening = (
+        (row["machine_name"], row["machine_version"], row["machine_digest"])
+        if first is None
+        else (first["name"], first["version"], first["digest"])
+    )
+    machine = loaded.machine_for(*opening)
     policy = loaded.rules.policy
-    if machine is None:
+    missing = sorted(f"{n}@{v} ({d})" for n, v, d in ran if loaded.machine_for(n, v, d) is None)
+    if machine is None or missing:
         result["status"] = "unchecked"
         result["reason"] = (
-            f"machine {row['machine_name']}@{row['machine_version']} ({row['machine_digest']}) "
-            "is not pinned by the lock file; pass the controller's --lock"
+            f"machine {', '.join(missing)} is not pinned by the lock file; pass the "
+            "controller's --lock"
         )
         return result
-    digests = sorted({str(d["policy_digest"]) for d in record.decisions} - {policy.digest})
+    # The roster is not part of a policy's digest, and a recorded document has none:
+    # the loaded one's stands in for it (replay checks no signature).
+    known = {
+        d: p.model_copy(update={"producers": policy.producers}) for d, p in (policies or {}).items()
+    }
+    known[policy.digest] = policy
+    digests = sorted({str(d["policy_digest"]) for d in record.decisions} - set(known))
     if digests:
         result["status"] = "unchecked"
         result["reason"] = (
-            f"decided under policy {', '.join(digests)}, not the loaded {policy.id} "
-            f"{policy.digest}; pass that policy with --policy"
+            f"decided under policy {', '.join(digests)}, neither the loaded {policy.id} "
+            f"{policy.digest} nor one the controllers recorded; pass that policy with --policy"
         )
         return result
     try:
@@ -105,7 +156,10 @@ def verify_operation(record: OperationRecord, loaded: LoadedRules) -> dict[str, 
         ancestors=tuple(row["ancestors"]),
         lineage_agents=tuple(sorted(record.view.lineage.lineage_agents)),
     )
-    replayed = replay_decisions(machine, loaded.rules, events, times, arrival)
+    under = [known[str(d["policy_digest"])] for d in record.decisions]
+    replayed = replay_decisions(
+        machine, loaded.rules, events, times, arrival, loaded.machines, under
+    )
     found = compare_decisions(op, record.decisions, replayed)
     if found:
         result["status"] = "mismatch"
@@ -144,4 +198,7 @@ def _verify_all(
     inspector: LedgerInspector, loaded: LoadedRules, operation_ids: list[str]
 ) -> list[dict[str, Any]]:
     ids = operation_ids or [o.operation_id for o in inspector.operations(limit=_ALL)]
-    return [verify_operation(inspector.operation_record(op), loaded) for op in sorted(ids)]
+    policies = recorded_policies(inspector)
+    return [
+        verify_operation(inspector.operation_record(op), loaded, policies) for op in sorted(ids)
+    ]

@@ -30,14 +30,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-from machines import Policy, ReviewPacket, Verdict, load_private_key, public_key_b64, sign_decision
+from machines import ReviewPacket, Verdict, load_private_key, sign_decision
 from ops.commands.db import add_ledger_options
 from ops.context import Context, add_rules_options, parse_duration, register_command, table
 from ops.errors import Refused
 from ops.usecases import (
     VERDICT_EVENTS,
+    approver_for,
     await_decision,
     proposed_decision,
     review,
@@ -121,19 +120,6 @@ def _review(ctx: Context) -> int:
     return 0
 
 
-def _approver_for(policy: Policy, key: Ed25519PrivateKey, wanted: str | None) -> str:
-    public = public_key_b64(key)
-    holders = [a.id for a in policy.approvers if a.public_key == public]
-    if not holders:
-        raise Refused(
-            f"the key's public half {public} is not in policy {policy.id}'s approver roster; "
-            "add it (`recoveryctl keys show FILE` prints the entry) and restart the controller"
-        )
-    if wanted is not None and wanted not in holders:
-        raise Refused(f"the key belongs to approver {holders[0]} in the roster, not {wanted}")
-    return wanted or holders[0]
-
-
 def _sign_and_publish(ctx: Context) -> int:
     """Review again, compare digests, sign, check and publish; see the module doc."""
     args = ctx.args
@@ -143,7 +129,7 @@ def _sign_and_publish(ctx: Context) -> int:
     found = review(inspector, rules, args.operation_id, now)
     proposal = found.proposal(verdict, args.packet_digest)
     key = load_private_key(args.key_file)
-    approver = _approver_for(rules.rules.policy, key, args.approver)
+    approver = approver_for(rules.rules.policy, key, args.approver)
     expires_at = now + args.expires_in
     decision = sign_decision(
         proposed_decision(

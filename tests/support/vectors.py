@@ -353,6 +353,38 @@ def _decision() -> HumanDecision:
     )
 
 
+# A migration of op-vector-1 (machines.migration): the plan its approver signs, whose
+# canonical JSON's digest is the decision's `reviewed_digest`.
+MIGRATION_PLAN: Final[dict[str, Any]] = {
+    "domain": "agent-recovery/migration/v1",
+    "operation_id": "op-vector-1",
+    "position": 2,
+    "from": {"name": "procurement-request", "version": "1.0.0", "digest": "sha256:" + "ab" * 32},
+    "state": "unresolved",
+    "to": {"name": "procurement-request", "version": "1.1.0", "digest": "sha256:" + "ef" * 32},
+    "to_state": "awaiting-review",
+}
+
+
+def _migration() -> HumanDecision:
+    plan = MIGRATION_PLAN
+    return sign_decision(
+        HumanDecision(
+            approver=APPROVER,
+            operation_id=plan["operation_id"],
+            state=plan["state"],
+            transition=plan["to_state"],
+            machine_digest=plan["from"]["digest"],
+            expires_at=datetime(2026, 6, 1, 13, 0, tzinfo=UTC),
+            nonce="fedcba9876543210fedcba9876543210",
+            decision="approved",
+            reviewed_digest=digest_of(plan),
+            for_resume=False,
+        ),
+        vector_key(APPROVER),
+    )
+
+
 def _event_cases() -> list[tuple[str, Event]]:
     return [
         ("tool timeout opening an operation", _base_event()),
@@ -428,6 +460,20 @@ def _event_cases() -> list[tuple[str, Event]]:
                 evidence_ref=f"approval:{APPROVER}:0123456789abcdef0123456789abcdef",
                 lineage=_lineage(),
                 human_decision=_decision(),
+                facts=None,
+                scope=None,
+            ),
+        ),
+        (
+            "signed migration to another version of the machine",
+            _base_event(
+                event_type="MIGRATION_APPROVED",
+                event_id="migration:fedcba9876543210fedcba9876543210",
+                producer=APPROVER,
+                machine_version="1.1.0",
+                evidence_ref=f"migration:{APPROVER}:fedcba9876543210fedcba9876543210",
+                lineage=_lineage(),
+                human_decision=_migration(),
                 facts=None,
                 scope=None,
             ),
@@ -546,6 +592,9 @@ def _events() -> dict[str, Any]:
         decision = event.human_decision
         if decision is not None:
             case["human_decision_signing_message"] = signing_payload(decision).decode("utf-8")
+        if event.event_type == "MIGRATION_APPROVED":
+            case["migration_plan"] = MIGRATION_PLAN
+            case["migration_plan_canonical"] = canonical_json(MIGRATION_PLAN).decode("utf-8")
         cases.append(case)
     return {"topic": EVENTS_TOPIC, "cases": cases}
 
@@ -1015,10 +1064,10 @@ def _refusals() -> dict[str, Any]:
             "intake",
         ),
         (
-            "version not pinned",
+            "opening event naming a version not pinned",
             _raw(replace(good, machine_version="9.9.9", payload_digest="")),
             "machine-unpinned",
-            "intake",
+            "batch",
         ),
         (
             "scope outside the machine's applies_to",
@@ -1077,6 +1126,20 @@ def _refusals() -> dict[str, Any]:
                 )
             ),
             "opening-conflict",
+        ),
+        (
+            "a later event naming a version not pinned, decided by the operation's own",
+            [opening],
+            _raw(
+                replace(
+                    good,
+                    event_type="TOOL_FAILED",
+                    event_id="evt-vector-0012",
+                    machine_version="9.9.9",
+                    payload_digest="",
+                )
+            ),
+            "accepted",
         ),
         (
             "a later tool report that agrees with the opening",

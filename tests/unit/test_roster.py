@@ -99,6 +99,21 @@ def test_rotation_windows_and_revocation() -> None:
     )
 
 
+def test_a_key_revoked_from_a_time_still_verifies_what_it_signed_before() -> None:
+    # A compromised key is revoked from when it was compromised (`not_after`): a live
+    # verifier, whose clock is past that, refuses it as revoked; a verifier of history
+    # judging a record at its own, earlier time still accepts it.
+    key = Ed25519PrivateKey.generate()
+    roster = Roster(producers=(_entry(key, revoked=True, not_after=NOW),))
+    assert _refusal(roster, _signed(key)) == AuthRefusal.KEY_REVOKED
+    before = NOW - timedelta(seconds=1)
+    assert verify_record(roster, TOPIC, b"op-1", b'{"x":1}', _signed(key), at=before).id
+    for_good = Roster(producers=(_entry(key, revoked=True),))
+    with pytest.raises(AuthenticationError) as caught:
+        verify_record(for_good, TOPIC, b"op-1", b'{"x":1}', _signed(key), at=before)
+    assert caught.value.code == AuthRefusal.KEY_REVOKED
+
+
 def test_grants_permit_only_what_they_list() -> None:
     entry = _entry(Ed25519PrivateKey.generate())
     assert entry.permits(Role.TOOL, capability="payment.refund", agent="agent-a", tool="t")

@@ -7,11 +7,11 @@
  * and `flush` waits for everything still in flight. `RecoveryClient` builds envelopes
  * that pass the controller's intake checks, with the signer's id as their producer.
  */
-import { randomBytes, type KeyObject } from 'node:crypto';
+import { createHash, randomBytes, type KeyObject } from 'node:crypto';
 import kafkaPackage from '@confluentinc/kafka-javascript';
 import { defaultCatalog, EVENT_ENVELOPE, type SchemaCatalog } from './avro.js';
 import { callContextClaims, HEADER_CALL_CONTEXT, MAX_CALL_CONTEXT_BYTES } from './callcontext.js';
-import { canonicalJson } from './canonical.js';
+import { canonicalJson, type JsonValue } from './canonical.js';
 import type { CapabilityCommand } from './command.js';
 import {
   buildEnvelope,
@@ -345,6 +345,29 @@ export class RecoveryClient {
     });
   }
 
+  /**
+   * The event of an approver's signed migration of one operation to another pinned
+   * version of its machine (wire protocol section 9): `MIGRATION_APPROVED` with id
+   * `migration:<nonce>`, naming the new version as `options.machine_version`. The
+   * decision's `reviewed_digest` is `migrationPlanDigest` of the plan it approves.
+   */
+  signedMigration(decision: HumanDecision, options: SignedDecisionOptions): Envelope {
+    if (!decision.signature) {
+      throw new Error(`migration of operation ${decision.operation_id} by ${decision.approver} has no signature; sign it first (signHumanDecision)`);
+    }
+    return this.buildEvent('MIGRATION_APPROVED', {
+      event_id: `migration:${decision.nonce}`,
+      operation_id: decision.operation_id,
+      correlation_id: options.correlation_id,
+      machine_name: options.machine_name,
+      machine_version: options.machine_version,
+      lineage: options.lineage,
+      evidence_ref: `migration:${this.producer}:${decision.nonce}`,
+      ...(options.event_time === undefined ? {} : { event_time: options.event_time }),
+      human_decision: decision,
+    });
+  }
+
   async publishSignedDecision(decision: HumanDecision, options: SignedDecisionOptions): Promise<Envelope> {
     const envelope = this.signedDecision(decision, options);
     await this.publisher.publish(envelope);
@@ -407,6 +430,12 @@ export function resultEvent(command: CapabilityCommand, succeeded: boolean, evid
     if (pair !== undefined) return succeeded ? pair[0] : pair[1];
   }
   throw new Error(`command ${command.command_id} (${command.capability}, kind ${command.kind}): no conventional result event; name event_type`);
+}
+
+/** The `reviewed_digest` of a migration: `sha256:` and the hex SHA-256 of the canonical
+ * JSON of its plan (wire protocol section 9). */
+export function migrationPlanDigest(plan: JsonValue): string {
+  return `sha256:${createHash('sha256').update(canonicalJson(plan)).digest('hex')}`;
 }
 
 /** The bytes an approver signs for a human decision: the canonical JSON of the signed

@@ -241,7 +241,10 @@ export class Roster {
     if (entry === undefined) throw new AuthenticationError('producer-unknown', `producer ${producerId} is not in the roster`);
     const key = entry.keys.find((k) => k.keyId === keyIdText);
     if (key === undefined) throw new AuthenticationError('key-unknown', `producer ${producerId} has no key ${keyIdText}`);
-    if (key.revoked) throw new AuthenticationError('key-revoked', `key ${keyIdText} of ${producerId} is revoked`);
+    // Revoked for good without a not_after, from it with one (wire protocol section 6).
+    if (key.revoked && (key.notAfter === null || at >= key.notAfter)) {
+      throw new AuthenticationError('key-revoked', `key ${keyIdText} of ${producerId} is revoked`);
+    }
     if (key.notBefore !== null && at < key.notBefore) {
       throw new AuthenticationError('key-not-yet-valid', `key ${keyIdText} of ${producerId} is not valid yet`);
     }

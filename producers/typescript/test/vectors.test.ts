@@ -32,6 +32,7 @@ import {
   fieldsFromJson,
   humanDecisionMessage,
   isDrill,
+  migrationPlanDigest,
   keyId,
   parseJson,
   parseUtc,
@@ -131,7 +132,22 @@ for (const c of list(events, 'cases')) {
       assert.equal(canonicalText(readEvent(record.value, contentType).content), c['content_canonical'], `${encoding} read back`);
     }
     const decision = envelope.fields.human_decision;
-    if (decision) {
+    if (decision && envelope.fields.event_type === 'MIGRATION_APPROVED') {
+      // A migration: the decision approves the plan whose digest it signs.
+      assert.equal(humanDecisionMessage(decision).toString('utf8'), c['human_decision_signing_message']);
+      const plan = c['migration_plan'] as JsonValue;
+      assert.equal(canonicalText(plan), c['migration_plan_canonical']);
+      assert.equal(migrationPlanDigest(plan), decision.reviewed_digest);
+      const client = new RecoveryClient(publisherOf(signer, false));
+      const made = client.signedMigration(decision, {
+        correlation_id: envelope.fields.correlation_id,
+        machine_name: envelope.fields.machine_name,
+        machine_version: envelope.fields.machine_version,
+        lineage: envelope.fields.lineage,
+        event_time: envelope.fields.event_time,
+      });
+      assert.equal(canonicalText(made.content), c['content_canonical']);
+    } else if (decision) {
       assert.equal(humanDecisionMessage(decision).toString('utf8'), c['human_decision_signing_message']);
       // publishHumanDecision's envelope, signed with the approver's key, is the vector's.
       const client = new RecoveryClient(publisherOf(signer, false));

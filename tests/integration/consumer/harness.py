@@ -159,9 +159,10 @@ class Tool:
         event_type: str,
         *,
         agent: str = "agent-1",
+        version: str = "1.0.0",
         **fields: Any,
     ) -> str:
-        """Publish one event of `machine`@1.0.0 for `operation`, with a scope the
+        """Publish one event of `machine`@`version` for `operation`, with a scope the
         catalogue machine applies to unless `scope` is given; returns its event id. A
         verification is signed by its verifier and a decision by its approver (the
         controller refuses an identity in an event that is not its signer's)."""
@@ -177,7 +178,7 @@ class Tool:
             operation_id=operation,
             correlation_id=f"corr-{operation}",
             machine_name=machine,
-            machine_version="1.0.0",
+            machine_version=version,
             lineage=Lineage(agent=agent, task=f"task-{operation}", initiating_principal="alice"),
             evidence_ref=f"ref-{uuid.uuid4().hex[:8]}",
             event_time=datetime.now(UTC),

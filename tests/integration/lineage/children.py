@@ -55,6 +55,15 @@ class Child:
         """Whether the process still runs."""
         return self._proc.poll() is None
 
+    @property
+    def pid(self) -> int:
+        """The process id."""
+        return self._proc.pid
+
+    def hangup(self) -> None:
+        """SIGHUP: a controller reloads its rules (`consumer.reload`)."""
+        self._proc.send_signal(signal.SIGHUP)
+
     def wait_assigned(self, timeout: float) -> None:
         """Wait until this controller logs a partition assignment (of its own run)."""
 

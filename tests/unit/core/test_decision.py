@@ -112,8 +112,16 @@ def test_event_for_another_operation_is_refused():
     assert d.refusals[0].code == "wrong-operation"
 
 
-def test_event_naming_another_machine_version_is_refused():
+def test_event_naming_another_machine_version_is_decided_by_the_pinned_one():
     d = _decide(view(), event("TOOL_TIMEOUT", machine_version="2.0.0"))
+    assert d.outcome is not Outcome.REFUSED
+    assert d.named_version == "2.0.0"
+    assert d.to_dict()["machine"]["named_version"] == "2.0.0"
+    assert "named_version" not in _decide(view(), event("TOOL_TIMEOUT")).to_dict()["machine"]
+
+
+def test_event_naming_another_machine_is_refused():
+    d = _decide(view(), event("TOOL_TIMEOUT", machine_name="other-machine"))
     assert d.outcome is Outcome.REFUSED
     assert d.refusals[0].code == "machine-mismatch"
     assert d.state_after == "running"

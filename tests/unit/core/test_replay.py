@@ -51,3 +51,31 @@ def test_replay_reproduces_the_controllers_fold_and_names_an_edited_field() -> N
 
     (missing,) = compare_decisions(OP, recorded[:1], replayed)
     assert missing.fields == ("count",)
+
+
+def test_replay_decides_each_event_under_the_policy_its_decision_names() -> None:
+    registry = load_registry(DEFAULT_REGISTRY)
+    email = load_machine(Path(CATALOGUE) / "email-send", registry)
+    before, after = Policy(id="before"), Policy(id="after", max_retry_attempts=1)
+    events = [
+        _event(email, "TOOL_TIMEOUT", "evt-1", T0),
+        _event(email, "STEP_COMPLETED", "evt-2", T0 + timedelta(seconds=5)),
+    ]
+    times = [T0 + timedelta(seconds=1), T0 + timedelta(seconds=6)]
+    fold = BatchFold({}, Rules(before, registry))
+    recorded = []
+    # A reload between the two events: the second is decided under the new policy.
+    for event, now, policy in zip(events, times, (before, after), strict=True):
+        fold.rules = Rules(policy, registry)
+        decision = fold.decider(event, email, now)()
+        fold.fold(event, decision)
+        recorded.append(decision.to_dict())
+    assert [d["policy_digest"] for d in recorded] == [before.digest, after.digest]
+
+    rules = Rules(after, registry)
+    (wrong,) = compare_decisions(
+        OP, recorded, replay_decisions(email, rules, events, times, Arrival(OP))
+    )
+    assert "policy_digest" in wrong.fields
+    replayed = replay_decisions(email, rules, events, times, Arrival(OP), policies=[before, after])
+    assert compare_decisions(OP, recorded, replayed) == ()

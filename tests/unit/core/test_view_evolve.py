@@ -75,6 +75,7 @@ NEW: dict[str, Any] = {
     "stopped": True,
     "opened_by": "tool-9",
     "agent_proof": "call-context:runtime-1",
+    "machine_version": "2.0.0",
 }
 
 

@@ -204,3 +204,36 @@ def test_load_locked_machines_names_an_entry_pointing_at_another_machine(
     with pytest.raises(ProvenanceError) as caught:
         load_locked_machines(lock, registry, _trust(key))
     assert caught.value.codes == (Code.PIN_MISSING,)
+
+
+def test_a_lock_pins_several_versions_and_marks_the_one_new_operations_open_on(
+    tmp_path: Path, registry: Registry
+) -> None:
+    from tests.support.rollout import signed_lock
+
+    signed = signed_lock(
+        tmp_path, [("email-send", "1.0.0", None), ("email-send", "2.0.0", None)],
+        {"email-send": "2.0.0"},
+    )  # fmt: skip
+    pins = load_locked_machines(signed.lock, registry, load_trusted_publishers(signed.trust))
+    assert sorted(pins) == ["email-send@1.0.0", "email-send@2.0.0"]
+    current = pins.current("email-send")
+    assert current is not None
+    assert current.version == "2.0.0"
+    assert pins.by_digest(pins["email-send@1.0.0"].digest) is pins["email-send@1.0.0"]
+
+
+def test_a_lock_pinning_two_versions_without_a_current_one_is_refused(tmp_path: Path) -> None:
+    from tests.support.rollout import signed_lock
+
+    signed = signed_lock(tmp_path, [("email-send", "1.0.0", None), ("email-send", "2.0.0", None)])
+    data = json.loads(signed.lock.read_text())
+    del data["current"]
+    signed.lock.write_text(json.dumps(data))
+    with pytest.raises(ProvenanceError, match="none is marked current") as caught:
+        load_lock(signed.lock)
+    assert caught.value.problems[0].code == Code.LOCK_INVALID
+    data["current"] = {"email-send": "3.0.0"}
+    signed.lock.write_text(json.dumps(data))
+    with pytest.raises(ProvenanceError, match=r"3\.0\.0 is not pinned"):
+        load_lock(signed.lock)

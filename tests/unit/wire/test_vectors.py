@@ -6,6 +6,7 @@ Python side is held to as well. And the committed files must be what the generat
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import zlib
 from collections.abc import Iterator
@@ -22,12 +23,17 @@ from consumer import Accepted, Intake, RawRecord, decide_batch
 from consumer.batch import operation_ids, positions_for
 from ledger import MemoryLedger
 from machines import (
+    MIGRATION_APPROVED,
+    LineageStatus,
+    OperationView,
     Policy,
     Roster,
     canonical_json,
     ed25519_verify,
     issue_call_context,
     key_id,
+    migration_digest,
+    migration_plan,
     public_key_bytes,
     public_key_text,
     signing_payload,
@@ -144,6 +150,9 @@ def test_each_event_decodes_digests_and_verifies_as_the_vector_says(
         )
         signature = base64.b64decode(decision.signature)
         assert ed25519_verify(public_key_bytes(public), signature, signing_payload(decision))
+    plan = case.get("migration_plan")
+    if plan is not None:
+        _check_migration(plan, case["migration_plan_canonical"], event)
     forwarded = case.get("call_context")
     if forwarded is not None:
         # The tool forwards the runtime's context, unsigned by the record's signature.
@@ -304,3 +313,31 @@ def test_the_controller_reaches_each_intake_verdict(case: dict[str, Any]) -> Non
     ]
     decided = [d.event_id for d in planned.decisions]
     assert (result.event.event_id in decided) == (not wanted), decided
+
+
+def _check_migration(plan: dict[str, Any], canonical: str, event: Any) -> None:
+    """A migration's decision signs the digest of its plan, which is the one the
+    controller computes from the operation's view and the target version."""
+    decision = event.human_decision
+    assert event.event_type == MIGRATION_APPROVED
+    assert canonical_json(plan).decode("utf-8") == canonical
+    assert decision.reviewed_digest == "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    assert (decision.state, decision.transition, decision.machine_digest) == (
+        plan["state"],
+        plan["to_state"],
+        plan["from"]["digest"],
+    )
+    assert event.machine_version == plan["to"]["version"]
+    view = OperationView(
+        operation_id=plan["operation_id"],
+        machine_name=plan["from"]["name"],
+        machine_digest=plan["from"]["digest"],
+        machine_version=plan["from"]["version"],
+        policy_digest="sha256:" + "00" * 32,
+        state=plan["state"],
+        lineage=LineageStatus(agent="procurement-agent"),
+        version=plan["position"],
+    )
+    target = SimpleNamespace(**plan["to"])
+    assert migration_plan(view, target, plan["to_state"]) == plan  # type: ignore[arg-type]
+    assert migration_digest(view, target, plan["to_state"]) == decision.reviewed_digest  # type: ignore[arg-type]
