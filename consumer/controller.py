@@ -286,6 +286,7 @@ class Controller:
                 self._step(consumer)
         finally:
             consumer.close()
+            librdkafka_logger("controller").flush()  # the lines held back, summarised
             self._epochs.clear()
             log.info(
                 "controller %s left group %s", self.settings.instance_id, self.settings.group_id

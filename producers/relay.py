@@ -417,6 +417,7 @@ class OutboxRelay:
             self._publisher.close(self.settings.delivery_timeout)
         except DeliveryFailed as exc:  # pragma: no cover - every pass flushed already
             _log.warning("relay %s: %s", self.instance, exc)
+        librdkafka_logger("relay").flush()  # the lines held back, summarised
         return stats
 
     def _refresh_backlog(self, waker: _Waker) -> None:

@@ -310,6 +310,7 @@ class CapabilityWorker:
                     raise
         finally:
             consumer.close()
+            librdkafka_logger("worker").flush()  # the lines held back, summarised
         return stats
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
