@@ -78,9 +78,22 @@ def _up(ctx: Context) -> int:
     stack = stack_up(plaintext=ctx.args.plaintext, brokers=ctx.args.brokers)
     state = stack.state
     if ctx.json:
-        ctx.print_json({"reused": stack.reused, **state.model_dump(mode="json")})
+        ctx.print_json(
+            {
+                "reused": stack.reused,
+                "restarted": list(stack.restarted),
+                **state.model_dump(mode="json"),
+            }
+        )
         return 0
-    if stack.reused:
+    if stack.restarted:
+        kept = [n for n in ("kafka", "postgres") if n not in stack.restarted]
+        whose = "their processes" if len(stack.restarted) > 1 else "its process"
+        ctx.say(
+            f"restarted {' and '.join(stack.restarted)}: {whose} had died or did not answer; "
+            "same data and port" + (f"; {kept[0]} kept running" if kept else "")
+        )
+    elif stack.reused:
         ctx.say(f"already running since {state.started_at:%Y-%m-%d %H:%M:%S} UTC")
     _print_state(ctx, state)
     return 0

@@ -213,11 +213,20 @@ def test_stack_up_restarts_only_the_service_that_died(stack_home: Path) -> None:
     assert recorded is not None
     wait_for_kafka(second["kafka"]["bootstrap"], timeout=5, security=recorded.kafka.client("admin"))
 
+    assert second["restarted"] == ["kafka"]
+
     os.kill(postgres_pid, signal.SIGKILL)  # now the server dies; the broker lives on
     _wait_gone(postgres_pid)
+    # What a person reads: what was restarted, never "already running".
+    said = _recoveryctl(stack_home, "stack", "up")
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.startswith("restarted postgres: its process had died"), said.stdout
+    assert "already running" not in said.stdout
+    assert "kafka kept running" in said.stdout
     up = _recoveryctl(stack_home, "stack", "up", "--json")
     assert up.returncode == 0, up.stderr
     third = json.loads(up.stdout)
+    assert third["restarted"] == []
     assert third["kafka"]["pid"] == second["kafka"]["pid"]
     assert third["postgres"]["pid"] != postgres_pid
     with psycopg.connect(third["postgres"]["url"]) as conn:
