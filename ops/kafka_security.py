@@ -38,6 +38,7 @@ from schemas import KAFKA_PRINCIPALS, KafkaSecurity
 
 __all__ = [
     "BROKER_PRINCIPAL",
+    "COMPOSE_KAFKA_CLIENTS",
     "ENV_KAFKA_PASSWORD_PREFIX",
     "SCRAM_MECHANISM",
     "BrokerSecurity",
@@ -110,16 +111,35 @@ _COMPOSE_SECRETS: Final = Path("/etc/kafka/secrets")
 _COMPOSE_IMAGE_UID: Final = 1000  # the apache/kafka image's `appuser`
 
 
+# The runtime image's user (ops/Dockerfile), which reads its own password file.
+_COMPOSE_RUNTIME_UID: Final = 10001
+# The compose services that connect to Kafka as a principal of their own, and which
+# principal: each gets `RECOVERY_KAFKA_SASL_PASSWORD_FILE` naming its secret.
+COMPOSE_KAFKA_CLIENTS: Final = {"provision": "admin", "controller": "controller", "relay": "relay"}
+
+
 def write_compose_material(directory: Path, extra_env: Mapping[str, str] | None = None) -> Path:
     """TLS material and passwords for `compose.yaml`, kept in `directory` (default
-    `.stack/compose`): `kafka/` (mounted into the broker: `ca.pem`, `broker.pem` and the
-    admin's `admin.properties` for its health check, paths as the container sees them)
-    and `compose.env` (0600: `RECOVERY_KAFKA_PASSWORD_<COMPONENT>=...`, with
-    `extra_env`, for `docker compose --env-file`). Returns the env file."""
+    `.stack/compose`): `kafka/` (mounted into the broker: `ca.pem`, `broker.pem`, the
+    admin's `admin.properties` for its health check, paths as the container sees them,
+    and `scram-users`, every principal's `name=password`, from which the broker's start
+    formats its SCRAM users and takes its own), and `secrets/kafka-<component>.password`
+    for each client service (0600, its own password only, read through
+    `RECOVERY_KAFKA_SASL_PASSWORD_FILE`: no Kafka password is in any environment).
+    `compose.env` (0600) holds `extra_env`, for `docker compose --env-file`. Returns the
+    env file."""
     security = ensure_broker_security(ensure_dir(directory / "material", 0o700))
     mounted = ensure_dir(directory / "kafka", 0o755)
     (mounted / "ca.pem").write_text(security.ca_path.read_text())
     _write_private(mounted / "broker.pem", security.keystore_path.read_text())
+    users = "".join(f"{user}={security.passwords[user]}\n" for user in KAFKA_PRINCIPALS.values())
+    _write_private(mounted / "scram-users", users)
+    secrets = ensure_dir(directory / "secrets", 0o700)
+    for component in sorted(set(COMPOSE_KAFKA_CLIENTS.values())):
+        path = secrets / f"kafka-{component}.password"
+        _write_private(path, security.passwords[KAFKA_PRINCIPALS[component]] + "\n")
+        if os.geteuid() == 0:
+            os.chown(path, _COMPOSE_RUNTIME_UID, _COMPOSE_RUNTIME_UID)
     # Java client settings (the image's kafka-broker-api-versions.sh reads them).
     admin = KAFKA_PRINCIPALS["admin"]
     java = [
@@ -132,14 +152,10 @@ def write_compose_material(directory: Path, extra_env: Mapping[str, str] | None 
     ]
     _write_private(mounted / "admin.properties", "\n".join(java) + "\n")
     if os.geteuid() == 0:  # the broker container reads them as its own user
-        for name in ("broker.pem", "admin.properties"):
+        for name in ("broker.pem", "admin.properties", "scram-users"):
             os.chown(mounted / name, _COMPOSE_IMAGE_UID, _COMPOSE_IMAGE_UID)
     env_file = directory / "compose.env"
-    lines = [
-        f"{ENV_KAFKA_PASSWORD_PREFIX}{component.upper()}={security.passwords[user]}"
-        for component, user in KAFKA_PRINCIPALS.items()
-    ]
-    lines += [f"{name}={value}" for name, value in sorted((extra_env or {}).items())]
+    lines = [f"{name}={value}" for name, value in sorted((extra_env or {}).items())]
     _write_private(env_file, "\n".join(lines) + "\n")
     return env_file
 

@@ -116,7 +116,9 @@ def _compose_env(ctx: Context) -> int:
     key = roster.parent / "controller.key"
     if os.geteuid() == 0:
         os.chown(key, _RUNTIME_UID, _RUNTIME_UID)
-    ctx.say(f"wrote {directory / 'kafka'} (broker TLS material) and {env_file} (0600)")
+    ctx.say(f"wrote {directory / 'kafka'} (broker TLS material and SCRAM users)")
+    ctx.say(f"wrote {directory / 'secrets'} (each Kafka client's password, 0600)")
+    ctx.say(f"wrote {env_file} (the database roles' passwords, 0600)")
     ctx.say(f"wrote {directory / 'postgres'} (the database's passwords, 0600)")
     ctx.say(f"wrote {key} (the controller's signing key, 0600) and {roster}")
     ctx.say(f"  docker compose --env-file {env_file} up -d")
