@@ -205,6 +205,14 @@ class Context:
         except StackError:
             return None
 
+    def stack_home(self) -> Path | None:
+        """The running local stack's folder when this command's services are the
+        stack's (neither named by flag nor environment), else None."""
+        services = self.services
+        if self.stack is None or services.database_url or services.kafka_bootstrap:
+            return None
+        return Path(self.stack.stack_dir)
+
     def role_url(self, role: str) -> str | None:
         """The local stack's URL for login role `role` (a key of `ledger.LOGIN_ROLES`)
         when the database is the stack's and it has one; None otherwise (a database named

@@ -224,6 +224,12 @@ def roster_from_env(environ: Mapping[str, str] | None = None) -> Roster:
         ) from exc
 
 
+# Consumer errors that only an operator can fix (an ACL or the group's name).
+_REFUSED_BY_ACLS: Final = frozenset(
+    {KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED}
+)
+
+
 class CapabilityWorker:
     """Executes the commands of the capabilities it has handlers for."""
 
@@ -355,13 +361,25 @@ class CapabilityWorker:
         self._client.flush()
         consumer.commit(asynchronous=False)
 
+    def _consumer_error(self, error: KafkaError) -> None:
+        """Raise for what only an operator can fix; log the rest (the client retries)."""
+        if error.fatal():
+            raise ProducersError(f"consumer of {self._topic} failed: {error}")
+        if error.code() in _REFUSED_BY_ACLS:
+            # Retried for ever, it would leave the worker up and doing nothing.
+            raise ProducersError(
+                f"the broker refuses this worker {error.name()} on topic {self._topic} in "
+                f"group {self._config['group.id']}: {error.str()}; a worker principal may "
+                "read the commands topic in groups named recovery-worker* only "
+                "(docs/operations.md, Kafka security): name its group so"
+            )
+        if error.code() != KafkaError._PARTITION_EOF:
+            _log.warning("consumer of %s: %s", self._topic, error)
+
     def _handle(self, message: Message[Any, Any], stats: WorkerStats, batch_ids: list[str]) -> None:
         error = message.error()
         if error is not None:
-            if error.fatal():
-                raise ProducersError(f"consumer of {self._topic} failed: {error}")
-            if error.code() != KafkaError._PARTITION_EOF:
-                _log.warning("consumer of %s: %s", self._topic, error)
+            self._consumer_error(error)
             return
         stats.consumed += 1
         pairs = _header_pairs(message.headers())
