@@ -13,7 +13,10 @@ exception) keeps under its data folder:
   else kept from the file, else generated (as `ops.db_passwords` does for PostgreSQL).
   They become SCRAM-SHA-512 credentials when the storage is formatted.
 - `clients/<component>.properties` (0600): a librdkafka properties file per principal
-  (protocol, mechanism, user, password, CA), what `RECOVERY_KAFKA_CONFIG_FILE` names.
+  (protocol, mechanism, user, password, CA), what `RECOVERY_KAFKA_CONFIG_FILE` names;
+  beside it `clients/<component>.java.properties` (0600), the same principal for Java
+  clients (the JAAS login and a PEM truststore), what Kafka's own tools take as
+  `--command-config` (`recoveryctl kafka-tool`, `java_client_file`).
 """
 
 from __future__ import annotations
@@ -43,7 +46,10 @@ __all__ = [
     "SCRAM_MECHANISM",
     "BrokerSecurity",
     "ensure_broker_security",
+    "java_client_file",
+    "java_properties",
     "write_compose_material",
+    "write_java_client_files",
 ]
 
 ENV_KAFKA_PASSWORD_PREFIX: Final = str(KafkaPasswordSettings.model_config.get("env_prefix"))
@@ -102,8 +108,42 @@ def ensure_broker_security(
     store_passwords(password_file, passwords)
     security = BrokerSecurity(ca_path, keystore, passwords, ensure_dir(data_dir / "clients", 0o700))
     for component in security.client_files():
-        _write_private(security.client_file(component), _properties(security.client(component)))
+        client = security.client(component)
+        _write_private(security.client_file(component), _properties(client))
+        _write_private(java_client_file(security.client_file(component)), java_properties(client))
     return security
+
+
+def write_java_client_files(client_files: Mapping[str, str]) -> None:
+    """The Java client file beside each librdkafka client file of a recorded stack,
+    written again from it (for a stack started before they existed)."""
+    for path in client_files.values():
+        client = KafkaSecurity.from_file(Path(path))
+        _write_private(java_client_file(path), java_properties(client))
+
+
+def java_client_file(librdkafka_file: Path | str) -> Path:
+    """The Java client file beside a principal's librdkafka file: `admin.properties` ->
+    `admin.java.properties`."""
+    path = Path(librdkafka_file)
+    return path.with_name(f"{path.stem}.java.properties")
+
+
+def java_properties(client: KafkaSecurity) -> str:
+    """`client` (SASL/SCRAM over TLS) as a Java client's properties: what `kafka-*` tools
+    take with `--command-config`."""
+    password = client.sasl_password.get_secret_value() if client.sasl_password else ""
+    lines = [
+        "# Java client settings of one principal (Kafka's tools: --command-config); "
+        "written by the stack",
+        f"security.protocol={client.effective_protocol}",
+        f"sasl.mechanism={client.sasl_mechanism or SCRAM_MECHANISM}",
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{client.sasl_username}" password="{password}";',
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={client.ssl_ca_location}",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 # Inside the compose containers (compose.yaml mounts `<dir>/kafka` there).
@@ -141,16 +181,10 @@ def write_compose_material(directory: Path, extra_env: Mapping[str, str] | None 
         if os.geteuid() == 0:
             os.chown(path, _COMPOSE_RUNTIME_UID, _COMPOSE_RUNTIME_UID)
     # Java client settings (the image's kafka-broker-api-versions.sh reads them).
-    admin = KAFKA_PRINCIPALS["admin"]
-    java = [
-        "security.protocol=SASL_SSL",
-        f"sasl.mechanism={SCRAM_MECHANISM}",
-        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
-        f'username="{admin}" password="{security.passwords[admin]}";',
-        "ssl.truststore.type=PEM",
-        f"ssl.truststore.location={_COMPOSE_SECRETS / 'ca.pem'}",
-    ]
-    _write_private(mounted / "admin.properties", "\n".join(java) + "\n")
+    admin = security.client("admin").model_copy(
+        update={"ssl_ca_location": str(_COMPOSE_SECRETS / "ca.pem")}
+    )
+    _write_private(mounted / "admin.properties", java_properties(admin))
     if os.geteuid() == 0:  # the broker container reads them as its own user
         for name in ("broker.pem", "admin.properties", "scram-users"):
             os.chown(mounted / name, _COMPOSE_IMAGE_UID, _COMPOSE_IMAGE_UID)

@@ -21,6 +21,7 @@ from ops.commands import (
     dlq,
     drill,
     incidents,
+    kafka_tool,
     keys,
     lineage,
     machines,
@@ -65,6 +66,7 @@ COMMANDS: list[Register] = [
     replay.register,
     console.register,
     offsets.register,
+    kafka_tool.register,
     drill.register,
     config.register,
 ]

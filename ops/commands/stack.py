@@ -12,7 +12,7 @@ from typing import Any
 from ops.context import Context, register_command
 from ops.db_passwords import write_compose_database_material
 from ops.errors import NotConfigured, UsageError
-from ops.kafka_security import write_compose_material
+from ops.kafka_security import write_compose_material, write_java_client_files
 from ops.keys import STACK_ROSTER, stack_roster
 from ops.paths import stack_dir
 from ops.settings import ENV_KAFKA_PLAINTEXT
@@ -101,6 +101,7 @@ def _up(ctx: Context) -> int:
     stack = stack_up(plaintext=ctx.args.plaintext, brokers=ctx.args.brokers)
     state = stack.state
     write_role_files(state)
+    write_java_client_files(state.kafka.client_files)
     if ctx.json:
         ctx.print_json(
             {

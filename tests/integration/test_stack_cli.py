@@ -21,10 +21,12 @@ import pytest
 from ops.context import Context
 from ops.errors import NotConfigured, StackError
 from ops.kafka import wait_for_kafka
+from ops.kafka_security import java_client_file
 from ops.process import pid_alive, pid_cmdline
 from ops.runtime import Services
 from ops.settings import DATABASE_NAME, ENV_STACK_DIR
 from ops.stack import KafkaState, live_state, read_state, stack_up
+from ops.stack_env import ROLES
 from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_CONFIG_FILE, KafkaSecurity
 from tests.support.services import service_root
 
@@ -96,8 +98,20 @@ def test_stack_up_starts_both_services_reports_them_and_down_stops_them(
     assert again.returncode == 0, again.stderr
     assert "already running" in again.stdout
     assert "SASL_SSL" in again.stdout
-    assert f"export {ENV_KAFKA_CONFIG_FILE}={kafka.client_files['admin']}" in again.stdout
-    assert f"worker     {ENV_KAFKA_CONFIG_FILE}={kafka.client_files['worker']}" in again.stdout
+    # One ready set of variables per role, never the admin's for everyone (issue #31).
+    assert 'stack env ROLE)"' in again.stdout
+    assert "export" not in again.stdout
+    for role in ROLES:
+        assert (stack_home / "env" / f"{role}.env").stat().st_mode & 0o777 == 0o600
+    worker = json.loads(_recoveryctl(stack_home, "stack", "env", "worker", "--json").stdout)
+    assert worker[ENV_KAFKA_CONFIG_FILE] == kafka.client_files["worker"]
+    assert worker["RECOVERY_DATABASE_URL"] is None  # a worker needs no database: unset
+    shell = _recoveryctl(stack_home, "stack", "env", "controller").stdout
+    assert f"export RECOVERY_DATABASE_URL='{state['postgres']['role_urls']['controller']}'" in shell
+    # Java clients (Kafka's own tools) beside each librdkafka file, private too.
+    java = java_client_file(kafka.client_files["admin"])
+    assert java.stat().st_mode & 0o777 == 0o600
+    assert 'username="admin"' in java.read_text()
 
     acls = _recoveryctl(stack_home, "acls", "show", "--json")
     assert acls.returncode == 0, acls.stderr
