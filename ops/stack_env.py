@@ -14,7 +14,9 @@ recovery_controller: `python -m consumer`, `recoveryctl run --role controller`),
 none: a capability worker), `approver` (tool / recovery_reader: `recoveryctl review`,
 `approve`, `reject`), `reader` (none / recovery_reader: read-only `recoveryctl`
 commands), `auditor` (siem / recovery_auditor: `recoveryctl audit verify`), `siem`
-(siem / none) and `admin` (admin / the superuser: `db migrate`, `topics create`).
+(siem / none), `admin` (admin / the superuser: `db migrate`, `topics create`) and `demo`
+(tool / recovery_reader of the demo's sandbox, with its topics and policy: what
+`recoveryctl demo` left, for `ops list`, `review`, the console).
 docs/operations.md, "The local stack's roles", has the table.
 
 Every role gets `RECOVERY_ROSTER_FILE`, the stack's roster (the controller's key and the
@@ -31,6 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from ledger import with_database
+from ops.demo import DEMO_DATABASE, DEMO_TOPICS
+from ops.demo_scenarios import DEMO_POLICY
 from ops.keys import STACK_ROSTER
 from ops.paths import ensure_dir
 from ops.stack import StackState
@@ -48,6 +53,7 @@ from schemas import (
     ENV_PRODUCER_ID,
     ENV_PRODUCER_KEY_FILE,
     ENV_ROSTER_FILE,
+    TopicNames,
 )
 
 __all__ = ["ROLES", "StackRole", "role_environment", "shell_lines", "write_role_files"]
@@ -73,6 +79,8 @@ ROLES: Final[Mapping[str, StackRole]] = {
     "auditor": StackRole("siem", "auditor"),
     "siem": StackRole("siem", None),
     "admin": StackRole("admin", "admin"),
+    # The demo's sandbox (`recoveryctl demo` on the stack): read it, review and decide.
+    "demo": StackRole("tool", "reader"),
 }
 # Set by a role that has them, unset by one that has not: a shell is one role at a time.
 _KAFKA_SECURITY: Final = (
@@ -86,7 +94,11 @@ _KAFKA_SECURITY: Final = (
 )
 _CONTROLLER_ROSTER: Final = "RECOVERY_CONTROLLER_ROSTER_PATH"
 _WORKER_STORE: Final = "RECOVERY_WORKER_STORE"
+_TOPICS: Final = tuple(f"RECOVERY_TOPIC_{stream.upper()}" for stream in TopicNames.model_fields)
+_POLICY: Final = "RECOVERY_CONTROLLER_POLICY_PATH"
 _ROLE_SPECIFIC: Final = (
+    *_TOPICS,
+    _POLICY,
     ENV_DATABASE_URL,
     ENV_CONTROLLER_SIGNING_KEY_FILE,
     _CONTROLLER_ROSTER,
@@ -125,6 +137,11 @@ def role_environment(
         env[ENV_PRODUCER_KEY_FILE] = str(keys / f"{producer}.pem")
     if role == "worker":
         env[_WORKER_STORE] = str(home / "worker" / f"{producer or 'worker'}.sqlite")
+    if role == "demo":
+        url = env[ENV_DATABASE_URL]
+        env[ENV_DATABASE_URL] = None if url is None else with_database(url, DEMO_DATABASE)
+        env.update(zip(_TOPICS, DEMO_TOPICS.all(), strict=True))
+        env[_POLICY] = str(DEMO_POLICY)
     for name in (*_KAFKA_SECURITY, *_ROLE_SPECIFIC):
         env.setdefault(name, None)  # another role's: unset
     return env

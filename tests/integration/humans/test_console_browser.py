@@ -304,7 +304,11 @@ def test_console_refuses_a_changed_packet_a_bad_token_and_a_post_without_csrf(
         _sign_in(page, console)
         # A key that is not approver-1's is refused by the roster check.
         stranger = tmp_path / "stranger.pem"
-        assert recoveryctl("keys", "generate", "--out", str(stranger)).returncode == 0
+        made = recoveryctl(
+            "keys", "generate", "--out", str(stranger), "--id", "stranger", "--role", "approver",
+            "--roster", str(tmp_path / "stranger-roster.json"),
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
         page.goto(f"{console.url}/key")
         page.set_input_files("#key-file", str(stranger))
         page.click("#import-key")

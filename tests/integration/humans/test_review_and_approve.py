@@ -265,7 +265,10 @@ def test_approve_refuses_a_key_outside_the_roster(
     with running(settings, ledger):
         _escalate(kafka_bootstrap, topic, ledger, "op-h3").close()
     stranger = tmp_path / "stranger.pem"
-    made = recoveryctl("keys", "generate", "--out", str(stranger))
+    made = recoveryctl(
+        "keys", "generate", "--out", str(stranger), "--id", "stranger", "--role", "approver",
+        "--roster", str(tmp_path / "stranger-roster.json"),
+    )  # fmt: skip
     assert made.returncode == 0, made.stderr
     digest = json.loads(
         recoveryctl("review", "op-h3", "--json", "--database-url", database_url, "--policy",
