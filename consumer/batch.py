@@ -67,6 +67,7 @@ from machines import (
     Rules,
     check_event_role,
     check_opening,
+    correlation_conflict,
     opening_conflict,
     prove_lineage,
     scope_refusal,
@@ -449,11 +450,15 @@ def _decide_accepted(
     if foreign:
         # Recorded as the refused decision it is (audited on the operation) and
         # dead-lettered: it belongs to another conversation, or its producer is wrong.
+        # From another producer than the opener, it is an incident too (machines.opening).
+        view = decided.fold.known(event.operation_id)
+        conflict = None if view is None else correlation_conflict(view, event)
         return Refusal(
             CORRELATION_MISMATCH,
             f"record {record.coordinates}: {foreign[0].message}",
             event.event_id,
             event.operation_id,
+            incident=None if conflict is None else conflict.to_json(),
         )
     forged = [n for n in decision.refusals if n.code in FORGED_REFUSALS]
     if not forged:

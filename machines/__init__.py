@@ -99,7 +99,12 @@ from machines.model import (
     Machine,
     Registry,
 )
-from machines.opening import OPENING_CONFLICT, OpeningConflict, opening_conflict
+from machines.opening import (
+    OPENING_CONFLICT,
+    OpeningConflict,
+    correlation_conflict,
+    opening_conflict,
+)
 from machines.policy import (
     Policy,
     PolicyError,
@@ -238,6 +243,7 @@ __all__ = [
     "check_policy_against_registry",
     "compare_decisions",
     "containment_of",
+    "correlation_conflict",
     "decide",
     "discover",
     "dump_model",

@@ -197,9 +197,9 @@ class OperationView:
     tool: str | None = None
     environment: str | None = None
     command_capabilities: tuple[tuple[str, str], ...] = ()
-    # The producer whose report opened the operation (its authenticated signer), the
-    # operation's one reporting tool: another tool's report is a conflicting opening
-    # (`machines.opening`). Empty for a view stored before it was kept.
+    # The producer whose report opened the operation (its authenticated signer): another
+    # producer's event in another conversation is an incident (`machines.opening`).
+    # Empty for a view stored before it was kept.
     opened_by: str = ""
     # How the affected agent (`lineage.agent`) was proven when the operation opened:
     # `grant` (the opener's tool grant names the agent) or `call-context:<runtime>` (a

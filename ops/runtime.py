@@ -25,7 +25,7 @@ from consumer import (
     build_telemetry,
 )
 from ledger import PostgresLedger, migrate_database, require_current_schema
-from producers import OutboxRelay, RelaySettings, check_message_limits, relay_probes
+from producers import OutboxRelay, RelaySettings, relay_probes
 from schemas import KafkaSecurity, TopicNames
 
 __all__ = ["Runtime", "Services", "check_schema", "run_roles", "stop_on_signals"]
@@ -111,9 +111,6 @@ def run_roles(
         overrides = {"topics": names, **(controller_overrides or {})}
         controller = _controller_target(services, overrides, health)
     if "relay" in roles:
-        # Before anything is published: every topic must admit the largest record the
-        # relay may publish, or the broker would refuse rows it must publish.
-        check_message_limits(services.bootstrap, names.all(), security=services.kafka_for("relay"))
         relay_url = services.relay_url or services.database_url
         ledger = PostgresLedger(relay_url, max_size=max(2, relays + 1))
         runtime.closers.append(ledger.close)

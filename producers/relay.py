@@ -46,6 +46,7 @@ from producers.encoding import EncodedRecord, RecordEncoder, UnpublishableRow
 from producers.errors import DeliveryFailed, ProducersError, RecordRefused
 from producers.relay_metrics import RelayMetrics
 from producers.settings import RelaySettings
+from producers.topics import check_message_limits
 from schemas import (
     MAX_OUTBOX_RECORD_BYTES,
     TOPIC_MAX_MESSAGE_BYTES,
@@ -228,6 +229,10 @@ class OutboxRelay:
             },
             max_record_bytes=MAX_OUTBOX_RECORD_BYTES,
         )
+        self._bootstrap, self._security = bootstrap, security
+        # Why the topics' limits are not known to admit every row yet (`run` checks them
+        # before its first pass, and again after each failure); None once they are.
+        self.limits_problem: str | None = "not checked yet"
         self._reported: set[str] = set()
         self._lineage = LineageCache(lineage_from_ledger(ledger))
         # Rows name the configured topic or the default name (producers.encoding).
@@ -379,10 +384,14 @@ class OutboxRelay:
     # -- the loop -----------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> RelayStats:
-        """Relay until `stop` is set, then finish the current pass and return. Passes
-        follow each other without waiting while rows keep coming; when idle the relay
-        waits for a notification (or `idle_poll`). Broker and database outages are
-        logged and retried with exponential backoff; nothing is lost meanwhile."""
+        """Relay until `stop` is set, then finish the current pass and return. Before
+        the first pass it checks that every topic admits the largest row
+        (`check_message_limits`): nothing is published until they do, and a broker that
+        cannot be asked, or a topic too small, is logged and checked again with the
+        outages' backoff (readiness says which). Passes follow each other without
+        waiting while rows keep coming; when idle the relay waits for a notification
+        (or `idle_poll`). Broker and database outages are logged and retried with
+        exponential backoff; nothing is lost meanwhile."""
         stats = RelayStats()
         backoff = self.settings.backoff_initial
         last_backlog = 0.0
@@ -392,6 +401,7 @@ class OutboxRelay:
             while not stop.is_set():
                 self.last_loop = time.monotonic()
                 try:
+                    self._check_limits()
                     result = self.relay_once()
                     if time.monotonic() - last_backlog >= self.settings.backlog_every:
                         last_backlog = time.monotonic()
@@ -419,6 +429,16 @@ class OutboxRelay:
             _log.warning("relay %s: %s", self.instance, exc)
         librdkafka_logger("relay").flush()  # the lines held back, summarised
         return stats
+
+    def _check_limits(self) -> None:
+        if self.limits_problem is None:
+            return
+        try:
+            check_message_limits(self._bootstrap, self._topics.all(), security=self._security)
+        except ProducersError as exc:
+            self.limits_problem = str(exc)
+            raise
+        self.limits_problem = None
 
     def _refresh_backlog(self, waker: _Waker) -> None:
         rows = waker.backlog()

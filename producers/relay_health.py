@@ -63,6 +63,13 @@ def relay_probes(
             if problem is None
             else (f"relays {names}: no Kafka broker at {bootstrap} answers: {problem}")
         )
-        return {"ledger": ledger, "broker": kafka}
+        unchecked = [f"{r.instance}: {r.limits_problem}" for r in relays if r.limits_problem]
+        limits = (
+            None
+            if not unchecked
+            else "nothing is published until every topic admits the largest row: "
+            + "; ".join(unchecked)
+        )
+        return {"ledger": ledger, "broker": kafka, "topic_limits": limits}
 
     return live, ready

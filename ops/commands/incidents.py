@@ -1,8 +1,10 @@
 """`recoveryctl incidents`: the security incidents the controller recorded.
 
 An incident is a record the controller refused because it is an attack or a collision,
-not bad input (docs/controller.md, "Operation ids are global"): today a tool report
-that disagrees with its operation's opening (`opening-conflict`). Each is dead-lettered
+not bad input (docs/controller.md, "Operation ids are global"): today a report that
+describes another operation under an operation's id (`opening-conflict`: another
+machine, scope or agent; or another producer in another conversation, refused as
+`correlation-mismatch`). Each is dead-lettered
 like any refusal and its audit record on the partition's intake chain holds the
 incident: both openings, the one that governs the operation and the one the report
 claims, and what differs. This command lists them from the ledger (published or not),
@@ -24,7 +26,7 @@ from ops.context import Context, register_command
 __all__ = ["register"]
 
 _SCOPE = ("capability", "tool", "environment")
-_FIELDS = ("producer", "machine", *_SCOPE, "agent")
+_FIELDS = ("producer", "machine", *_SCOPE, "agent", "correlation_id")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -78,4 +80,8 @@ def _list(ctx: Context) -> int:
 
 
 def _differs(name: str, differs: set[str]) -> bool:
-    return name in differs or (name in _SCOPE and "scope" in differs)
+    return (
+        name in differs
+        or (name in _SCOPE and "scope" in differs)
+        or (name == "correlation_id" and "correlation" in differs)
+    )

@@ -45,6 +45,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
@@ -296,8 +297,10 @@ class _Run:
         self.proxy, self.say = proxy, say
         self.rng = random.Random(plan.seed)
         self.faults = Faults()
-        self.controller_url = (
-            f"postgresql://{services.postgres.user}@127.0.0.1:{proxy.port}/{_DATABASE}"
+        # The server's URL (its password file included), through the proxy's port.
+        direct = urlsplit(services.postgres.url_for(_DATABASE))
+        self.controller_url = urlunsplit(
+            direct._replace(netloc=f"{services.postgres.user}@127.0.0.1:{proxy.port}")
         )
         self._targets: list[str] | None = None  # a kill roll waiting for its moment
         self.roles: dict[str, RoleProcess] = {}

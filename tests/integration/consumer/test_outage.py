@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -56,7 +57,7 @@ def test_a_database_outage_is_ridden_out_and_nothing_is_lost_or_decided_twice(
     database_url: str,
     tmp_path: Path,
 ) -> None:
-    database = database_url.rsplit("/", 1)[1].split("?", 1)[0]
+    database = urlsplit(database_url).path.lstrip("/")
     topic = topic_factory()
     policy = write_policy(tmp_path, Ed25519PrivateKey.generate())
     group = f"g-{uuid.uuid4().hex}"
@@ -99,7 +100,7 @@ def test_partitions_assigned_while_the_database_is_down_are_claimed_when_it_retu
     database_url: str,
     tmp_path: Path,
 ) -> None:
-    database = database_url.rsplit("/", 1)[1].split("?", 1)[0]
+    database = urlsplit(database_url).path.lstrip("/")
     topic = topic_factory(partitions=2)
     policy = write_policy(tmp_path, Ed25519PrivateKey.generate())
     group = f"g-{uuid.uuid4().hex}"

@@ -187,9 +187,9 @@ class _CrashAfterDelivery(OutboxRelay):
     """A relay that dies after the broker acknowledged its records but before the lease
     committed the marks: the worst moment for a crash."""
 
-    def _await_delivery(self) -> set[str]:
-        failed = super()._await_delivery()
-        assert failed == set()
+    def _await_delivery(self) -> tuple[set[str], dict[str, str]]:
+        failed, refused = super()._await_delivery()
+        assert (failed, refused) == (set(), {})
         raise RuntimeError("simulated crash after delivery, before marking")
 
 

@@ -4,6 +4,7 @@ its audit record, counted, and never decided; reports of other roles are no open
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -55,16 +56,23 @@ def _incident(planned: DecidedBatch) -> dict[str, Any]:
     return incident
 
 
-def test_another_tool_reporting_on_an_operation_is_an_incident_with_both_openings() -> None:
+def test_a_squatted_id_is_an_incident_with_both_openings() -> None:
     ledger = MemoryLedger()
     _opened(ledger)
-    planned = _plan(
-        [encoded(event("TOOL_FAILED", event_id="e-2", machine=REFUND, producer="tool-2"), 1)],
-        ledger,
+    # Another tool reports "its" operation under the same id: another machine, scope
+    # and agent, and its own conversation.
+    report = event(
+        "TOOL_FAILED",
+        event_id="e-2",
+        machine="email-send",
+        producer="tool-2",
+        agent="agent-7",
+        correlation_id="corr-mine",
     )
+    planned = _plan([encoded(report, 1)], ledger)
     assert planned.decisions == ()
     incident = _incident(planned)
-    assert incident["differs"] == ["producer"]
+    assert incident["differs"] == ["machine", "scope", "agent"]
     assert incident["opened"] == {
         "producer": "tool-1",
         "machine": REFUND,
@@ -72,6 +80,7 @@ def test_another_tool_reporting_on_an_operation_is_an_incident_with_both_opening
         "tool": "stripe",
         "environment": "production",
         "agent": "agent-1",
+        "correlation_id": "corr-op-1",
     }
     assert incident["claimed"]["producer"] == "tool-2"
     assert (incident["claimed"]["event_id"], incident["claimed"]["event_type"]) == (
@@ -82,6 +91,33 @@ def test_another_tool_reporting_on_an_operation_is_an_incident_with_both_opening
     [(_, refusal)] = planned.refused
     assert "opened with producer tool-1" in refusal.reason
     assert "recoveryctl incidents" in refusal.reason
+
+
+def test_another_producer_in_another_conversation_is_refused_and_an_incident() -> None:
+    ledger = MemoryLedger()
+    _opened(ledger)
+    # Same machine, scope and agent, another correlation id: the core refuses it
+    # (correlation-mismatch, recorded on the operation) and it is an incident too.
+    report = event("TOOL_FAILED", event_id="e-3", machine=REFUND, producer="tool-2")
+    planned = _plan([encoded(replace(report, correlation_id="corr-other"), 1)], ledger)
+    [decision] = planned.decisions
+    assert decision.outcome.value == "refused"
+    [(_, refusal)] = planned.refused
+    assert refusal.code == "correlation-mismatch"
+    [letter] = planned.batch.dead_letters
+    incident = letter.audit["incident"]
+    assert incident["differs"] == ["producer", "correlation"]
+    assert incident["claimed"]["correlation_id"] == "corr-other"
+
+
+def test_a_second_tool_in_the_same_conversation_is_no_conflict() -> None:
+    # Two tools may report on one operation (the tool and the identity provider, say).
+    ledger = MemoryLedger()
+    _opened(ledger)
+    report = event("TOOL_FAILED", event_id="e-4", machine=REFUND, producer="tool-2")
+    planned = _plan([encoded(report, 1)], ledger)
+    assert planned.refused == ()
+    assert len(planned.decisions) == 1
 
 
 def test_a_report_under_another_machine_scope_or_agent_names_what_differs() -> None:
@@ -95,7 +131,6 @@ def test_a_report_under_another_machine_scope_or_agent_names_what_differs() -> N
     for offset, (field, report) in enumerate(cases.items(), start=1):
         incident = _incident(_plan([encoded(report, offset)], ledger))
         assert field in incident["differs"], (field, incident)
-        assert "producer" not in incident["differs"]
 
 
 def test_a_report_that_agrees_with_the_opening_is_decided() -> None:
@@ -132,7 +167,7 @@ def test_answers_of_other_roles_are_no_openings() -> None:
 def test_an_incident_is_counted_by_kind_after_its_batch_commits() -> None:
     ledger = MemoryLedger()
     _opened(ledger)
-    planned = _plan([encoded(event("TOOL_FAILED", machine=REFUND, producer="tool-2"), 1)], ledger)
+    planned = _plan([encoded(event("TOOL_FAILED", producer="tool-2"), 1)], ledger)
     reader = InMemoryMetricReader()
     metrics = ControllerMetrics(MeterProvider(metric_readers=[reader]), GROUP)
     metrics.committed(planned, 0.01)
