@@ -316,8 +316,13 @@ def run_demo(
         report = DemoReport(run_id, [_blank(item) for item in live])
         tools = services.kafka_for("tool")
         tool_and_approver = {n: signers[n] for n in (_TOOL, APPROVER)}
+        # The demo's producers are in its own roster, never a shell's RECOVERY_ROSTER_FILE.
         with EventPublisher(
-            services.bootstrap, signer=tool_and_approver, topics=names, security=tools
+            services.bootstrap,
+            signer=tool_and_approver,
+            topics=names,
+            security=tools,
+            roster=None,
         ) as publisher:
             _play(live, ledger, publisher, runtime, say, started + timeout, report)
         report.elapsed_seconds = time.monotonic() - started
@@ -427,7 +432,9 @@ def _start_worker(
     runtime: Runtime, services: Services, names: TopicNames, roster: Roster, signer: RecordSigner
 ) -> CapabilityWorker:
     security = services.kafka_for("worker")
-    publisher = EventPublisher(services.bootstrap, signer=signer, topics=names, security=security)
+    publisher = EventPublisher(
+        services.bootstrap, signer=signer, topics=names, security=security, roster=None
+    )
     runtime.closers.append(publisher.close)
     # The demo worker's own execution record, kept with the stack's state, so a demo on
     # a reused stack never runs a command of an earlier run again.

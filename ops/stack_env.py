@@ -94,7 +94,8 @@ _KAFKA_SECURITY: Final = (
 )
 _CONTROLLER_ROSTER: Final = "RECOVERY_CONTROLLER_ROSTER_PATH"
 _WORKER_STORE: Final = "RECOVERY_WORKER_STORE"
-_TOPICS: Final = tuple(f"RECOVERY_TOPIC_{stream.upper()}" for stream in TopicNames.model_fields)
+_STREAMS: Final = tuple(TopicNames.model_fields)
+_TOPICS: Final = tuple(f"RECOVERY_TOPIC_{stream.upper()}" for stream in _STREAMS)
 _POLICY: Final = "RECOVERY_CONTROLLER_POLICY_PATH"
 _ROLE_SPECIFIC: Final = (
     *_TOPICS,
@@ -140,7 +141,7 @@ def role_environment(
     if role == "demo":
         url = env[ENV_DATABASE_URL]
         env[ENV_DATABASE_URL] = None if url is None else with_database(url, DEMO_DATABASE)
-        env.update(zip(_TOPICS, DEMO_TOPICS.all(), strict=True))
+        env.update({f"RECOVERY_TOPIC_{s.upper()}": getattr(DEMO_TOPICS, s) for s in _STREAMS})
         env[_POLICY] = str(DEMO_POLICY)
     for name in (*_KAFKA_SECURITY, *_ROLE_SPECIFIC):
         env.setdefault(name, None)  # another role's: unset

@@ -62,6 +62,7 @@ from producers.errors import DeliveryFailed, ProducersError, RecordRefused
 from producers.verdicts import EventVerdict, VerdictReader
 from schemas import (
     CONTENT_TYPE,
+    ENV_ROSTER_FILE,
     EVENT_ENVELOPE,
     HEADER_CALL_CONTEXT,
     HEADER_RECORD_ID,
@@ -139,14 +140,18 @@ _REFUSING: Final = frozenset(
 )
 
 
-def _roster_from_env() -> Roster | None:
-    path = IdentitySettings.load().roster_file
+def roster_file(environ: Mapping[str, str] | None = None) -> Roster | None:
+    """The roster `RECOVERY_ROSTER_FILE` names, None when unset; raises `ProducersError`
+    naming the variable when the file does not load."""
+    path = IdentitySettings.load(environ).roster_file
     if path is None:
         return None
     try:
         return load_roster(path)
     except (OSError, PolicyError) as exc:
-        raise ProducersError(f"roster {path} (RECOVERY_ROSTER_FILE) does not load: {exc}") from exc
+        raise ProducersError(
+            f"roster {path} (from {ENV_ROSTER_FILE}) does not load: {exc}"
+        ) from exc
 
 
 def _check_signers(roster: Roster, signers: Iterable[RecordSigner]) -> None:
@@ -208,7 +213,7 @@ class EventPublisher:
             if isinstance(signer, RecordSigner)
             else dict(signer)
         )
-        self.roster = _roster_from_env() if isinstance(roster, _FromEnv) else roster
+        self.roster = roster_file() if isinstance(roster, _FromEnv) else roster
         if self.roster is not None:
             _check_signers(self.roster, self.signers.values())
         self.bootstrap = bootstrap

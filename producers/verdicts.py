@@ -98,7 +98,7 @@ class VerdictReader:
         topics: TopicNames | None = None,
         security: KafkaSecurity | None = None,
     ) -> None:
-        if not any(True for _ in roster.with_role(Role.CONTROLLER)):
+        if next(iter(roster.with_role(Role.CONTROLLER)), None) is None:
             raise ProducersError(
                 "the roster names no controller, so no verdict could be believed: list the "
                 "controller's public key with role controller (the stack's roster does)"
@@ -186,6 +186,9 @@ class VerdictReader:
         pairs = list(found_headers.items()) if isinstance(found_headers, dict) else found_headers
         headers = [(str(k), v.encode("utf-8") if isinstance(v, str) else v) for k, v in pairs or ()]
         value = value if isinstance(value, bytes) else None
+        # A key is judged at the time the record was written, not now (rotation).
+        kind, stamp = message.timestamp()
+        written = datetime.fromtimestamp(stamp / 1000, UTC) if kind and stamp > 0 else None
         try:
             entry = verify_signed_record(
                 self.roster,
@@ -193,7 +196,7 @@ class VerdictReader:
                 key if isinstance(key, bytes) else None,
                 value,
                 headers,
-                at=datetime.now(UTC),
+                at=written or datetime.now(UTC),
             )
             event = json.loads(value or b"") if Role.CONTROLLER in entry.roles() else None
         except (AuthenticationError, ValueError):

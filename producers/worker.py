@@ -72,12 +72,10 @@ from machines import (
     AuthenticationError,
     AuthRefusal,
     EvidencePayload,
-    PolicyError,
     Role,
     Roster,
-    load_roster,
 )
-from producers.client import RESULT_EVENTS, RecoveryClient
+from producers.client import RESULT_EVENTS, RecoveryClient, roster_file
 from producers.errors import ProducersError
 from producers.execution_store import ExecutionState, ExecutionStore, StoredAnswer
 from producers.settings import WorkerSettings
@@ -88,7 +86,6 @@ from schemas import (
     HEADER_COMMAND_ID,
     HEADER_PRODUCER,
     CapabilityCommand,
-    IdentitySettings,
     KafkaSecurity,
     TopicNames,
     WireCode,
@@ -209,19 +206,14 @@ class StartPosition:
 def roster_from_env(environ: Mapping[str, str] | None = None) -> Roster:
     """The roster named by `RECOVERY_ROSTER_FILE`. Raises `ProducersError` naming the
     variable when it is unset or the file does not load."""
-    path = IdentitySettings.load(environ).roster_file
-    if path is None:
+    roster = roster_file(environ)
+    if roster is None:
         raise ProducersError(
             "the worker verifies every command against the controller's public key and has "
             f"no roster: set {ENV_ROSTER_FILE} to the policy file (or a `producers:`-only "
             "file) listing the controller with role `controller`, or pass `roster=`"
         )
-    try:
-        return load_roster(path)
-    except (OSError, PolicyError) as exc:
-        raise ProducersError(
-            f"roster {path} (from {ENV_ROSTER_FILE}) does not load: {exc}"
-        ) from exc
+    return roster
 
 
 # Consumer errors that only an operator can fix (an ACL or the group's name).
