@@ -47,7 +47,7 @@ from ledger.interface import (
 )
 from ledger.jsonutil import loads
 from ledger.postgres_arrays import ADAPTERS
-from ledger.postgres_commit import write_batch
+from ledger.postgres_commit import read_claims, write_batch
 from ledger.postgres_lineage import lineage_row
 from ledger.queries import QUERIES
 from ledger.records import (
@@ -56,7 +56,15 @@ from ledger.records import (
 )
 from ledger.retention import PurgeCandidate, PurgeResult, purge_candidates, purge_operation
 from ledger.rowsign import RowSigner
-from machines import Arrival, LineageRow, OperationView, arrival_of, with_lineage
+from machines import (
+    Arrival,
+    ClaimKey,
+    KeyClaim,
+    LineageRow,
+    OperationView,
+    arrival_of,
+    with_lineage,
+)
 from schemas import TopicNames
 
 __all__ = ["PostgresLedger"]
@@ -297,6 +305,12 @@ class PostgresLedger(Ledger):
             }
 
         return self._run("arrival lineage", work)
+
+    def key_claims(self, keys: Sequence[ClaimKey]) -> dict[ClaimKey, KeyClaim]:
+        """See `Ledger.key_claims`: one query for the whole batch."""
+        if not keys:
+            return {}
+        return self._run("key claims", lambda conn: read_claims(conn, keys))
 
     # -- the batch transaction ----------------------------------------------------------
 

@@ -27,8 +27,10 @@ from machines import (
     Event,
     HumanDecision,
     OperationView,
+    Registry,
     ReviewPacket,
     Verdict,
+    awaited_actions,
     awaits_human,
     check_decision,
 )
@@ -79,10 +81,11 @@ def timeline(
     decisions, commands with publication and answers, approvals and audit status."""
     by_event = {d["event"]["id"]: d for d in record.decisions}
     published = {o.record_id: o for o in record.outbox}
+    # A refused event answered nothing: its command stays open (the view agrees).
     answers = {
         d["event"]["causation"]: d["event"]["id"]
         for d in record.decisions
-        if d["event"]["causation"]
+        if d["event"]["causation"] and d["outcome"] != "refused"
     }
     events = []
     for event in record.events:
@@ -133,6 +136,7 @@ def timeline(
             "created_at": row["created_at"].isoformat(),
             "updated_at": row["updated_at"].isoformat(),
             "waiting_for_human": waiting,
+            "awaiting": awaited_actions(record.view, _registry(pinned)),
         },
         "events": events,
         "commands": commands,
@@ -144,6 +148,10 @@ def timeline(
             "breaks": [b.describe() for b in breaks],
         },
     }
+
+
+def _registry(pinned: PinnedMachines | LoadedRules) -> Registry:
+    return pinned.registry if isinstance(pinned, PinnedMachines) else pinned.rules.registry
 
 
 def _decision_json(decision: Mapping[str, Any]) -> dict[str, Any]:

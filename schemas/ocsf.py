@@ -70,6 +70,7 @@ _ACTIVITY_NAMES: Final = {
 # refusal or conflict is a failed attempt and louder, because someone sent it.
 _OUTCOMES: Final[Mapping[str, tuple[int, int, int]]] = {
     "transitioned": (_ACTIVITY_UPDATE, 1, 1),
+    "awaiting": (_ACTIVITY_UPDATE, 1, 1),
     "duplicate": (_ACTIVITY_UPDATE, 1, 1),
     "rejected": (_ACTIVITY_UPDATE, 2, 3),
     "final": (_ACTIVITY_UPDATE, 2, 1),

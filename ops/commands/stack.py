@@ -1,5 +1,5 @@
-"""`recoveryctl stack up|down|status`: the local Kafka broker (or three-node cluster) and
-PostgreSQL server."""
+"""`recoveryctl stack up|down|status|env`: the local Kafka broker (or three-node cluster)
+and PostgreSQL server."""
 
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ class LiveRun:
 
     case: CaseSpec
     steps: tuple[StepResult, ...]
-    decisions: tuple[Mapping[str, Any], ...]  # every stored decision of the operation
+    decisions: tuple[Mapping[str, Any], ...]  # every stored decision of the operations
 
 
 @dataclass
@@ -212,7 +212,7 @@ def run_live(
     )
     relay_thread.start()
     publisher = EventPublisher(bootstrap, signer=signers(), topics=topics)
-    op = case.operation.id
+    operations = [case.operation.id, *(o.id for o in case.operations)]
     steps: list[StepResult] = []
     try:
         _wait(lambda: bool(controller.owned) or bool(errors), 30, "partition assignment")
@@ -237,6 +237,7 @@ def run_live(
                     30,
                     f"case {case.name}: the parent operation to be opened",
                 )
+            op = event.operation_id
             before = len(ledger.decisions(op))
             clock.set(now)
             publisher.publish(event)
@@ -273,7 +274,8 @@ def run_live(
     assert not thread.is_alive(), f"the controller of case {case.name} did not stop"
     assert not relay_thread.is_alive(), f"the relay of case {case.name} did not stop"
     assert not errors, errors
-    return LiveRun(case, tuple(steps), tuple(ledger.decisions(op)))
+    decisions = tuple(d for op in operations for d in ledger.decisions(op))
+    return LiveRun(case, tuple(steps), decisions)
 
 
 def actual_of(stored: Mapping[str, Any]) -> dict[str, Any]:

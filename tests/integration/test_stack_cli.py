@@ -27,7 +27,14 @@ from ops.runtime import Services
 from ops.settings import DATABASE_NAME, ENV_STACK_DIR
 from ops.stack import KafkaState, live_state, read_state, stack_up
 from ops.stack_env import ROLES
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_CONFIG_FILE, KafkaSecurity
+from schemas import (
+    ENV_CONTROLLER_SIGNING_KEY_FILE,
+    ENV_DATABASE_URL,
+    ENV_KAFKA_BOOTSTRAP,
+    ENV_KAFKA_CONFIG_FILE,
+    ENV_ROSTER_FILE,
+    KafkaSecurity,
+)
 from tests.support.services import service_root
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -94,6 +101,16 @@ def test_stack_up_starts_both_services_reports_them_and_down_stops_them(
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["running"] is True
 
+    # What `eval "$(recoveryctl stack env admin)"` gives a shell: the superuser's URL
+    # and the admin client file, for this role alone (issue #31).
+    admin = json.loads(_recoveryctl(stack_home, "stack", "env", "admin", "--json").stdout)
+    assert admin[ENV_KAFKA_BOOTSTRAP] == kafka.bootstrap
+    assert admin[ENV_DATABASE_URL] == state["postgres"]["url"]
+    assert admin[ENV_KAFKA_CONFIG_FILE] == kafka.client_files["admin"]
+    assert admin[ENV_CONTROLLER_SIGNING_KEY_FILE] is None  # the controller's alone
+    assert Path(admin[ENV_ROSTER_FILE]) == stack_home / "keys" / "roster.json"
+    assert Path(admin[ENV_ROSTER_FILE]).is_file()
+
     again = _recoveryctl(stack_home, "stack", "up")
     assert again.returncode == 0, again.stderr
     assert "already running" in again.stdout
@@ -137,6 +154,9 @@ def test_stack_up_starts_both_services_reports_them_and_down_stops_them(
     assert down.returncode == 0, down.stderr
     assert "stopped: kafka, postgres" in down.stdout
     assert not pid_alive(state["kafka"]["pid"])
+    gone = _recoveryctl(stack_home, "stack", "env", "controller")
+    assert gone.returncode != 0
+    assert "no local stack runs" in gone.stderr
     assert not pid_alive(state["postgres"]["pid"])
     after = _recoveryctl(stack_home, "stack", "status")
     assert after.returncode == 1
