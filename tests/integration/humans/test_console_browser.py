@@ -394,6 +394,16 @@ _BROKEN_WORDS = """(selector) => {
     return broken;
 }"""
 _READ = "td, th, dt, dd, button, a.button, h1, h2, h3, p, li"
+# What the window hides off its side: the page itself, or a block that scrolls sideways.
+_SIDEWAYS = """() => {
+    const hidden = [];
+    const page = document.documentElement;
+    if (page.scrollWidth > window.innerWidth + 1) hidden.push(`page ${page.scrollWidth}px`);
+    for (const e of document.querySelectorAll("main, main table, main section, main dl")) {
+        if (e.scrollWidth > e.clientWidth + 1) hidden.push(`${e.tagName}#${e.id} ${e.scrollWidth}`);
+    }
+    return hidden;
+}"""
 VIEWPORTS = {"narrow": {"width": 390, "height": 844}, "wide": {"width": 1366, "height": 900}}
 
 
@@ -422,6 +432,14 @@ def test_console_reads_at_a_narrow_and_a_wide_window_without_breaking_words(
         page.goto(f"{console.url}{path}")
         page.screenshot(path=str(shots / f"console-{name}-{size}.png"), full_page=True)
         assert page.evaluate(_BROKEN_WORDS, _READ) == [], f"{name} at {size}: words broken"
+        assert page.evaluate(_SIDEWAYS) == [], f"{name} at {size}: content off the side"
+    # The queue's Review button is in the window, not off its side (issue #31).
+    page.goto(f"{console.url}/")
+    review = page.locator('#queue tr[data-operation="op-c9"]').get_by_role("link", name="Review")
+    box = review.bounding_box()
+    assert box is not None
+    assert box["x"] >= 0, box
+    assert box["x"] + box["width"] <= VIEWPORTS[size]["width"], box
     # What the reviewer reads above the details, in the machine's own words.
     page.goto(f"{console.url}/operations/op-c9/review")
     assert page.inner_text("#guidance-now").startswith("unresolved: Manual review:")
