@@ -19,7 +19,9 @@ commands), `auditor` (siem / recovery_auditor: `recoveryctl audit verify`), `sie
 `recoveryctl demo` left, for `ops list`, `review`, the console).
 docs/operations.md, "The local stack's roles", has the table.
 
-Every role gets `RECOVERY_ROSTER_FILE`, the stack's roster (the controller's key and the
+The controller, approvers and readers get `RECOVERY_CONTROLLER_ROSTER_PATH` too (the
+controller's roster: `review` and `replay --verify` decide again with it). Every role
+gets `RECOVERY_ROSTER_FILE`, the stack's roster (the controller's key and the
 producers added to it); tools, workers and approvers get `RECOVERY_PRODUCER_ID` and
 `RECOVERY_PRODUCER_KEY_FILE` for `--producer ID` (its key in the stack's keys folder,
 `recoveryctl keys generate --id ID` puts it there), and a worker its execution store.
@@ -124,12 +126,12 @@ def role_environment(
     }
     if spec.kafka is not None:
         env[ENV_KAFKA_CONFIG_FILE] = state.kafka.client_files.get(spec.kafka)
-    if spec.database == "admin":
-        env[ENV_DATABASE_URL] = state.postgres.url
-    elif spec.database is not None:
-        env[ENV_DATABASE_URL] = state.postgres.role_urls.get(spec.database, state.postgres.url)
+    if spec.database is not None:
+        env[ENV_DATABASE_URL] = _database_url(state, spec.database)
     if role == "controller":
         env[ENV_CONTROLLER_SIGNING_KEY_FILE] = str(keys / "controller.key")
+    if role in ("controller", "approver", "reader"):
+        # The controller's roster; `review` and `replay --verify` decide again with it.
         env[_CONTROLLER_ROSTER] = str(keys / STACK_ROSTER)
     if producer is not None:
         if not spec.signs:
@@ -139,13 +141,25 @@ def role_environment(
     if role == "worker":
         env[_WORKER_STORE] = str(home / "worker" / f"{producer or 'worker'}.sqlite")
     if role == "demo":
-        url = env[ENV_DATABASE_URL]
-        env[ENV_DATABASE_URL] = None if url is None else with_database(url, DEMO_DATABASE)
-        env.update({f"RECOVERY_TOPIC_{s.upper()}": getattr(DEMO_TOPICS, s) for s in _STREAMS})
-        env[_POLICY] = str(DEMO_POLICY)
+        _into_demo_sandbox(env)
     for name in (*_KAFKA_SECURITY, *_ROLE_SPECIFIC):
         env.setdefault(name, None)  # another role's: unset
     return env
+
+
+def _database_url(state: StackState, login: str) -> str:
+    """The URL of database login role `login` on the stack (`admin`: the superuser)."""
+    if login == "admin":
+        return state.postgres.url
+    return state.postgres.role_urls.get(login, state.postgres.url)
+
+
+def _into_demo_sandbox(env: dict[str, str | None]) -> None:
+    """The demo's database, topics and policy in place of the stack's."""
+    url = env[ENV_DATABASE_URL]
+    env[ENV_DATABASE_URL] = None if url is None else with_database(url, DEMO_DATABASE)
+    env.update({f"RECOVERY_TOPIC_{s.upper()}": getattr(DEMO_TOPICS, s) for s in _STREAMS})
+    env[_POLICY] = str(DEMO_POLICY)
 
 
 def shell_lines(env: Mapping[str, str | None]) -> list[str]:

@@ -38,6 +38,11 @@ def test_each_role_gets_its_own_principal_and_database_role(tmp_path: Path) -> N
     assert controller["RECOVERY_KAFKA_CONFIG_FILE"].endswith("/controller.properties")  # type: ignore[union-attr]
     assert controller["RECOVERY_DATABASE_URL"] == _URL.format(user="recovery_controller")
     assert controller["RECOVERY_CONTROLLER_SIGNING_KEY_FILE"] == f"{tmp_path}/keys/controller.key"
+    # Who decides again (review, replay --verify) trusts whom the controller trusts.
+    for deciding in ("controller", "approver", "reader"):
+        roster = role_environment(state, deciding)["RECOVERY_CONTROLLER_ROSTER_PATH"]
+        assert roster == f"{tmp_path}/keys/roster.json", deciding
+    assert role_environment(state, "tool")["RECOVERY_CONTROLLER_ROSTER_PATH"] is None
     tool = role_environment(state, "tool", "smtp-tool")
     assert tool["RECOVERY_KAFKA_CONFIG_FILE"].endswith("/tool.properties")  # type: ignore[union-attr]
     assert tool["RECOVERY_DATABASE_URL"] is None  # a tool needs no database: unset
