@@ -53,7 +53,14 @@ from consumer.settings import (
     RulesSettings,
     TelemetrySettings,
 )
-from consumer.telemetry import CONTROLLER_SERVICE, RELAY_SERVICE, Telemetry, build_telemetry
+from consumer.telemetry import (
+    CONTROLLER_SERVICE,
+    METRIC_VIEWS,
+    RELAY_SERVICE,
+    SECONDS_BUCKETS,
+    Telemetry,
+    build_telemetry,
+)
 from consumer.tracing import BatchTracer, extract_context, trace_headers
 
 __all__ = [
@@ -61,9 +68,11 @@ __all__ = [
     "ENV_DEMO_MODE",
     "ENV_METRICS_ADDRESS",
     "FORGED_REFUSALS",
+    "METRIC_VIEWS",
     "RELAY_SERVICE",
     "RULES_CHANGED",
     "RULES_CHANGE_REFUSED",
+    "SECONDS_BUCKETS",
     "Accepted",
     "BatchTracer",
     "Controller",

@@ -215,6 +215,25 @@ def with_own_key(roster: Roster, signer: RecordSigner) -> Roster:
     return Roster(producers=(*roster.producers, own))
 
 
+def roster_gap(roster: Roster, controller: str) -> str | None:
+    """What is missing from a roster for the controller to decide anything, or None:
+    no producer but the controller itself (every event is dead-lettered
+    `producer-unknown`), or no producer that may open an operation (role `tool`)."""
+    others = [p for p in roster.producers if p.id != controller]
+    if not others:
+        return (
+            "THE ROSTER ADMITS NOBODY: it lists no producer but the controller, so every "
+            "event will be dead-lettered as producer-unknown"
+        )
+    if not any(g.role == Role.TOOL for p in others for g in p.grants):
+        listed = ", ".join(sorted(p.id for p in others)[:10])
+        return (
+            f"NO PRODUCER MAY OPEN AN OPERATION: the roster lists {listed} but none holds "
+            "role tool, so every opening event will be dead-lettered as role-not-permitted"
+        )
+    return None
+
+
 class Controller:
     """One member of the controller group. `run(stop)` consumes until `stop` is set, then
     leaves the group cleanly; the ledger and telemetry passed in stay open (the caller
@@ -281,11 +300,19 @@ class Controller:
             max_record_bytes=self.settings.max_record_bytes,
             clock=self._clock,
         )
-        if not rules.policy.producers:
-            log.warning(
-                "policy %s lists no producers: every event will be refused as "
-                "producer-unknown; add the producer roster (`producers:`) to the policy",
+        empty = roster_gap(rules.policy.roster, self.signer.producer)
+        if empty is not None:
+            # Loud, at start and on a reload: otherwise the first sign is a dead-letter
+            # topic filling up.
+            log.error(
+                "controller %s: %s (policy %s from %s, roster file %s); add them to the "
+                'roster (`recoveryctl roster add`, docs/operations.md "Producer roster") '
+                "and reload",
+                self.settings.instance_id,
+                empty,
                 rules.policy.id,
+                self.settings.policy_path or "<built-in>",
+                self.settings.roster_path or "none",
             )
 
     # -- reloading the rules ---------------------------------------------------------
@@ -417,6 +444,7 @@ class Controller:
                 self._step(consumer)
         finally:
             consumer.close()
+            librdkafka_logger("controller").flush()  # the lines held back, summarised
             self._epochs.clear()
             log.info(
                 "controller %s left group %s", self.settings.instance_id, self.settings.group_id

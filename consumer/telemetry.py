@@ -34,13 +34,14 @@ from dataclasses import dataclass
 from typing import Final
 
 from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import Histogram, MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
     MetricExporter,
     MetricReader,
     PeriodicExportingMetricReader,
 )
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
@@ -48,7 +49,14 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from consumer.errors import TelemetryError
 from consumer.settings import TelemetrySettings
 
-__all__ = ["CONTROLLER_SERVICE", "RELAY_SERVICE", "Telemetry", "build_telemetry"]
+__all__ = [
+    "CONTROLLER_SERVICE",
+    "METRIC_VIEWS",
+    "RELAY_SERVICE",
+    "SECONDS_BUCKETS",
+    "Telemetry",
+    "build_telemetry",
+]
 
 _log = logging.getLogger("consumer.telemetry")
 
@@ -57,6 +65,39 @@ RELAY_SERVICE: Final = "recovery-relay"
 _CHOICES: Final = ("otlp", "console", "none")
 _LEGACY_EXPORTER: Final = "RECOVERY_CONTROLLER_EXPORTER"
 _LEGACY_ENDPOINT: Final = "RECOVERY_CONTROLLER_OTLP_ENDPOINT"
+
+# Bucket bounds of every histogram measured in seconds. OpenTelemetry's default bounds
+# (0, 5, 10, 25, ... 10000) are sized for milliseconds: a decision (tens of
+# microseconds) and a batch commit (milliseconds) would all land in `le="5"`, and any
+# quantile would read 2.5 s. These span 50 µs to 30 s, at least two bounds per decade.
+SECONDS_BUCKETS: Final = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+# Handed to every meter provider built here: any histogram whose unit is `s` gets them.
+METRIC_VIEWS: Final = (
+    View(
+        instrument_type=Histogram,
+        instrument_unit="s",
+        aggregation=ExplicitBucketHistogramAggregation(boundaries=SECONDS_BUCKETS),
+    ),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,5 +243,7 @@ def build_telemetry(
             PeriodicExportingMetricReader(_metric_exporter(name, _legacy_path(_METRICS, settings)))
             for name in points
         ]
-        meter_provider = MeterProvider(resource=resource, metric_readers=[*exported, *readers])
+        meter_provider = MeterProvider(
+            resource=resource, metric_readers=[*exported, *readers], views=METRIC_VIEWS
+        )
     return Telemetry(tracer_provider, meter_provider)

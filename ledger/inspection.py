@@ -231,6 +231,36 @@ class LedgerInspector(PostgresLedger):
 
         return self._read("count operations per machine version", work)
 
+    def search(
+        self,
+        *,
+        agent: str | None = None,
+        task: str | None = None,
+        principal: str | None = None,
+        correlation_id: str | None = None,
+        idempotency_key: str | None = None,
+        term: str | None = None,
+        limit: int = 200,
+    ) -> tuple[OperationSummary, ...]:
+        """Operations matching every given filter (the affected agent, its task, the
+        initiating principal, the correlation id, the declared idempotency key), and
+        `term` in any of them or the operation id; most recently changed first."""
+        params = {
+            "agent": agent,
+            "task": task,
+            "principal": principal,
+            "correlation": correlation_id,
+            "key": idempotency_key,
+            "term": term,
+            "limit": limit,
+        }
+
+        def work(conn: Conn) -> tuple[OperationSummary, ...]:
+            rows = conn.execute(INSPECTION["search_operations"], params).fetchall()
+            return tuple(OperationSummary(*row) for row in rows)
+
+        return self._read("search operations", work)
+
     def operation_record(self, operation_id: str) -> OperationRecord:
         """The operation's whole record in one snapshot; raises `UnknownOperation`."""
         ident = {"id": operation_id}

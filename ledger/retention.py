@@ -15,6 +15,7 @@ controller's key (`RowSigner`), so that:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -22,7 +23,7 @@ from typing import Any, Final
 import psycopg
 from psycopg.rows import TupleRow
 
-from ledger.audit import ChainHead, chain_records
+from ledger.audit import AuditRecord, ChainHead, chain_records
 from ledger.jsonutil import column_json, dumps
 from ledger.queries import QUERIES
 from ledger.rowsign import RowSigner
@@ -54,6 +55,23 @@ class PurgeResult:
     purged_through: int
     tombstone_sequence: int
     tombstone_hash: str
+
+
+def tombstone_payload(
+    record: AuditRecord, head: ChainHead, body: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The outbox payload that publishes tombstone `record` (chained after `head`, the
+    purged chain's last record) on the audit topic, where it becomes an OCSF event."""
+    return {
+        "kind": TOMBSTONE_KIND,
+        "operation_id": record.operation_id,
+        "sequence": record.sequence,
+        "hash": record.hash,
+        "prev_hash": record.prev_hash,
+        "purged_through": head.sequence,
+        "purged_head": head.hash,
+        "record": dict(body),
+    }
 
 
 def purge_candidates(conn: Conn, before: datetime) -> list[PurgeCandidate]:
@@ -104,16 +122,7 @@ def purge_operation(
             QUERIES["move_purged_head"],
             {"id": operation_id, "sequence": record.sequence, "hash": record.hash},
         )
-        payload = {
-            "kind": TOMBSTONE_KIND,
-            "operation_id": operation_id,
-            "sequence": record.sequence,
-            "hash": record.hash,
-            "prev_hash": record.prev_hash,
-            "purged_through": head.sequence,
-            "purged_head": head.hash,
-            "record": body,
-        }
+        payload = tombstone_payload(record, head, body)
         rid = f"tombstone:{operation_id}:{record.sequence}"
         headers: dict[str, str] = {
             "record_id": rid,

@@ -12,6 +12,7 @@ import base64
 import binascii
 import hashlib
 import os
+import stat
 from functools import lru_cache
 from pathlib import Path
 
@@ -81,11 +82,19 @@ def load_private_key(path: str | Path, *, setting: str = "") -> Ed25519PrivateKe
     hint = f" (from {setting})" if setting else ""
     try:
         data = Path(path).read_bytes()
+        mode = stat.S_IMODE(os.stat(path).st_mode)
     except OSError as exc:
         raise KeyFileError(
             f"key file {path}{hint} cannot be read ({exc.strerror}); create one with "
             "`recoveryctl keys generate --out FILE`"
         ) from exc
+    if mode & 0o077:
+        # Anyone who can read the file can sign as its holder: refuse to use it.
+        raise KeyFileError(
+            f"key file {path}{hint} is readable by {_who(mode)} (mode {mode:04o}); anyone "
+            f"on this host who can read it can sign as its holder: `chmod 600 {path}` (and "
+            "replace the key if others may have read it)"
+        )
     if data.lstrip().startswith(b"-----BEGIN"):
         try:
             key = serialization.load_pem_private_key(data, password=None)
@@ -103,6 +112,12 @@ def load_private_key(path: str | Path, *, setting: str = "") -> Ed25519PrivateKe
             f"key file {path}{hint} decodes to {len(seed)} bytes; an Ed25519 seed is 32"
         )
     return Ed25519PrivateKey.from_private_bytes(seed)
+
+
+def _who(mode: int) -> str:
+    """`group`, `others` or `group and others`, for a mode with bits in 0o077."""
+    who = [name for name, bits in (("group", 0o070), ("others", 0o007)) if mode & bits]
+    return " and ".join(who)
 
 
 def write_private_key(path: str | Path, key: Ed25519PrivateKey) -> None:

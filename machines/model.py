@@ -63,6 +63,8 @@ class State:
     final: bool = False
     entry: tuple[ActionRef, ...] = ()
     on: Mapping[str, tuple[Transition, ...]] = field(default_factory=lambda: _EMPTY)
+    # The machine's own words for what the state means (a review packet shows them).
+    description: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,14 @@ exists only here), so the consequences show what an authorised approver's signat
 would do; a real approver's own standing (roster, roles, lineage) is checked by the
 controller when the signed decision arrives.
 
+`guidance` (`_guidance`) says the same for a person who has never seen a RECOVERY.yaml:
+what the machine says the current state means, why and to whom it was escalated (the
+escalation's queue, severity and reason), what the tool declared about the call (its
+idempotency key, whether a side effect was possible or confirmed), which commands no
+event has answered yet, and, for approving and for rejecting, the state it leads to in
+the machine's own words, the commands it sends, and what that state waits for next (an
+approval that sends no command leaves the operation waiting for someone).
+
 `ReviewPacket.digest` is `sha256:` over the canonical JSON (`machines.digest`) of the
 packet's content, which excludes only the moment it was assembled: the same ledger
 state gives the same digest, and any new decision, event or command changes it. That
@@ -201,6 +209,7 @@ def review_packet(
             "reject": _consequence(rules, "HUMAN_REJECTED"),
         },
     }
+    content["guidance"] = _guidance(rules, decisions, content)
     return ReviewPacket(content=content, assembled_at=now)
 
 
@@ -516,3 +525,74 @@ def _hypothetical(rules: _Rules, event_type: str) -> Decision | None:
             return decided
         first = first or decided
     return first
+
+
+# --- guidance: the packet in plain words for a reviewer ------------------------------
+
+
+def _guidance(
+    rules: _Rules, decisions: Sequence[Mapping[str, Any]], content: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What a person needs who has never seen the machine (module docstring), from the
+    packet's other sections and the machine's own descriptions."""
+    machine, view = rules.machine, rules.view
+    commands = content["downstream"]["commands"]
+    return {
+        "state": _state_words(machine, view.state),
+        "escalation": _escalation(decisions),
+        "facts": {
+            "idempotency_key": view.facts.idempotency_key,
+            "side_effect_possible": view.facts.side_effect_possible,
+            "side_effect_confirmed": view.facts.side_effect_confirmed,
+            "compensation_supported": view.facts.compensation_supported,
+            "status_api": view.facts.status_api,
+            "declared_by": view.facts.declared_by,
+        },
+        "unanswered_commands": [c for c in commands if c["answered_by"] is None],
+        "after": {
+            verb: _after(machine, content["consequences"][verb]) for verb in ("approve", "reject")
+        },
+    }
+
+
+def _state_words(machine: Machine, name: str) -> dict[str, Any]:
+    """A state as the machine describes it: its text, final or not, what it waits for."""
+    state = machine.states.get(name)
+    return {
+        "name": name,
+        "description": state.description if state is not None else "",
+        "final": bool(state and state.final),
+        "waits_for": sorted(state.on) if state is not None else [],
+    }
+
+
+def _escalation(decisions: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The latest escalation to a human (an invocation of kind `escalate`): the queue,
+    severity and reason its parameters name, and the decision that made it."""
+    for decision in reversed(decisions):
+        for invocation in decision["invocations"]:
+            if invocation["kind"] == CapabilityKind.ESCALATE:
+                params = invocation["params"]
+                return {
+                    "capability": invocation["capability"],
+                    "queue": params.get("queue"),
+                    "severity": params.get("severity"),
+                    "reason": params.get("reason"),
+                    "decision_sequence": decision["sequence"],
+                    "event_type": decision["event"]["type"],
+                }
+    return None
+
+
+def _after(machine: Machine, consequence: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Where a decision leads: the target state in the machine's words, the commands it
+    sends, and whether nothing is sent (the operation then waits for what the state
+    accepts). None when the current state accepts no such decision."""
+    if consequence is None:
+        return None
+    return {
+        "outcome": consequence["outcome"],
+        "state": _state_words(machine, str(consequence["state_after"])),
+        "commands": [f"{c['capability']} ({c['kind']})" for c in consequence["commands"]],
+        "refused": [r["code"] for r in consequence["refusals"]],
+    }

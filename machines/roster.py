@@ -207,32 +207,13 @@ class Roster(BaseModel):
         """Every producer holding `role` for some scope."""
         return (p for p in self.producers if role in p.roles())
 
-    def authenticate(
-        self,
-        producer_id: str | None,
-        key_id: str | None,
-        message: bytes,
-        signature: str | None,
-        *,
-        at: datetime,
-    ) -> ProducerEntry:
-        """The producer whose key `key_id` signed `message` (base64 `signature`), valid
-        at `at`; raises `AuthenticationError` with the first check that fails."""
-        if not producer_id or not key_id or not signature:
-            missing = [
-                name
-                for name, value in (
-                    ("producer", producer_id),
-                    ("key id", key_id),
-                    ("signature", signature),
-                )
-                if not value
-            ]
-            raise AuthenticationError(
-                AuthRefusal.SIGNATURE_MISSING,
-                f"unsigned: no {', '.join(missing)}; every record must be signed by a "
-                "roster producer (the client library signs with its producer key)",
-            )
+    def valid_key(
+        self, producer_id: str, key_id: str, *, at: datetime
+    ) -> tuple[ProducerEntry, ProducerKey]:
+        """The producer `producer_id` and its key `key_id`, when the roster lists both
+        and the key is neither revoked nor outside its validity at `at`; raises
+        `AuthenticationError` with the first check that fails (what `authenticate`
+        checks before the signature, and what a client checks before it signs)."""
         entry = self.producer(producer_id)
         if entry is None:
             raise AuthenticationError(
@@ -265,6 +246,35 @@ class Roster(BaseModel):
                 AuthRefusal.KEY_EXPIRED,
                 f"key {key_id} of producer {producer_id} expired at {key.not_after.isoformat()}",
             )
+        return entry, key
+
+    def authenticate(
+        self,
+        producer_id: str | None,
+        key_id: str | None,
+        message: bytes,
+        signature: str | None,
+        *,
+        at: datetime,
+    ) -> ProducerEntry:
+        """The producer whose key `key_id` signed `message` (base64 `signature`), valid
+        at `at`; raises `AuthenticationError` with the first check that fails."""
+        if not producer_id or not key_id or not signature:
+            missing = [
+                name
+                for name, value in (
+                    ("producer", producer_id),
+                    ("key id", key_id),
+                    ("signature", signature),
+                )
+                if not value
+            ]
+            raise AuthenticationError(
+                AuthRefusal.SIGNATURE_MISSING,
+                f"unsigned: no {', '.join(missing)}; every record must be signed by a "
+                "roster producer (the client library signs with its producer key)",
+            )
+        entry, key = self.valid_key(producer_id, key_id, at=at)
         try:
             raw = base64.b64decode(signature, validate=True)
         except (binascii.Error, ValueError):

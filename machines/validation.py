@@ -499,6 +499,7 @@ def build_machine(data: Mapping[str, Any], digest: str) -> Machine:
             final=spec.get("type") == "final",
             entry=_refs(spec.get("entry")),
             on=MappingProxyType({e: tuple(ts) for e, ts in on[name].items()}),
+            description=str(spec.get("description") or ""),
         )
     applies = data["applies_to"]
     audit = data["audit"]

@@ -49,7 +49,7 @@ from typing import Any, Final
 from ledger import AuditOutboxRow, AuditRecord, Ledger
 from machines import AuthenticationError, AuthRefusal, Lineage, Role, Roster
 from producers import RecordEncoder, TopicRecord, UnpublishableRow
-from schemas import TopicNames, verify_record
+from schemas import TopicNames, ocsf_kind, verify_record
 
 __all__ = ["TopicFinding", "TopicReport", "compare_with_topic", "verify_authors"]
 
@@ -335,30 +335,39 @@ def _read(
 
 
 def _note(topic: _Topic, value: Mapping[str, Any], report: TopicReport) -> None:
-    kind = value.get("kind")
+    kind = ocsf_kind(value)
     if kind == HEADS:
         report.heads_records += 1
-        for head in value.get("heads") or ():
+        for head in _recovery(value).get("heads") or ():
             topic.heads.append(
                 (str(head["operation_id"]), int(head["sequence"]), str(head["hash"]), "")
             )
         return
+    chain, sequence, digest = _chain_link(value)
     if kind == TOMBSTONE:
         report.tombstones += 1
-        chain = str(value["operation_id"])
-        through = int(value["purged_through"])
+        body = _recovery(value).get("record") or value
+        through = int(body["purged_through"])
         if through >= topic.tombstones.get(chain, (0, ""))[0]:
-            topic.tombstones[chain] = (through, str(value["purged_head"]))
+            topic.tombstones[chain] = (through, str(body["purged_head"]))
     else:
         report.audit_records += 1
     # A tombstone is a record of the chain too (stored in the database).
-    chain, sequence, digest = _chain_link(value)
     topic.published[(chain, sequence)] = digest
+
+
+def _recovery(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`unmapped.recovery` of an OCSF record; the record itself in the plain JSON form an
+    older controller published chain heads and tombstones in (the same field names)."""
+    if "unmapped" not in value:
+        return value
+    found: Mapping[str, Any] = value["unmapped"]["recovery"]
+    return found
 
 
 def _chain_link(value: Mapping[str, Any]) -> tuple[str, int, str]:
     """The (chain, sequence, hash) a published audit record or tombstone stands for."""
-    link = value if value.get("kind") == TOMBSTONE else value["unmapped"]["recovery"]["chain"]
+    link = _recovery(value).get("chain") or value  # an older plain tombstone: top level
     return str(link["operation_id"]), int(link["sequence"]), str(link["hash"])
 
 

@@ -45,6 +45,7 @@ from consumer import (
 from ledger import LedgerInspector, PostgresLedger
 from machines import Machine, Pins, Policy, Registry, Rules, load_private_key
 from ops.errors import NotConfigured, StackError, UsageError
+from ops.keys import STACK_ROSTER
 from ops.runtime import Services
 from ops.stack import StackState, live_state
 from schemas import (
@@ -207,6 +208,16 @@ class Context:
         except StackError:
             return None
 
+    def stack_home(self) -> Path | None:
+        """The running local stack's folder when this command's services are the
+        stack's (neither named by flag nor environment), else None."""
+        if self.stack is None:
+            return None
+        services = self.services
+        if services.database_url or services.kafka_bootstrap:
+            return None
+        return Path(self.stack.stack_dir)
+
     def role_url(self, role: str) -> str | None:
         """The local stack's URL for login role `role` (a key of `ledger.LOGIN_ROLES`)
         when the database is the stack's and it has one; None otherwise (a database named
@@ -291,8 +302,16 @@ class Context:
     @cached_property
     def rules_settings(self) -> RulesSettings:
         """The controller's rules settings with `--lock`, `--trust`, `--registry` and
-        `--policy` on top."""
-        return RulesSettings.load(**{setting: self.flag(option) for option, setting in _RULE_FLAGS})
+        `--policy` on top. On the local stack the roster is the stack's, as `recoveryctl
+        run` gives its controller, unless the environment names one: a command that
+        decides again (`replay --verify`, `review`) must trust whom the controller
+        trusted (a verifier's roster grant, say)."""
+        flags = {setting: self.flag(option) for option, setting in _RULE_FLAGS}
+        settings = RulesSettings.load(**flags)
+        home = self.stack_home()
+        if settings.roster_path is None and home is not None:
+            settings = RulesSettings.load(**flags, roster_path=home / "keys" / STACK_ROSTER)
+        return settings
 
     @cached_property
     def machines(self) -> PinnedMachines:

@@ -32,6 +32,7 @@ from ledger import (
     PostgresLedger,
     UnknownOperation,
     ensure_roles,
+    with_database,
     with_user,
 )
 from machines import (
@@ -67,6 +68,7 @@ from ops.demo_scenarios import (
 from ops.errors import OpsError
 from ops.keys import controller_roster, stack_key
 from ops.paths import stack_dir
+from ops.postgres import ensure_database
 from ops.runtime import Runtime, Services, run_roles
 from producers import (
     CapabilityWorker,
@@ -78,12 +80,53 @@ from producers import (
     provision_acls,
     read_commands,
 )
-from schemas import IdentitySettings, RecordSigner, TopicNames
+from schemas import DEFAULT_TOPICS, IdentitySettings, RecordSigner, TopicNames
 
-__all__ = ["DemoError", "DemoReport", "OperationReport", "run_demo"]
+__all__ = [
+    "DEMO_DATABASE",
+    "DEMO_TOPICS",
+    "DemoError",
+    "DemoReport",
+    "OperationReport",
+    "demo_sandbox",
+    "run_demo",
+]
 
 _TOOL = "demo-tool"
 _WORKER = "demo-worker"
+
+# The demo's sandbox on the local stack: a database and topics of its own, so that a
+# real controller (on recovery.events, with the real roster) never reads the demo's
+# events, which it would dead-letter (producer-unknown), and `replay --verify` under the
+# real policy never meets the demo's operations (decided under the demo policy).
+DEMO_DATABASE: Final = "recovery_demo"
+DEMO_TOPICS: Final = TopicNames(
+    events="recovery-demo.events",
+    commands="recovery-demo.commands",
+    evidence="recovery-demo.evidence",
+    audit="recovery-demo.audit",
+    dlq="recovery-demo.dlq",
+)
+
+
+def demo_sandbox(services: Services, admin_url: str) -> tuple[Services, TopicNames]:
+    """`services` moved into the demo's sandbox on the local stack: database
+    `DEMO_DATABASE` on the same server (created through `admin_url` when missing; every
+    login role's password file entry holds for any database) and topics `DEMO_TOPICS`,
+    unless the environment names topics (`RECOVERY_TOPIC_*`), which the demo then uses."""
+    ensure_database(admin_url, DEMO_DATABASE)
+
+    def moved(url: str | None) -> str | None:
+        return None if url is None else with_database(url, DEMO_DATABASE)
+
+    sandbox = replace(
+        services,
+        database_url=with_database(services.database_url, DEMO_DATABASE),
+        controller_url=moved(services.controller_url),
+        relay_url=moved(services.relay_url),
+    )
+    named = TopicNames.from_env()
+    return sandbox, (DEMO_TOPICS if named == DEFAULT_TOPICS else named)
 
 
 class DemoError(OpsError):
@@ -273,8 +316,13 @@ def run_demo(
         report = DemoReport(run_id, [_blank(item) for item in live])
         tools = services.kafka_for("tool")
         tool_and_approver = {n: signers[n] for n in (_TOOL, APPROVER)}
+        # The demo's producers are in its own roster, never a shell's RECOVERY_ROSTER_FILE.
         with EventPublisher(
-            services.bootstrap, signer=tool_and_approver, topics=names, security=tools
+            services.bootstrap,
+            signer=tool_and_approver,
+            topics=names,
+            security=tools,
+            roster=None,
         ) as publisher:
             _play(live, ledger, publisher, runtime, say, started + timeout, report)
         report.elapsed_seconds = time.monotonic() - started
@@ -384,7 +432,9 @@ def _start_worker(
     runtime: Runtime, services: Services, names: TopicNames, roster: Roster, signer: RecordSigner
 ) -> CapabilityWorker:
     security = services.kafka_for("worker")
-    publisher = EventPublisher(services.bootstrap, signer=signer, topics=names, security=security)
+    publisher = EventPublisher(
+        services.bootstrap, signer=signer, topics=names, security=security, roster=None
+    )
     runtime.closers.append(publisher.close)
     # The demo worker's own execution record, kept with the stack's state, so a demo on
     # a reused stack never runs a command of an earlier run again.

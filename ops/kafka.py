@@ -44,6 +44,7 @@ __all__ = [
     "KafkaServiceError",
     "check_formatted_users",
     "ensure_jars",
+    "ensure_tools",
     "find_java",
     "format_storage",
     "jars_cached",
@@ -152,14 +153,31 @@ class KafkaBroker:
 # --- jars -----------------------------------------------------------------------------
 
 
-def _jar_dir(version: str, cache: Path | None) -> Path:
-    return (cache or cache_dir()) / f"kafka-{version}"
+@dataclass(frozen=True, slots=True)
+class _JarSet:
+    """A set of jars fetched once into the cache: its folder prefix and its pom."""
+
+    prefix: str
+    pom: str
+    what: str
 
 
-def jars_cached(version: str = KAFKA_VERSION, cache: Path | None = None) -> bool:
+_BROKER = _JarSet("kafka", "pom.xml", "Apache Kafka {version} jars")
+# Kafka's command-line tools (kafka-consumer-groups, kafka-topics, ...), apart from the
+# broker's jars so that fetching them never touches the folder a running broker uses.
+_TOOLS = _JarSet("kafka-tools", "tools-pom.xml", "Apache Kafka {version} command-line tools")
+
+
+def _jar_dir(version: str, cache: Path | None, jars: _JarSet = _BROKER) -> Path:
+    return (cache or cache_dir()) / f"{jars.prefix}-{version}"
+
+
+def jars_cached(
+    version: str = KAFKA_VERSION, cache: Path | None = None, jars: _JarSet = _BROKER
+) -> bool:
     """Whether a complete set of runtime jars for `version` is in the cache: the marker
     written after a successful copy exists and every jar it lists is present."""
-    home = _jar_dir(version, cache)
+    home = _jar_dir(version, cache, jars)
     marker = home / _MARKER
     if not marker.is_file():
         return False
@@ -181,26 +199,45 @@ def ensure_jars(
     developer's `ops/dev up`) from downloading into the same folder at once. Progress
     lines go to `progress` (default: stderr).
     """
+    return _ensure(_BROKER, version, log4j_version, cache, progress)
+
+
+def ensure_tools(
+    version: str = KAFKA_VERSION,
+    log4j_version: str = LOG4J_VERSION,
+    cache: Path | None = None,
+    progress: TextIO | None = None,
+) -> Path:
+    """The folder of Kafka's command-line tools' jars (`kafka-tools` and what it needs,
+    `ops/kafka/tools-pom.xml`), fetched as `ensure_jars` fetches the broker's, into a
+    folder of their own: the classpath of `recoveryctl kafka-tool`."""
+    return _ensure(_TOOLS, version, log4j_version, cache, progress)
+
+
+def _ensure(
+    jars: _JarSet, version: str, log4j_version: str, cache: Path | None, progress: TextIO | None
+) -> Path:
     out = progress or sys.stderr
-    home = ensure_dir(_jar_dir(version, cache))
+    home = ensure_dir(_jar_dir(version, cache, jars))
     with file_lock(home / ".lock"):
-        if jars_cached(version, cache):
+        if jars_cached(version, cache, jars):
             return home / "libs"
         started = time.monotonic()
-        print(f"kafka: fetching Apache Kafka {version} jars from Maven Central", file=out)
+        what = jars.what.format(version=version)
+        print(f"kafka: fetching {what} from Maven Central", file=out)
         print(f"kafka: into {home / 'libs'} (once per machine)", file=out, flush=True)
         partial = home / "libs.partial"
         shutil.rmtree(partial, ignore_errors=True)
         shutil.rmtree(home / "libs", ignore_errors=True)
         (home / _MARKER).unlink(missing_ok=True)
         # Maven writes target/ beside the pom, so it runs on a copy in the cache folder.
-        shutil.copyfile(_RESOURCES / "pom.xml", home / "pom.xml")
+        shutil.copyfile(_RESOURCES / jars.pom, home / "pom.xml")
         _run_maven(home, partial, version, log4j_version, out)
         os.replace(partial, home / "libs")
-        jars = sorted(p.name for p in (home / "libs").glob("*.jar"))
-        (home / _MARKER).write_text("".join(f"{name}\n" for name in jars))
+        names = sorted(p.name for p in (home / "libs").glob("*.jar"))
+        (home / _MARKER).write_text("".join(f"{name}\n" for name in names))
         elapsed = time.monotonic() - started
-        print(f"kafka: {len(jars)} jars ready in {elapsed:.1f} s", file=out, flush=True)
+        print(f"kafka: {len(names)} jars ready in {elapsed:.1f} s", file=out, flush=True)
         return home / "libs"
 
 

@@ -13,7 +13,10 @@ exception) keeps under its data folder:
   else kept from the file, else generated (as `ops.db_passwords` does for PostgreSQL).
   They become SCRAM-SHA-512 credentials when the storage is formatted.
 - `clients/<component>.properties` (0600): a librdkafka properties file per principal
-  (protocol, mechanism, user, password, CA), what `RECOVERY_KAFKA_CONFIG_FILE` names.
+  (protocol, mechanism, user, password, CA), what `RECOVERY_KAFKA_CONFIG_FILE` names;
+  beside it `clients/<component>.java.properties` (0600), the same principal for Java
+  clients (the JAAS login and a PEM truststore), what Kafka's own tools take as
+  `--command-config` (`recoveryctl kafka-tool`, `java_client_file`).
 """
 
 from __future__ import annotations
@@ -38,11 +41,15 @@ from schemas import KAFKA_PRINCIPALS, KafkaSecurity
 
 __all__ = [
     "BROKER_PRINCIPAL",
+    "COMPOSE_KAFKA_CLIENTS",
     "ENV_KAFKA_PASSWORD_PREFIX",
     "SCRAM_MECHANISM",
     "BrokerSecurity",
     "ensure_broker_security",
+    "java_client_file",
+    "java_properties",
     "write_compose_material",
+    "write_java_client_files",
 ]
 
 ENV_KAFKA_PASSWORD_PREFIX: Final = str(KafkaPasswordSettings.model_config.get("env_prefix"))
@@ -101,8 +108,42 @@ def ensure_broker_security(
     store_passwords(password_file, passwords)
     security = BrokerSecurity(ca_path, keystore, passwords, ensure_dir(data_dir / "clients", 0o700))
     for component in security.client_files():
-        _write_private(security.client_file(component), _properties(security.client(component)))
+        client = security.client(component)
+        _write_private(security.client_file(component), _properties(client))
+        _write_private(java_client_file(security.client_file(component)), java_properties(client))
     return security
+
+
+def write_java_client_files(client_files: Mapping[str, str]) -> None:
+    """The Java client file beside each librdkafka client file of a recorded stack,
+    written again from it (for a stack started before they existed)."""
+    for path in client_files.values():
+        client = KafkaSecurity.from_file(Path(path))
+        _write_private(java_client_file(path), java_properties(client))
+
+
+def java_client_file(librdkafka_file: Path | str) -> Path:
+    """The Java client file beside a principal's librdkafka file: `admin.properties` ->
+    `admin.java.properties`."""
+    path = Path(librdkafka_file)
+    return path.with_name(f"{path.stem}.java.properties")
+
+
+def java_properties(client: KafkaSecurity) -> str:
+    """`client` (SASL/SCRAM over TLS) as a Java client's properties: what `kafka-*` tools
+    take with `--command-config`."""
+    password = client.sasl_password.get_secret_value() if client.sasl_password else ""
+    lines = [
+        "# Java client settings of one principal (Kafka's tools: --command-config); "
+        "written by the stack",
+        f"security.protocol={client.effective_protocol}",
+        f"sasl.mechanism={client.sasl_mechanism or SCRAM_MECHANISM}",
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{client.sasl_username}" password="{password}";',
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={client.ssl_ca_location}",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 # Inside the compose containers (compose.yaml mounts `<dir>/kafka` there).
@@ -110,36 +151,45 @@ _COMPOSE_SECRETS: Final = Path("/etc/kafka/secrets")
 _COMPOSE_IMAGE_UID: Final = 1000  # the apache/kafka image's `appuser`
 
 
+# The runtime image's user (ops/Dockerfile), which reads its own password file.
+_COMPOSE_RUNTIME_UID: Final = 10001
+# The compose services that connect to Kafka as a principal of their own, and which
+# principal: each gets `RECOVERY_KAFKA_SASL_PASSWORD_FILE` naming its secret.
+COMPOSE_KAFKA_CLIENTS: Final = {"provision": "admin", "controller": "controller", "relay": "relay"}
+
+
 def write_compose_material(directory: Path, extra_env: Mapping[str, str] | None = None) -> Path:
     """TLS material and passwords for `compose.yaml`, kept in `directory` (default
-    `.stack/compose`): `kafka/` (mounted into the broker: `ca.pem`, `broker.pem` and the
-    admin's `admin.properties` for its health check, paths as the container sees them)
-    and `compose.env` (0600: `RECOVERY_KAFKA_PASSWORD_<COMPONENT>=...`, with
-    `extra_env`, for `docker compose --env-file`). Returns the env file."""
+    `.stack/compose`): `kafka/` (mounted into the broker: `ca.pem`, `broker.pem`, the
+    admin's `admin.properties` for its health check, paths as the container sees them,
+    and `scram-users`, every principal's `name=password`, from which the broker's start
+    formats its SCRAM users and takes its own), and `secrets/kafka-<component>.password`
+    for each client service (0600, its own password only, read through
+    `RECOVERY_KAFKA_SASL_PASSWORD_FILE`: no Kafka password is in any environment).
+    `compose.env` (0600) holds `extra_env`, for `docker compose --env-file`. Returns the
+    env file."""
     security = ensure_broker_security(ensure_dir(directory / "material", 0o700))
     mounted = ensure_dir(directory / "kafka", 0o755)
     (mounted / "ca.pem").write_text(security.ca_path.read_text())
     _write_private(mounted / "broker.pem", security.keystore_path.read_text())
+    users = "".join(f"{user}={security.passwords[user]}\n" for user in KAFKA_PRINCIPALS.values())
+    _write_private(mounted / "scram-users", users)
+    secrets = ensure_dir(directory / "secrets", 0o700)
+    for component in sorted(set(COMPOSE_KAFKA_CLIENTS.values())):
+        path = secrets / f"kafka-{component}.password"
+        _write_private(path, security.passwords[KAFKA_PRINCIPALS[component]] + "\n")
+        if os.geteuid() == 0:
+            os.chown(path, _COMPOSE_RUNTIME_UID, _COMPOSE_RUNTIME_UID)
     # Java client settings (the image's kafka-broker-api-versions.sh reads them).
-    admin = KAFKA_PRINCIPALS["admin"]
-    java = [
-        "security.protocol=SASL_SSL",
-        f"sasl.mechanism={SCRAM_MECHANISM}",
-        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
-        f'username="{admin}" password="{security.passwords[admin]}";',
-        "ssl.truststore.type=PEM",
-        f"ssl.truststore.location={_COMPOSE_SECRETS / 'ca.pem'}",
-    ]
-    _write_private(mounted / "admin.properties", "\n".join(java) + "\n")
+    admin = security.client("admin").model_copy(
+        update={"ssl_ca_location": str(_COMPOSE_SECRETS / "ca.pem")}
+    )
+    _write_private(mounted / "admin.properties", java_properties(admin))
     if os.geteuid() == 0:  # the broker container reads them as its own user
-        for name in ("broker.pem", "admin.properties"):
+        for name in ("broker.pem", "admin.properties", "scram-users"):
             os.chown(mounted / name, _COMPOSE_IMAGE_UID, _COMPOSE_IMAGE_UID)
     env_file = directory / "compose.env"
-    lines = [
-        f"{ENV_KAFKA_PASSWORD_PREFIX}{component.upper()}={security.passwords[user]}"
-        for component, user in KAFKA_PRINCIPALS.items()
-    ]
-    lines += [f"{name}={value}" for name, value in sorted((extra_env or {}).items())]
+    lines = [f"{name}={value}" for name, value in sorted((extra_env or {}).items())]
     _write_private(env_file, "\n".join(lines) + "\n")
     return env_file
 

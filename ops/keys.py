@@ -4,9 +4,10 @@
 mode 0600, in a 0700 folder), created on first use and kept for the stack's life, so a
 demo run on a reused stack signs with the same controller key as the last one.
 `stack_roster()` is `<stack dir>/keys/roster.json`, a `producers:`-only roster naming
-the controller (`recovery-controller`, role `controller`) with that key's public half:
-what a local worker's `RECOVERY_ROSTER_FILE` points at. `recoveryctl stack up` makes
-both.
+the controller (`recovery-controller`, role `controller`) with that key's public half,
+and every producer `recoveryctl keys generate` or `roster add` put there: the roster the
+stack's controller runs with (`recoveryctl run` on the stack) and its workers, tools and
+auditors verify with (`RECOVERY_ROSTER_FILE`). `recoveryctl stack up` makes both.
 """
 
 from __future__ import annotations
@@ -26,9 +27,13 @@ from machines import (
     write_private_key,
 )
 from ops.paths import stack_dir
+from ops.roster_file import read_roster_file, write_roster_file
 from schemas import DEFAULT_CONTROLLER_ID
 
-__all__ = ["controller_roster", "stack_key", "stack_roster"]
+__all__ = ["STACK_ROSTER", "controller_roster", "stack_key", "stack_roster"]
+
+# The stack's roster, in its keys folder: the controller, and every producer added.
+STACK_ROSTER = "roster.json"
 
 
 def stack_key(name: str, directory: Path | None = None) -> Path:
@@ -59,8 +64,13 @@ def controller_roster(key_file: Path, producer: str = DEFAULT_CONTROLLER_ID) -> 
 
 
 def stack_roster(directory: Path | None = None) -> Path:
-    """The stack's roster file naming its controller key (both made when missing)."""
+    """The stack's roster file naming its controller key (both made when missing). The
+    producers added to it (`recoveryctl keys generate`, `recoveryctl roster add`) are
+    kept; the controller's entry is written again from its key."""
     key = stack_key("controller", directory)
-    path = key.parent / "roster.json"
-    path.write_text(controller_roster(key).model_dump_json(indent=2) + "\n", encoding="utf-8")
+    path = key.parent / STACK_ROSTER
+    own = controller_roster(key)
+    kept = read_roster_file(path).producers if path.exists() else ()
+    others = tuple(p for p in kept if p.id != DEFAULT_CONTROLLER_ID)
+    write_roster_file(path, Roster(producers=(*own.producers, *others)))
     return path

@@ -156,6 +156,9 @@ class LocalStack:
     kafka: KafkaBroker | KafkaCluster | None
     postgres: PostgresServer | None
     reused: bool = False
+    # The services of a recorded stack that `stack up` found dead and started again
+    # ("kafka", "postgres"); the others kept their processes.
+    restarted: tuple[str, ...] = ()
 
     @property
     def bootstrap(self) -> str:
@@ -338,7 +341,12 @@ def _stack_up(
     stack_roster(home)
     # Restarting one service of a stack someone else started leaves it theirs to stop.
     reused = kept_kafka is not None or kept_postgres is not None
-    return LocalStack(state, kafka, postgres, reused)
+    restarted = tuple(
+        name
+        for name, kept in (("kafka", kept_kafka), ("postgres", kept_postgres))
+        if current is not None and kept is None
+    )
+    return LocalStack(state, kafka, postgres, reused, restarted)
 
 
 def _done(value: T) -> Future[T]:

@@ -40,6 +40,7 @@ from producers.topics import (
     check_message_limits,
     provision,
 )
+from producers.verdicts import VERDICT_GROUP_PREFIX, EventVerdict, VerdictReader, VerdictTimeout
 from producers.worker import (
     ENV_WORKER_START,
     ActionResult,
@@ -58,6 +59,7 @@ __all__ = [
     "ENV_WORKER_START",
     "ENV_WORKER_STORE",
     "RESULT_EVENTS",
+    "VERDICT_GROUP_PREFIX",
     "AclEntry",
     "AclReport",
     "ActionResult",
@@ -66,6 +68,7 @@ __all__ = [
     "DeliveryFailed",
     "EncodedRecord",
     "EventPublisher",
+    "EventVerdict",
     "Execution",
     "ExecutionState",
     "ExecutionStore",
@@ -87,6 +90,8 @@ __all__ = [
     "TopicRecord",
     "TopicResult",
     "UnpublishableRow",
+    "VerdictReader",
+    "VerdictTimeout",
     "WorkerSettings",
     "WorkerStats",
     "acl_bindings",

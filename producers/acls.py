@@ -5,8 +5,11 @@ nothing an ACL does not grant; its super users are the admin principal (who prov
 and the broker itself. `acl_bindings` is what each component's principal
 (`schemas.KAFKA_PRINCIPALS`) may do on a deployment's topics (`schemas.TopicNames`):
 
-- `tool`: write `events` (idempotent producer: WRITE on the topic is what Kafka asks);
-- `worker`: read `commands` in groups named `recovery-worker*`, write `events`;
+- `tool`: write `events` (idempotent producer: WRITE on the topic is what Kafka asks),
+  and read `audit` in groups named `recovery-verdicts*`, for the controller's verdict on
+  what it published (`producers.verdicts`; the readers never commit);
+- `worker`: read `commands` in groups named `recovery-worker*`, write `events`, and read
+  verdicts as a tool does;
 - `controller`: read `events` in groups named `recovery-controller*` (the advisory
   offset commits after each ledger commit);
 - `relay`: write every topic it publishes: `commands`, `audit`, `dlq`, `evidence` and
@@ -39,6 +42,7 @@ from confluent_kafka.admin._acl import (
 from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 
 from producers.errors import ProvisionError
+from producers.verdicts import VERDICT_GROUP_PREFIX
 from schemas import (
     DEFAULT_CONTROLLER_GROUP,
     KAFKA_PRINCIPALS,
@@ -117,6 +121,14 @@ def _grants(
     read, write, every = AclOperation.READ, AclOperation.WRITE, AclOperation.ALL
     grants: list[_Grant] = [
         ("tool", topic, names.events, literal, write),
+        *(
+            (who, resource, name, pattern, read)
+            for who in ("tool", "worker")
+            for resource, name, pattern in (
+                (topic, names.audit, literal),
+                (group, VERDICT_GROUP_PREFIX, prefixed),
+            )
+        ),
         ("worker", topic, names.commands, literal, read),
         ("worker", group, groups["worker"], prefixed, read),
         ("worker", topic, names.events, literal, write),

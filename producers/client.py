@@ -17,17 +17,22 @@ harness, a gateway holding each tool's key) passes a mapping of producer id to s
 and each event is signed by the signer of its `producer`. Only the relay, which signs
 with the controller's key on its own path, builds a publisher with `signer=None`.
 
+Given the roster (`roster=`, else the file `RECOVERY_ROSTER_FILE` names), a publisher
+refuses at once to sign with a key the roster does not list, or lists revoked or out of
+its validity: the controller would dead-letter every record it signs (`key-unknown`...).
+
 `RecoveryClient` builds valid envelopes on top of it, with the signer's id as the
 envelope's `producer`: any event (`publish_event`), the
 result of a capability command (`report_action_result`, causation = the command id) and
 a signed human decision (`publish_human_decision`, or `publish_signed_decision` for one
-signed elsewhere).
+signed elsewhere). `confirm` waits, bounded, for the controller's verdict on an event it
+published: decided (and how), or dead-lettered with the reason (`producers.verdicts`).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
@@ -39,20 +44,26 @@ from opentelemetry import propagate
 
 from machines import (
     MIGRATION_APPROVED,
+    AuthenticationError,
     ClassifierOutput,
     DeclaredFacts,
     Event,
     EvidencePayload,
     HumanDecision,
     Lineage,
+    PolicyError,
+    Roster,
     Scope,
     Verdict,
     call_context_claims,
+    load_roster,
     sign_decision,
 )
 from producers.errors import DeliveryFailed, ProducersError, RecordRefused
+from producers.verdicts import EventVerdict, VerdictReader
 from schemas import (
     CONTENT_TYPE,
+    ENV_ROSTER_FILE,
     EVENT_ENVELOPE,
     HEADER_CALL_CONTEXT,
     HEADER_RECORD_ID,
@@ -61,6 +72,7 @@ from schemas import (
     MAX_EVENT_RECORD_BYTES,
     AvroSingleObjectCodec,
     CapabilityCommand,
+    IdentitySettings,
     JsonCodec,
     KafkaSecurity,
     RecordSigner,
@@ -116,6 +128,9 @@ _DEFAULT_PRODUCER: Final[Mapping[str, Any]] = {
     "logger": librdkafka_logger("client"),
 }
 _BUFFER_RETRIES: Final = 50
+# Where each recently delivered record landed (record id -> topic, partition, offset), for
+# finding its dead letter; the oldest are forgotten beyond this many.
+_REMEMBERED_DELIVERIES: Final = 10_000
 # Broker or client errors that refuse a record for what it is: sent again as it is, it
 # is refused again (any other error is an outage, retried).
 _REFUSING: Final = frozenset(
@@ -128,6 +143,37 @@ _REFUSING: Final = frozenset(
         KafkaError.POLICY_VIOLATION,
     }
 )
+
+
+def roster_file(environ: Mapping[str, str] | None = None) -> Roster | None:
+    """The roster `RECOVERY_ROSTER_FILE` names, None when unset; raises `ProducersError`
+    naming the variable when the file does not load."""
+    path = IdentitySettings.load(environ).roster_file
+    if path is None:
+        return None
+    try:
+        return load_roster(path)
+    except (OSError, PolicyError) as exc:
+        raise ProducersError(
+            f"roster {path} (from {ENV_ROSTER_FILE}) does not load: {exc}"
+        ) from exc
+
+
+def _check_signers(roster: Roster, signers: Iterable[RecordSigner]) -> None:
+    """Refuse a signer whose key the controller would not accept (`Roster.valid_key`):
+    better one clear error at start than every record dead-lettered in silence."""
+    now = datetime.now(UTC)
+    for signer in signers:
+        try:
+            roster.valid_key(signer.producer, signer.key_id, at=now)
+        except AuthenticationError as exc:
+            raise ProducersError(
+                f"producer {signer.producer} signs with key {signer.key_id}, which the roster "
+                f"refuses ({exc.code}: {exc.reason}): the controller would dead-letter every "
+                "record it signs; add the key to the roster (`recoveryctl roster add --id "
+                f"{signer.producer} --key-file FILE ...`) and restart the controller, or sign "
+                "with a listed key"
+            ) from exc
 
 
 def event_record_id(event: Event) -> str:
@@ -151,10 +197,14 @@ class EventPublisher:
         codec: AvroSingleObjectCodec | None = None,
         security: KafkaSecurity | None = None,
         max_record_bytes: int = MAX_EVENT_RECORD_BYTES,
+        roster: Roster | _FromEnv | None = _FROM_ENV,
     ) -> None:
         # `security`: the principal's client settings (else the environment's).
         # `max_record_bytes`: a larger record (key, value, headers) is refused before it
         # is produced (`RecordRefused`): the controller would only dead-letter it.
+        # `roster`: the controller's roster (else RECOVERY_ROSTER_FILE's, when set): each
+        # signer's key must be in it, and `RecoveryClient.confirm` believes verdicts
+        # signed by its controller keys only.
         self._max_record_bytes = max_record_bytes
         if isinstance(signer, _FromEnv):
             try:
@@ -168,6 +218,11 @@ class EventPublisher:
             if isinstance(signer, RecordSigner)
             else dict(signer)
         )
+        self.roster = roster_file() if isinstance(roster, _FromEnv) else roster
+        if self.roster is not None:
+            _check_signers(self.roster, self.signers.values())
+        self.bootstrap = bootstrap
+        self.security = security
         config: dict[str, Any] = {
             **kafka_config(bootstrap, security),
             **_DEFAULT_PRODUCER,
@@ -179,6 +234,7 @@ class EventPublisher:
         self._avro = codec or AvroSingleObjectCodec()
         self._json = JsonCodec() if use_json else None
         self._pending: dict[str, int] = {}
+        self._landed: dict[str, tuple[str, int, int]] = {}
         self._failures: list[tuple[str, str]] = []
         self._refused: dict[str, str] = {}
         self._closed = False
@@ -312,8 +368,10 @@ class EventPublisher:
             )
         self._pending[tracking_id] = self._pending.get(tracking_id, 0) + 1
 
-        def on_delivery(error: KafkaError | None, _message: Message[Any, Any]) -> None:
+        def on_delivery(error: KafkaError | None, message: Message[Any, Any]) -> None:
             self._delivered(tracking_id, error)
+            if error is None:
+                self._note_landed(tracking_id, message)
 
         kafka_headers: list[tuple[str, str | bytes | None]] = list(headers)
         for _ in range(_BUFFER_RETRIES):
@@ -350,6 +408,19 @@ class EventPublisher:
             self._failures.append((rid, str(error)))
             if error.code() in _REFUSING:
                 self._refused[rid] = str(error)
+
+    def _note_landed(self, rid: str, message: Message[Any, Any]) -> None:
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        if topic is None or partition is None or offset is None:
+            return
+        self._landed[rid] = (topic, partition, offset)
+        if len(self._landed) > _REMEMBERED_DELIVERIES:
+            del self._landed[next(iter(self._landed))]
+
+    def landed(self, record_id: str) -> tuple[str, int, int] | None:
+        """Where the broker wrote record `record_id` (topic, partition, offset), once its
+        delivery was reported; None before, or when it was not delivered."""
+        return self._landed.get(record_id)
 
     @property
     def pending(self) -> int:
@@ -676,6 +747,43 @@ class RecoveryClient:
     def flush(self, timeout: float = 30.0) -> None:
         """Wait for delivery of everything published; see `EventPublisher.flush`."""
         self.publisher.flush(timeout)
+
+    def confirm(self, event: Event, timeout: float = 30.0) -> EventVerdict:
+        """Flush, then wait at most `timeout` seconds for the controller's verdict on
+        `event` (one this client published): decided, with its outcome and states, or
+        dead-lettered, with the reason code and text (`producers.EventVerdict.describe` says
+        it in a line). Reads the audit topic as this publisher's principal and believes
+        only records signed by a controller of the publisher's roster. Raises
+        `DeliveryFailed` when the broker did not take the record, `VerdictTimeout`
+        (saying what to check) when no verdict came, and `ProducersError` without a
+        roster."""
+        self.publisher.flush(min(timeout, 30.0))
+        with self.verdicts(since=min(event.event_time, datetime.now(UTC))) as reader:
+            return reader.wait(
+                event.operation_id,
+                event.event_id,
+                coordinates=self.publisher.landed(event_record_id(event)),
+                timeout=timeout,
+            )
+
+    def verdicts(self, *, since: datetime) -> VerdictReader:
+        """A reader of the controller's verdicts from `since` on (`producers.verdicts`),
+        on this publisher's broker, principal, topics and roster: for a process that
+        awaits several (a worker's results, for one). Close it when done."""
+        roster = self.publisher.roster
+        if roster is None:
+            raise ProducersError(
+                "no roster to believe the controller's verdict with: set RECOVERY_ROSTER_FILE "
+                "to the controller's roster (`recoveryctl stack env` names the stack's), or "
+                "pass roster= to the EventPublisher"
+            )
+        return VerdictReader(
+            self.publisher.bootstrap,
+            roster,
+            since=since,
+            topics=self.publisher.topics,
+            security=self.publisher.security,
+        )
 
 
 def _result_event(

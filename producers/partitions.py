@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from producers.errors import KafkaReadError
-from schemas import kafka_config, librdkafka_logger
+from schemas import KafkaSecurity, kafka_config, librdkafka_logger
 
 __all__ = ["PartitionExtent", "StoredRecord", "partition_extents", "read_range"]
 
@@ -46,10 +46,10 @@ class StoredRecord:
     timestamp_ms: int | None
 
 
-def _consumer(bootstrap: str, group: str) -> Consumer:
+def _consumer(bootstrap: str, group: str, security: KafkaSecurity | None) -> Consumer:
     return Consumer(
         {
-            **kafka_config(bootstrap),  # the environment's client security settings
+            **kafka_config(bootstrap, security),  # else the environment's settings
             "group.id": group,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -60,12 +60,17 @@ def _consumer(bootstrap: str, group: str) -> Consumer:
 
 
 def partition_extents(
-    bootstrap: str, topic: str, group: str, timeout: float = 10.0
+    bootstrap: str,
+    topic: str,
+    group: str,
+    timeout: float = 10.0,
+    *,
+    security: KafkaSecurity | None = None,
 ) -> tuple[PartitionExtent, ...]:
     """Each partition of `topic` in order, with its log start and end and the offset
     `group` last committed to Kafka. Raises `KafkaReadError` when the broker does not
     answer within `timeout` seconds or has no such topic."""
-    consumer = _consumer(bootstrap, group)
+    consumer = _consumer(bootstrap, group, security)
     try:
         metadata = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
         if metadata is None or metadata.error is not None or not metadata.partitions:
@@ -91,12 +96,19 @@ def partition_extents(
 
 
 def read_range(
-    bootstrap: str, topic: str, partition: int, start: int, end: int, timeout: float = 30.0
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    start: int,
+    end: int,
+    timeout: float = 30.0,
+    *,
+    security: KafkaSecurity | None = None,
 ) -> dict[int, StoredRecord]:
     """The records of `topic[partition]` with offsets in `start`..`end - 1` that the log
     still holds, by offset (retention, compaction and transaction markers leave gaps).
     Raises `KafkaReadError` when they cannot be read within `timeout` seconds."""
-    consumer = _consumer(bootstrap, f"offsets-read-{uuid.uuid4().hex[:8]}")
+    consumer = _consumer(bootstrap, f"offsets-read-{uuid.uuid4().hex[:8]}", security)
     found: dict[int, StoredRecord] = {}
     try:
         consumer.assign([TopicPartition(topic, partition, start)])

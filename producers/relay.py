@@ -427,6 +427,7 @@ class OutboxRelay:
             self._publisher.close(self.settings.delivery_timeout)
         except DeliveryFailed as exc:  # pragma: no cover - every pass flushed already
             _log.warning("relay %s: %s", self.instance, exc)
+        librdkafka_logger("relay").flush()  # the lines held back, summarised
         return stats
 
     def _check_limits(self) -> None:

@@ -72,12 +72,10 @@ from machines import (
     AuthenticationError,
     AuthRefusal,
     EvidencePayload,
-    PolicyError,
     Role,
     Roster,
-    load_roster,
 )
-from producers.client import RESULT_EVENTS, RecoveryClient
+from producers.client import RESULT_EVENTS, RecoveryClient, roster_file
 from producers.errors import ProducersError
 from producers.execution_store import ExecutionState, ExecutionStore, StoredAnswer
 from producers.settings import WorkerSettings
@@ -88,7 +86,6 @@ from schemas import (
     HEADER_COMMAND_ID,
     HEADER_PRODUCER,
     CapabilityCommand,
-    IdentitySettings,
     KafkaSecurity,
     TopicNames,
     WireCode,
@@ -209,19 +206,20 @@ class StartPosition:
 def roster_from_env(environ: Mapping[str, str] | None = None) -> Roster:
     """The roster named by `RECOVERY_ROSTER_FILE`. Raises `ProducersError` naming the
     variable when it is unset or the file does not load."""
-    path = IdentitySettings.load(environ).roster_file
-    if path is None:
+    roster = roster_file(environ)
+    if roster is None:
         raise ProducersError(
             "the worker verifies every command against the controller's public key and has "
             f"no roster: set {ENV_ROSTER_FILE} to the policy file (or a `producers:`-only "
             "file) listing the controller with role `controller`, or pass `roster=`"
         )
-    try:
-        return load_roster(path)
-    except (OSError, PolicyError) as exc:
-        raise ProducersError(
-            f"roster {path} (from {ENV_ROSTER_FILE}) does not load: {exc}"
-        ) from exc
+    return roster
+
+
+# Consumer errors that only an operator can fix (an ACL or the group's name).
+_REFUSED_BY_ACLS: Final = frozenset(
+    {KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED}
+)
 
 
 class CapabilityWorker:
@@ -310,6 +308,7 @@ class CapabilityWorker:
                     raise
         finally:
             consumer.close()
+            librdkafka_logger("worker").flush()  # the lines held back, summarised
         return stats
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -354,13 +353,25 @@ class CapabilityWorker:
         self._client.flush()
         consumer.commit(asynchronous=False)
 
+    def _consumer_error(self, error: KafkaError) -> None:
+        """Raise for what only an operator can fix; log the rest (the client retries)."""
+        if error.fatal():
+            raise ProducersError(f"consumer of {self._topic} failed: {error}")
+        if error.code() in _REFUSED_BY_ACLS:
+            # Retried for ever, it would leave the worker up and doing nothing.
+            raise ProducersError(
+                f"the broker refuses this worker {error.name()} on topic {self._topic} in "
+                f"group {self._config['group.id']}: {error.str()}; a worker principal may "
+                "read the commands topic in groups named recovery-worker* only "
+                "(docs/operations.md, Kafka security): name its group so"
+            )
+        if error.code() != KafkaError._PARTITION_EOF:
+            _log.warning("consumer of %s: %s", self._topic, error)
+
     def _handle(self, message: Message[Any, Any], stats: WorkerStats, batch_ids: list[str]) -> None:
         error = message.error()
         if error is not None:
-            if error.fatal():
-                raise ProducersError(f"consumer of {self._topic} failed: {error}")
-            if error.code() != KafkaError._PARTITION_EOF:
-                _log.warning("consumer of %s: %s", self._topic, error)
+            self._consumer_error(error)
             return
         stats.consumed += 1
         pairs = _header_pairs(message.headers())

@@ -67,7 +67,13 @@ from schemas.limits import (
     MIN_TOPIC_MESSAGE_BYTES,
     TOPIC_MAX_MESSAGE_BYTES,
 )
-from schemas.ocsf import OCSF_VERSION, audit_to_ocsf, audit_to_ocsf_json
+from schemas.ocsf import (
+    OCSF_VERSION,
+    audit_to_ocsf,
+    audit_to_ocsf_json,
+    heads_to_ocsf,
+    ocsf_kind,
+)
 from schemas.outbox_wire import (
     ANCHOR_KINDS,
     OUTBOX_STREAMS,
@@ -199,10 +205,12 @@ __all__ = [
     "event_to_record",
     "given",
     "header_value",
+    "heads_to_ocsf",
     "is_drill_operation",
     "kafka_config",
     "librdkafka_logger",
     "needs_published_time",
+    "ocsf_kind",
     "outbox_stream",
     "rabin_fingerprint",
     "read_client_properties",

@@ -20,6 +20,7 @@ writes it, that is canonical JSON with every non-ASCII character escaped
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -29,10 +30,14 @@ from schemas.errors import WireCode, WireError
 from schemas.settings import DEFAULT_TOPICS
 
 __all__ = [
+    "HEADS_KIND",
     "OCSF_VERSION",
     "PRODUCT_NAME",
+    "TOMBSTONE_KIND",
     "audit_to_ocsf",
     "audit_to_ocsf_json",
+    "heads_to_ocsf",
+    "ocsf_kind",
 ]
 
 OCSF_VERSION: Final = "1.3.0"
@@ -42,13 +47,20 @@ VENDOR_NAME: Final = "agent-recovery"
 CATEGORY_UID: Final = 6  # Application Activity
 CLASS_UID: Final = 6003  # API Activity
 
+# The two records on the audit topic that are not one decision's link: a batch's signed
+# chain heads, and a purged chain's tombstone (docs/audit-ocsf.md).
+HEADS_KIND: Final = "chain-heads"
+TOMBSTONE_KIND: Final = "tombstone"
+
 # activity_id of API Activity: 1 Create, 2 Read, 3 Update, 4 Delete, 99 Other.
 _ACTIVITY_CREATE: Final = 1
 _ACTIVITY_UPDATE: Final = 3
+_ACTIVITY_DELETE: Final = 4
 _ACTIVITY_OTHER: Final = 99
 _ACTIVITY_NAMES: Final = {
     _ACTIVITY_CREATE: "Create",
     _ACTIVITY_UPDATE: "Update",
+    _ACTIVITY_DELETE: "Delete",
     _ACTIVITY_OTHER: "Other",
 }
 
@@ -73,13 +85,22 @@ _KINDS: Final[Mapping[str, tuple[int, int, int]]] = {
     "dead-letter": (_ACTIVITY_OTHER, 2, 4),
     "controller_error": (_ACTIVITY_OTHER, 2, 4),
     "controller-error": (_ACTIVITY_OTHER, 2, 4),
+    # Retention removed the chain's history and left this signed record in its place.
+    TOMBSTONE_KIND: (_ACTIVITY_DELETE, 1, 3),
+    HEADS_KIND: (_ACTIVITY_OTHER, 1, 1),
 }
 _DEFAULT_CLASSIFICATION: Final = (_ACTIVITY_OTHER, 0, 1)  # status 0: Unknown
 _STATUS_NAMES: Final = {0: "Unknown", 1: "Success", 2: "Failure"}
 _SEVERITY_NAMES: Final = {1: "Informational", 3: "Medium", 4: "High"}
 
 _PATHS: Final[Mapping[str, tuple[tuple[str, ...], ...]]] = {
-    "occurred": (("occurred_at",), ("occurred_time",), ("record", "decided_at"), ("decided_at",)),
+    "occurred": (
+        ("occurred_at",),
+        ("occurred_time",),
+        ("record", "decided_at"),
+        ("decided_at",),
+        ("record", "purged_at"),
+    ),
     "actor": (("actor",), ("producer",), ("record", "event", "producer"), ("event", "producer")),
     "machine_name": (("machine_name",), ("record", "machine", "name"), ("machine", "name")),
     "machine_version": (
@@ -176,6 +197,89 @@ def audit_to_ocsf_json(record: Mapping[str, Any]) -> bytes:
     return canonical_ascii_json(_event(_leaves(record, _json_ready)))
 
 
+def heads_to_ocsf(payload: Mapping[str, Any], occurred_at: str) -> dict[str, Any]:
+    """A batch's `chain-heads` record (every audit chain it extended, with its newest
+    sequence and hash) as an OCSF API Activity event of its own, `Other`, so that every
+    record on the audit topic is OCSF: each chain is a resource, the heads themselves
+    are under `unmapped.recovery.heads`. `occurred_at` is when the controller signed it
+    (the record has no time of its own). Its `metadata.uid` is the SHA-256 of the heads'
+    canonical JSON: the same heads give the same uid, as their record id repeats."""
+    heads = [
+        {
+            "operation_id": str(h["operation_id"]),
+            "sequence": int(h["sequence"]),
+            "hash": str(h["hash"]),
+        }
+        for h in payload.get("heads") or ()
+    ]
+    uid = f"{HEADS_KIND}:sha256:{hashlib.sha256(canonical_ascii_json(heads)).hexdigest()}"
+    time_ms, time_dt = _epoch_millis(occurred_at, HEADS_KIND, uid)
+    activity_id, status_id, severity_id = _KINDS[HEADS_KIND]
+    event = _event(
+        {
+            "activity_id": activity_id,
+            "activity_name": _ACTIVITY_NAMES[activity_id],
+            "type_uid": CLASS_UID * 100 + activity_id,
+            "type_name": f"API Activity: {_ACTIVITY_NAMES[activity_id]}",
+            "time": time_ms,
+            "time_dt": time_dt,
+            "severity_id": severity_id,
+            "severity": _SEVERITY_NAMES[severity_id],
+            "status_id": status_id,
+            "status": _STATUS_NAMES[status_id],
+            "status_code": HEADS_KIND,
+            "message": f"chain heads: {len(heads)} audit chain(s) extended by one batch",
+            "uid": uid,
+            "correlation_uid": uid,
+            "kind": HEADS_KIND,
+            "actor": PRODUCT_NAME,
+            "operation": HEADS_KIND,
+            "request_uid": uid,
+            # Replaced below: one batch's heads span many operations.
+            **dict.fromkeys(_PER_OPERATION),
+        }
+    )
+    event["resources"] = [
+        {
+            "uid": h["operation_id"],
+            "type": "audit-chain",
+            "data": {"sequence": h["sequence"], "hash": h["hash"]},
+        }
+        for h in heads
+    ]
+    event["unmapped"] = {
+        "recovery": {"kind": HEADS_KIND, "format": payload.get("format"), "heads": heads}
+    }
+    return event
+
+
+# The leaves of `_event` that belong to one operation's chain link.
+_PER_OPERATION: Final = (
+    "operation_id",
+    "resource_name",
+    "state_before",
+    "state_after",
+    "sequence",
+    "hash",
+    "prev_hash",
+    "machine_name",
+    "machine_version",
+    "machine_digest",
+    "record",
+)
+
+
+def ocsf_kind(event: Mapping[str, Any]) -> str | None:
+    """The audit kind of a record read from the audit topic: `metadata.event_code` of an
+    OCSF event, else the `kind` of the plain JSON an older controller published for
+    chain heads and tombstones."""
+    metadata = event.get("metadata")
+    if isinstance(metadata, Mapping) and isinstance(metadata.get("event_code"), str):
+        return str(metadata["event_code"])
+    kind = event.get("kind")
+    return kind if isinstance(kind, str) else None
+
+
 def _leaves(
     record: Mapping[str, Any], body: Callable[[Any], Any] = lambda value: _plain(value)
 ) -> dict[str, Any]:
@@ -234,7 +338,7 @@ def _leaves(
 
 def _event(v: Mapping[str, Any]) -> dict[str, Any]:
     """The OCSF event around the leaves `_leaves` computed: the one place its shape is
-    written down."""
+    written down (`heads_to_ocsf` replaces only its resources and `unmapped`)."""
     actor = v["actor"]
     return {
         "category_uid": CATEGORY_UID,

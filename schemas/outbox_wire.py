@@ -12,12 +12,14 @@ The ledger stores outbox payloads as JSON; each stream has its own wire format:
   written before conflicts carried the original bytes hold the ledger's older conflict
   form (`reason`, `code`, `envelope`, `source`), still published as before.
 - `events`: a `recovery.EventEnvelope` Avro single object (the cascade events).
-- `audit`: OCSF API Activity JSON (`schemas.ocsf`). A body without a time of its own
+- `audit`: OCSF API Activity JSON (`schemas.ocsf`), every record of the topic: the
+  audit records, each batch's `chain-heads` record (each chain the batch extended, with
+  its newest sequence and hash, `schemas.heads_to_ocsf`) and a purge's `tombstone`
+  (an audit record of its chain, activity Delete); header `recovery-kind` names the
+  kind. A body without a time of its own (an `operation-opened` record, chain heads)
   takes the time the controller signed it (row header `published_time`), or else the
-  relay's publish time. A `chain-heads` record (kind `chain-heads`: each chain a batch
-  extended, with its newest sequence and hash) and a `tombstone` record of a purge are
-  published as their canonical JSON (sorted keys, no spaces), header
-  `recovery-kind` naming which.
+  relay's publish time. (Before, chain heads and tombstones went out as plain
+  canonical JSON; `recoveryctl audit verify --against-topic` reads both forms.)
 
 The controller encodes each row once, when it signs it (`OutboxSigner`, so the relay
 never holds the controller's key), and the ledger stores what it signed: the value bytes
@@ -53,7 +55,13 @@ from schemas.headers import (
     HEADER_RECORD_ID,
     HEADER_SCHEMA,
 )
-from schemas.ocsf import audit_to_ocsf, audit_to_ocsf_json
+from schemas.ocsf import (
+    HEADS_KIND,
+    TOMBSTONE_KIND,
+    audit_to_ocsf,
+    audit_to_ocsf_json,
+    heads_to_ocsf,
+)
 from schemas.settings import DEFAULT_CONTROLLER_ID, TopicNames
 from schemas.signing import HEADER_KEY_ID, HEADER_PRODUCER, HEADER_SIGNATURE, RecordSigner
 
@@ -98,8 +106,9 @@ _ROW_NAME_OF: Final = {header: name for name, header in WIRE_ROW_HEADERS.items()
 _DEFAULT_NAMES: Final = TopicNames()
 _EPOCH: Final = "1970-01-01T00:00:00+00:00"
 _OWN_TIMES: Final = ("occurred_at", "occurred_time", "decided_at")
-# Audit-topic records that are not audit records: published as canonical JSON.
-ANCHOR_KINDS: Final = frozenset({"chain-heads", "tombstone"})
+# Audit-topic records that are not one decision's link: the batch's signed chain heads
+# and a purge's tombstone (both OCSF, as every record of the topic).
+ANCHOR_KINDS: Final = frozenset({HEADS_KIND, TOMBSTONE_KIND})
 
 LineageLookup = Callable[[str], Lineage]
 
@@ -153,8 +162,6 @@ def encode_outbox_value(
     """The Kafka value of one outbox row of `stream`. Raises `WireError`, `KeyError`,
     `TypeError` or `ValueError` when the payload does not fit the stream's schema."""
     if stream == "audit":
-        if payload.get("kind") in ANCHOR_KINDS:
-            return WireValue(_canonical(payload), CONTENT_TYPE_JSON, None, {})
         return WireValue(_ocsf(payload, published_time), CONTENT_TYPE_JSON, None, {})
     if stream == "commands":
         command = _command(payload, lineage_of)
@@ -178,13 +185,12 @@ def encode_outbox_value(
 
 
 def needs_published_time(payload: Mapping[str, Any]) -> bool:
-    """Whether an audit payload has no time of its own for OCSF's `time`."""
-    if payload.get("kind") in ANCHOR_KINDS:
-        return False
+    """Whether an audit payload has no time of its own for OCSF's `time` (chain heads
+    never have one; a tombstone has its `purged_at`)."""
     if any(payload.get(k) for k in _OWN_TIMES):
         return False
     body = payload.get("record")
-    return not (isinstance(body, Mapping) and bool(body.get("decided_at")))
+    return not (isinstance(body, Mapping) and bool(body.get("decided_at") or body.get("purged_at")))
 
 
 class OutboxSigner:
@@ -256,11 +262,6 @@ class OutboxSigner:
         return SignedRow(out, wire.value)
 
 
-def _canonical(payload: Mapping[str, Any]) -> bytes:
-    # `json.dumps(payload, sort_keys=True, separators=(",", ":"))`, by orjson.
-    return canonical_ascii_json(payload)
-
-
 def _avro(
     codec: AvroSingleObjectCodec, record: Mapping[str, Any], schema: str
 ) -> tuple[bytes, str]:
@@ -307,7 +308,10 @@ def _ocsf(payload: Mapping[str, Any], published_time: str | None) -> bytes:
     if not needs_published_time(payload):
         return audit_to_ocsf_json(payload)
     when = published_time or datetime.now(UTC).isoformat()
-    event = audit_to_ocsf({**payload, "occurred_at": when})
+    if payload.get("kind") == HEADS_KIND:
+        event = heads_to_ocsf(payload, when)
+    else:
+        event = audit_to_ocsf({**payload, "occurred_at": when})
     source = "controller-sign-time" if published_time else "relay-publish-time"
     event["unmapped"]["recovery"]["time_source"] = source
     return canonical_ascii_json(event)

@@ -22,18 +22,18 @@ raising an exception that is not an `Exception` out of the handler, which leaves
 `CapabilityWorker.run` without committing, as a kill would. Everything else is the real
 system: Kafka, the controller and relay started by `recoveryctl run`, PostgreSQL.
 
-Run it against the local stack (docs/capability-worker.md, "Run the example"):
+What the controller made of each event comes from its signed verdicts on the audit
+topic (`RecoveryClient.verdicts`): neither the tool nor the worker reads the database.
 
-    python docs/examples/example_keys.py .stack/example-keys
-    RECOVERY_CONTROLLER_POLICY_PATH=docs/examples/policy.yaml \\
-    RECOVERY_CONTROLLER_ROSTER_PATH=.stack/example-keys/roster.json recoveryctl run \\
-        --migrate --create-topics &
-    python docs/examples/capability_worker.py --keys .stack/example-keys
+Run it against the local stack (docs/capability-worker.md, "Run the example"), as the
+stack's worker principal:
 
-Services come from `--bootstrap` / `--database-url`, else RECOVERY_KAFKA_BOOTSTRAP /
-RECOVERY_DATABASE_URL. Exit status 0 only if every step above happened; 1 otherwise,
-2 when no services are named. The database is read only to show and check what the
-controller decided; a worker never needs it.
+    eval "$(recoveryctl stack env worker)"
+    python docs/examples/capability_worker.py
+
+The broker comes from `--bootstrap`, else RECOVERY_KAFKA_BOOTSTRAP, the keys from
+`--keys` (default: the stack's keys folder), the roster from RECOVERY_ROSTER_FILE. Exit
+status 0 only if every step above happened; 1 otherwise, 2 when no broker is named.
 """
 
 from __future__ import annotations
@@ -46,24 +46,28 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from example_keys import TOOL, WORKER, signer
+from example_keys import AGENT, TOOL, WORKER, default_keys, signer
 
-from ledger import PostgresLedger, UnknownOperation
-from machines import DeclaredFacts, EvidencePayload, Lineage, Scope
+from machines import DeclaredFacts, Event, EvidencePayload, Lineage, Scope
 from producers import (
     ActionResult,
     CapabilityWorker,
     EventPublisher,
+    EventVerdict,
     ExecutionStore,
     Handler,
+    ProducersError,
     RecoveryClient,
+    VerdictReader,
 )
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, CapabilityCommand, ServiceSettings
+from schemas import ENV_KAFKA_BOOTSTRAP, CapabilityCommand, ServiceSettings
 
-GROUP: Final = "guide-capability-worker"  # the workers' own consumer group
+# The workers' own consumer group: a worker principal may use groups recovery-worker*.
+GROUP: Final = "recovery-worker-guide-coupa"
 MACHINE_NAME: Final = "procurement-request"
 MACHINE_VERSION: Final = "1.0.0"
 VERIFY: Final = "procurement.verify-request"
@@ -111,6 +115,8 @@ class Handlers:
         self.system = system
         self.operation_id = operation_id
         self.deliveries: Counter[str] = Counter()
+        self.handled: list[str] = []  # command ids, in the order first handled
+        self.failures: list[str] = []  # why a worker stopped other than by crashing
         self.crash_after_effect = True
         self.name = "worker-1"
 
@@ -122,6 +128,7 @@ class Handlers:
         """A read: safe to repeat, so it needs no store."""
         if command.operation_id != self.operation_id:
             return None  # the stand-in system knows only this run's request
+        self.handled.append(command.command_id)
         key = command.idempotency_key or ""
         outcome: Literal["applied", "not_applied"] = (
             "applied" if self.system.lookup(key) else "not_applied"
@@ -142,6 +149,7 @@ class Handlers:
         deliveries (its store claimed the id before this call)."""
         if command.operation_id != self.operation_id:
             return None
+        self.handled.append(command.command_id)
         self.deliveries[command.command_id] += 1
         if command.idempotency_key is None:
             return ActionResult(succeeded=False, evidence_ref="coupa:no-idempotency-key")
@@ -181,6 +189,9 @@ def start_worker(
         except SimulatedCrash:
             say(f"{handlers.name}: gone; the offset of its last command is not committed")
             return
+        except Exception as exc:  # a worker that cannot run (an ACL, say) ends the story
+            handlers.failures.append(f"{handlers.name} stopped: {exc}")
+            return
         finally:
             publisher.close()
             executions.close()
@@ -191,37 +202,41 @@ def start_worker(
 
     thread = threading.Thread(target=run, name=handlers.name)
     thread.start()
-    worker.assigned.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while thread.is_alive() and not worker.assigned.wait(0.2) and time.monotonic() < deadline:
+        pass
+    if handlers.failures:
+        raise ProducersError(handlers.failures[0])
     return thread
 
 
-def report_timeout(bootstrap: str, operation_id: str, key: str, keys: Path) -> None:
+def report_timeout(tool: RecoveryClient, operation_id: str, key: str) -> Event:
     """The tool: the call with `key` timed out; report it, declaring the key."""
-    with EventPublisher(bootstrap, signer=signer(keys, TOOL)) as publisher:
-        RecoveryClient(publisher, TOOL).publish_event(
-            "TOOL_TIMEOUT",
-            operation_id=operation_id,
-            correlation_id=f"corr-{operation_id}",
-            machine_name=MACHINE_NAME,
-            machine_version=MACHINE_VERSION,
-            lineage=Lineage(
-                agent="procurement-agent",
-                task=f"restock-{operation_id}",
-                initiating_principal="alice@example.com",
-            ),
-            evidence_ref=f"coupa:call:{key}",
-            facts=DeclaredFacts(idempotency_key=key, status_api=True),
-            scope=Scope(capability=CREATE, tool="coupa", environment="production"),
-        )
+    event = tool.publish_event(
+        "TOOL_TIMEOUT",
+        operation_id=operation_id,
+        correlation_id=f"corr-{operation_id}",
+        machine_name=MACHINE_NAME,
+        machine_version=MACHINE_VERSION,
+        lineage=Lineage(
+            agent=AGENT, task=f"restock-{operation_id}", initiating_principal="alice@example.com"
+        ),
+        evidence_ref=f"coupa:call:{key}",
+        facts=DeclaredFacts(idempotency_key=key, status_api=True),
+        scope=Scope(capability=CREATE, tool="coupa", environment="production"),
+    )
+    tool.flush()
     say(f"tool: reported TOOL_TIMEOUT for {operation_id} (idempotency key {key})")
+    return event
 
 
-def state_of(ledger: PostgresLedger, operation_id: str) -> str | None:
-    """The operation's state in the ledger, None before the controller opened it."""
-    try:
-        return ledger.operation(operation_id).state
-    except UnknownOperation:
-        return None
+def verdicts_of(
+    reader: VerdictReader, event: Event, handlers: Handlers, timeout: float
+) -> list[EventVerdict]:
+    """The controller's verdicts on the tool's event and on the result of each command
+    the workers handled (`result:<command id>`), in that order."""
+    results = [f"result:{command_id}" for command_id in dict.fromkeys(handlers.handled)]
+    return [reader.wait(event.operation_id, e, timeout=timeout) for e in (event.event_id, *results)]
 
 
 def wait_until(what: str, condition: Any, timeout: float) -> bool:
@@ -235,62 +250,60 @@ def wait_until(what: str, condition: Any, timeout: float) -> bool:
     return False
 
 
-def check(decisions: Sequence[Mapping[str, Any]], handlers: Handlers) -> list[str]:
-    """What went other than the guide says (empty when all is well); prints the ledger."""
+def check(verdicts: Sequence[EventVerdict], handlers: Handlers) -> list[str]:
+    """What went other than the guide says (empty when all is well); prints each
+    verdict of the controller."""
     path: list[str] = []
-    for d in decisions:
-        event = d["event"]
-        say(
-            f"ledger: {event['type']} (event {event['id']}, causation {event['causation']}): "
-            f"{d['state_before']} -> {d['state_after']}"
-        )
-        path.extend([str(d["state_before"])] if not path else [])
-        if d["state_after"] != path[-1]:
-            path.append(str(d["state_after"]))
+    for v in verdicts:
+        say(f"controller: {v.event_type} (event {v.event_id}): {v.describe()}")
+        path.extend([str(v.state_before)] if not path else [])
+        if v.state_after is not None and v.state_after != path[-1]:
+            path.append(v.state_after)
     problems = []
     if tuple(path) != EXPECTED_PATH:
         problems.append(f"path {' -> '.join(path) or '(none)'}, expected {EXPECTED_PATH}")
     retries = list(handlers.deliveries)
     if list(handlers.deliveries.values()) != [1]:
         problems.append(f"retry handler calls {dict(handlers.deliveries)}, expected one, once")
-    results = [d["event"] for d in decisions if d["event"]["type"].startswith("RETRY_")]
-    if retries and [(e["type"], e["id"], e["causation"]) for e in results] != [
-        ("RETRY_FAILED", f"result:{retries[0]}", retries[0])
-    ]:
+    results = [(v.event_type, v.event_id) for v in verdicts if v.event_id.startswith("result:")]
+    if retries and ("RETRY_FAILED", f"result:{retries[0]}") not in results:
         problems.append(f"retry results {results}, expected one unknown outcome of {retries[0]}")
     if handlers.system.created != 1:
         problems.append(f"{handlers.system.created} requests created, expected 1")
     return problems
 
 
-def play(bootstrap: str, database_url: str, timeout: float, keys: Path) -> int:
+def play(bootstrap: str, timeout: float, keys: Path) -> int:
     """Run the scenario; 0 when it went as the guide says."""
     operation_id = f"op-worker-{uuid.uuid4().hex[:8]}"
     handlers = Handlers(Procurement(), operation_id)
     stop = threading.Event()
     store = Path(tempfile.mkdtemp(prefix="guide-worker-")) / "executions.sqlite"
-    ledger = PostgresLedger(database_url, min_size=1, max_size=1)
-    try:
-        first = start_worker(bootstrap, handlers, stop, keys, store)
-        report_timeout(bootstrap, operation_id, f"req-{operation_id}", keys)
-        crashed = wait_until("worker 1 to crash", lambda: not first.is_alive(), timeout)
-        if crashed:
-            handlers.name = "worker-2"
-            say("worker-2: starting in the same group")
-            second = start_worker(bootstrap, handlers, stop, keys, store)
-            wait_until(
-                "the operation to complete",
-                lambda: state_of(ledger, operation_id) == EXPECTED_PATH[-1],
-                timeout,
-            )
+    with EventPublisher(bootstrap, signer=signer(keys, TOOL)) as publisher:
+        tool = RecoveryClient(publisher, TOOL)
+        try:
+            with tool.verdicts(since=datetime.now(UTC)) as reader:
+                first = start_worker(bootstrap, handlers, stop, keys, store)
+                event = report_timeout(tool, operation_id, f"req-{operation_id}")
+                if wait_until("worker 1 to crash", lambda: not first.is_alive(), timeout):
+                    handlers.name = "worker-2"
+                    say("worker-2: starting in the same group")
+                    second = start_worker(bootstrap, handlers, stop, keys, store)
+                    if wait_until(
+                        "a second verification", lambda: len(handlers.handled) >= 3, timeout
+                    ):
+                        # The last result decided (or not in time: `wait` says so) first.
+                        last = f"result:{handlers.handled[-1]}"
+                        reader.wait(operation_id, last, timeout=timeout)
+                    stop.set()
+                    second.join(timeout=30)
+                stop.set()
+                first.join(timeout=30)
+                problems = check(verdicts_of(reader, event, handlers, timeout), handlers)
+        except ProducersError as exc:  # no verdict in time, or no roster to believe one
+            problems = [str(exc)]
+        finally:
             stop.set()
-            second.join(timeout=30)
-        stop.set()
-        first.join(timeout=30)
-        problems = check(ledger.decisions(operation_id), handlers)
-    finally:
-        stop.set()
-        ledger.close()
     for problem in problems:
         say(f"FAILED: {problem}")
     if problems:
@@ -302,25 +315,24 @@ def play(bootstrap: str, database_url: str, timeout: float, keys: Path) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the flags, then play the scenario."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    services = ServiceSettings.load()  # RECOVERY_KAFKA_BOOTSTRAP, RECOVERY_DATABASE_URL
+    services = ServiceSettings.load()  # RECOVERY_KAFKA_BOOTSTRAP
     parser.add_argument("--bootstrap", default=services.kafka_bootstrap)
-    parser.add_argument("--database-url", default=services.database_url)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
     parser.add_argument(
         "--keys",
         type=Path,
-        default=Path(".stack/example-keys"),
-        help="the producers' key files (example_keys.py makes them)",
+        default=default_keys(),
+        help="the producers' key files, <id>.pem (default: the local stack's keys folder)",
     )
     args = parser.parse_args(argv)
-    if not args.bootstrap or not args.database_url:
+    if not args.bootstrap:
         print(
-            f"pass --bootstrap and --database-url, or set {ENV_KAFKA_BOOTSTRAP} and "
-            f"{ENV_DATABASE_URL} (ops/dev up prints both)",
+            f"pass --bootstrap, or set {ENV_KAFKA_BOOTSTRAP}: on the local stack, "
+            '`eval "$(recoveryctl stack env worker)"` sets it with the rest',
             file=sys.stderr,
         )
         return 2
-    return play(args.bootstrap, args.database_url, args.timeout, args.keys)
+    return play(args.bootstrap, args.timeout, args.keys)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ What a CONFORMANCE Level 2 tool integration does, step by step:
    key, a side effect possible but not confirmed, a status API, cancellation supported.
 3. The controller commands `procurement.verify-request`. The tool's verifier looks the
    key up in the status API, finds nothing and answers "not applied", signed with the
-   worker's key: the roster (`example_keys.py`) grants it `verifier` for procurement.
+   worker's key: the roster (`recoveryctl keys generate --role verifier`, see
+   `example_keys.py`) grants it `verifier` for procurement.
 4. With authoritative not-applied evidence and a declared key, the controller commands
    the retry `procurement.create-request`, carrying the same key; the worker resubmits
    with it and reports success, and the controller completes the operation.
@@ -18,19 +19,19 @@ The procurement API is an in-memory stand-in (`ProcurementApi`); everything else
 real system: Kafka, the controller and relay started by `recoveryctl run`, PostgreSQL.
 The tool and its worker are two components that would be two processes; here they are
 two threads of one, each with its own `EventPublisher` (a publisher is not thread-safe).
+The tool learns what the controller made of each event from the controller's signed
+verdicts on the audit topic (`RecoveryClient.verdicts`): a tool never reads the database.
 
-Run it against the local stack (docs/tool-integration.md, "Run the example"):
+Run it against the local stack (docs/tool-integration.md, "Run the example"), as the
+stack's worker principal, which may report results and read verdicts:
 
-    python docs/examples/example_keys.py .stack/example-keys
-    RECOVERY_CONTROLLER_POLICY_PATH=docs/examples/policy.yaml \\
-    RECOVERY_CONTROLLER_ROSTER_PATH=.stack/example-keys/roster.json recoveryctl run \\
-        --migrate --create-topics &
-    python docs/examples/tool_timeout.py --keys .stack/example-keys
+    eval "$(recoveryctl stack env worker)"
+    python docs/examples/tool_timeout.py
 
-Services come from `--bootstrap` / `--database-url`, else RECOVERY_KAFKA_BOOTSTRAP /
-RECOVERY_DATABASE_URL. Exit status 0 only if every step above happened; 1 otherwise,
-2 when no services are named. The database is read only to show and check what the
-controller decided; a tool never needs it.
+The broker comes from `--bootstrap`, else RECOVERY_KAFKA_BOOTSTRAP, the keys from
+`--keys` (default: the stack's keys folder), the roster from RECOVERY_ROSTER_FILE. Exit
+status 0 only if every step above happened; 1 otherwise (with what went wrong), 2 when
+no broker is named.
 """
 
 from __future__ import annotations
@@ -42,24 +43,28 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
-from example_keys import TOOL, WORKER, signer
+from example_keys import AGENT, TOOL, WORKER, default_keys, signer
 
-from ledger import PostgresLedger, UnknownOperation
-from machines import DeclaredFacts, EvidencePayload, Lineage, Scope
+from machines import DeclaredFacts, Event, EvidencePayload, Lineage, Scope
 from producers import (
     ActionResult,
     CapabilityWorker,
     EventPublisher,
+    EventVerdict,
     ExecutionStore,
     Handler,
+    ProducersError,
     RecoveryClient,
+    VerdictReader,
 )
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, CapabilityCommand, ServiceSettings
+from schemas import ENV_KAFKA_BOOTSTRAP, CapabilityCommand, ServiceSettings
 
-WORKER_GROUP: Final = "guide-tool-timeout-worker"
+# A worker principal may consume in groups named recovery-worker* only (docs/operations.md).
+WORKER_GROUP: Final = "recovery-worker-guide-tool-timeout"
 MACHINE_NAME: Final = "procurement-request"
 MACHINE_VERSION: Final = "1.0.0"
 CAPABILITY: Final = "procurement.create-request"
@@ -141,10 +146,10 @@ class Worker:
         return ActionResult(succeeded=True, evidence_ref=f"coupa:request:{request}")
 
 
-def report_timeout(tool: RecoveryClient, api: ProcurementApi, operation_id: str, key: str) -> None:
+def report_timeout(tool: RecoveryClient, api: ProcurementApi, operation_id: str, key: str) -> Event:
     """The tool's side: call with a declared key; on a timeout, report TOOL_TIMEOUT."""
     lineage = Lineage(
-        agent="procurement-agent",
+        agent=AGENT,
         task=f"restock-{operation_id}",
         initiating_principal="alice@example.com",
     )
@@ -172,31 +177,59 @@ def report_timeout(tool: RecoveryClient, api: ProcurementApi, operation_id: str,
     )
     tool.flush()  # raises DeliveryFailed unless the broker acknowledged it
     say(f"tool: reported TOOL_TIMEOUT {event.event_id} for operation {operation_id}")
+    return event
 
 
-def wait_for_state(ledger: PostgresLedger, operation_id: str, final: str, timeout: float) -> None:
-    """Print the operation's state as it changes until it is `final` or time is up."""
-    deadline, last = time.monotonic() + timeout, None
-    while time.monotonic() < deadline and last != final:
-        try:
-            state: str | None = ledger.operation(operation_id).state
-        except UnknownOperation:
-            state = None
-        if state is not None and state != last:
-            say(f"controller: operation {operation_id} is {state}")
-            last = state
-        time.sleep(0.2)
+def run_worker(
+    runner: CapabilityWorker, stop: threading.Event, failed: list[BaseException]
+) -> None:
+    """The worker's thread: run until `stop`; what stops it early is kept in `failed`."""
+    try:
+        runner.run(stop)
+    except Exception as exc:
+        failed.append(exc)
 
 
-def recorded_path(decisions: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
-    """The states the ledger's decisions went through; prints each decision."""
+def wait_assigned(
+    runner: CapabilityWorker, thread: threading.Thread, failed: list[BaseException]
+) -> bool:
+    """Whether the worker got its partitions within 60 s (False at once if it died)."""
+    deadline = time.monotonic() + 60
+    while thread.is_alive() and time.monotonic() < deadline:
+        if runner.assigned.wait(timeout=0.2):
+            return True
+    return runner.assigned.is_set() and not failed
+
+
+def follow(
+    reader: VerdictReader, worker: Worker, event: Event, timeout: float
+) -> list[EventVerdict]:
+    """The controller's verdicts on the tool's event and on each result the worker
+    reported (`result:<command id>`), in order, until the operation is final; raises
+    `VerdictTimeout` when one does not come in time."""
+    deadline = time.monotonic() + timeout
+    verdicts = [reader.wait(event.operation_id, event.event_id, timeout=timeout)]
+    while verdicts[-1].state_after not in (None, EXPECTED_PATH[-1]) and verdicts[-1].moved:
+        answered = len(verdicts) - 1  # results decided so far, one per command
+        while len(worker.commands) <= answered and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if len(worker.commands) <= answered:
+            break  # no further command came: the path check below says so
+        result = f"result:{worker.commands[answered].command_id}"
+        left = max(1.0, deadline - time.monotonic())
+        verdicts.append(reader.wait(event.operation_id, result, timeout=left))
+    return verdicts
+
+
+def recorded_path(verdicts: Sequence[EventVerdict]) -> tuple[str, ...]:
+    """The states the controller's decisions went through; prints each verdict."""
     path: list[str] = []
-    for d in decisions:
-        say(f"ledger: {d['event']['type']}: {d['state_before']} -> {d['state_after']}")
-        if not path:
-            path.append(str(d["state_before"]))
-        if d["state_after"] != path[-1]:
-            path.append(str(d["state_after"]))
+    for v in verdicts:
+        say(f"controller: {v.event_type} {v.describe()}")
+        if not path and v.state_before is not None:
+            path.append(v.state_before)
+        if v.state_after is not None and (not path or v.state_after != path[-1]):
+            path.append(v.state_after)
     return tuple(path)
 
 
@@ -213,14 +246,14 @@ def check(path: tuple[str, ...], worker: Worker, api: ProcurementApi, key: str) 
     return problems
 
 
-def play(bootstrap: str, database_url: str, timeout: float, keys: Path) -> int:
+def play(bootstrap: str, timeout: float, keys: Path) -> int:
     """Run the scenario; 0 when it went as the guide says."""
     operation_id = f"op-procurement-{uuid.uuid4().hex[:8]}"
     key = f"req-{operation_id}"  # declared before the call, kept for every retry
     api = ProcurementApi()
     worker = Worker(api, operation_id)
     stop = threading.Event()
-    ledger = PostgresLedger(database_url, min_size=1, max_size=1)
+    problems: list[str] = []
     with (
         EventPublisher(bootstrap, signer=signer(keys, TOOL)) as tool_publisher,
         EventPublisher(bootstrap, signer=signer(keys, WORKER)) as worker_publisher,
@@ -235,20 +268,25 @@ def play(bootstrap: str, database_url: str, timeout: float, keys: Path) -> int:
             poll_timeout=0.2,
             store=store,
         )
-        thread = threading.Thread(target=runner.run, args=(stop,), name="worker")
+        failed: list[BaseException] = []
+        thread = threading.Thread(target=run_worker, args=(runner, stop, failed), name="worker")
         thread.start()
+        tool = RecoveryClient(tool_publisher, TOOL)
         try:
             # A new group starts at the end of the topic: report once it has its partitions.
-            runner.assigned.wait(timeout=60)
-            report_timeout(RecoveryClient(tool_publisher, TOOL), api, operation_id, key)
-            wait_for_state(ledger, operation_id, EXPECTED_PATH[-1], timeout)
+            if not wait_assigned(runner, thread, failed):
+                raise ProducersError(
+                    f"the worker stopped: {failed[0] if failed else 'no partitions'}"
+                )
+            with tool.verdicts(since=datetime.now(UTC)) as reader:
+                event = report_timeout(tool, api, operation_id, key)
+                verdicts = follow(reader, worker, event, timeout)
+        except ProducersError as exc:  # no verdict in time, or no roster to believe one
+            verdicts, problems = [], [str(exc)]
         finally:
             stop.set()
             thread.join(timeout=30)
-    try:
-        problems = check(recorded_path(ledger.decisions(operation_id)), worker, api, key)
-    finally:
-        ledger.close()
+    problems = problems or check(recorded_path(verdicts), worker, api, key)
     for problem in problems:
         say(f"FAILED: {problem}")
     if problems:
@@ -260,25 +298,24 @@ def play(bootstrap: str, database_url: str, timeout: float, keys: Path) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the flags, then play the scenario."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    services = ServiceSettings.load()  # RECOVERY_KAFKA_BOOTSTRAP, RECOVERY_DATABASE_URL
+    services = ServiceSettings.load()  # RECOVERY_KAFKA_BOOTSTRAP
     parser.add_argument("--bootstrap", default=services.kafka_bootstrap)
-    parser.add_argument("--database-url", default=services.database_url)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds (default 60)")
     parser.add_argument(
         "--keys",
         type=Path,
-        default=Path(".stack/example-keys"),
-        help="the producers' key files (example_keys.py makes them)",
+        default=default_keys(),
+        help="the producers' key files, <id>.pem (default: the local stack's keys folder)",
     )
     args = parser.parse_args(argv)
-    if not args.bootstrap or not args.database_url:
+    if not args.bootstrap:
         print(
-            f"pass --bootstrap and --database-url, or set {ENV_KAFKA_BOOTSTRAP} and "
-            f"{ENV_DATABASE_URL} (ops/dev up prints both)",
+            f"pass --bootstrap, or set {ENV_KAFKA_BOOTSTRAP}: on the local stack, "
+            '`eval "$(recoveryctl stack env worker)"` sets it with the rest',
             file=sys.stderr,
         )
         return 2
-    return play(args.bootstrap, args.database_url, args.timeout, args.keys)
+    return play(args.bootstrap, args.timeout, args.keys)
 
 
 if __name__ == "__main__":

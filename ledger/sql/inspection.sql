@@ -63,3 +63,23 @@ FROM audit_records
 WHERE operation_id LIKE 'intake:%%' AND record->'incident' IS NOT NULL
   AND (%(id)s::text IS NULL OR record->>'operation_id' = %(id)s)
 ORDER BY operation_id, sequence;
+
+-- name: search_operations
+-- Operations of one agent, task, initiating principal, correlation id or declared
+-- idempotency key (each filter optional, a NULL matches every row; %(term)s matches any
+-- of them or the operation id), most recently changed first. The idempotency key is read
+-- from the declared facts without an index: an operator's read, bounded by %(limit)s.
+SELECT operation_id, correlation_id, machine_name, machine_version, machine_digest,
+       policy_digest, state, version, initiating_principal, agent, task,
+       created_at, updated_at
+FROM operations
+WHERE (%(agent)s::text IS NULL OR agent = %(agent)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(principal)s::text IS NULL OR initiating_principal = %(principal)s::text)
+  AND (%(correlation)s::text IS NULL OR correlation_id = %(correlation)s::text)
+  AND (%(key)s::text IS NULL OR facts->>'idempotency_key' = %(key)s::text)
+  AND (%(term)s::text IS NULL
+       OR %(term)s::text IN (operation_id, agent, task, initiating_principal, correlation_id)
+       OR facts->>'idempotency_key' = %(term)s::text)
+ORDER BY updated_at DESC, operation_id
+LIMIT %(limit)s;

@@ -9,8 +9,12 @@ worker, and plays seven failed agent operations through the
 catalogue machines, with a signed human approval and rejection. Then it prints each
 operation's path through its states, the commands the controller emitted (read back
 from the commands topic) and whether its audit chain verifies. The stack keeps running
-afterwards (`recoveryctl stack down` stops it). Exit 0 only if everything matched the
-expected outcome, 1 otherwise, 2 when the services could not be started.
+afterwards (`recoveryctl stack down` stops it). On the local stack the demo plays in a
+sandbox of its own, database `recovery_demo` and topics `recovery-demo.*`, so that a
+real controller run on the stack afterwards never reads (and dead-letters) the demo's
+events; `eval "$(recoveryctl stack env demo)"` points a shell at the sandbox. Exit 0 only
+if everything matched the expected outcome, 1 otherwise, 2 when the services could not
+be started.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import json
 from typing import TextIO
 
 from ops.context import Context, register_command
-from ops.demo import DemoReport, run_demo
+from ops.demo import DEMO_DATABASE, DemoReport, demo_sandbox, run_demo
 from ops.errors import OpsError, UsageError
 from ops.stack import stack_up
 
@@ -50,11 +54,27 @@ def _run(ctx: Context) -> int:
             stack_up(progress=ctx.err)
         except OpsError as exc:
             raise UsageError(f"the services did not start: {exc}") from exc
-    report = run_demo(ctx.runtime_services(), ctx.err, timeout=ctx.args.timeout)
+    services, topics = ctx.runtime_services(), None
+    if ctx.stack_home() is not None and ctx.stack is not None:
+        admin = ctx.stack.postgres.admin_url or ctx.stack.postgres.url
+        services, topics = demo_sandbox(services, admin)
+        ctx.note(
+            f"playing in the demo's sandbox: database {DEMO_DATABASE}, topics "
+            f"{topics.events} ...; a controller on the stack's own topics never sees it"
+        )
+    report = run_demo(services, ctx.err, topics=topics, timeout=ctx.args.timeout)
     if ctx.json:
         ctx.say(json.dumps(report.to_dict(), indent=2))
     else:
         render(report, ctx.out)
+        if topics is not None:
+            ctx.say(
+                "\nThe demo played in a sandbox of its own (database "
+                f"{DEMO_DATABASE}, topics {topics.events}, ...), apart from what a real "
+                "controller on this stack reads. Look at it with the CLI or the console:"
+            )
+            ctx.say('  eval "$(.venv/bin/recoveryctl stack env demo)"')
+            ctx.say("  .venv/bin/recoveryctl ops list; .venv/bin/recoveryctl console")
     return 0 if report.ok else 1
 
 

@@ -31,7 +31,7 @@ from ops.commands.db import add_ledger_options
 from ops.context import Context, register_command
 from ops.errors import Refused, UsageError
 from producers import PartitionExtent, StoredRecord, partition_extents, read_range
-from schemas import TopicNames
+from schemas import KafkaSecurity, TopicNames
 
 __all__ = ["SKIP_KIND", "register"]
 
@@ -120,7 +120,9 @@ def _show(ctx: Context) -> int:
     """Print the offsets table (or `--json`); 0 shown."""
     group, topic = _group(ctx), _topics(ctx.args).events
     stored = ctx.ledger().offsets(group, topic)
-    rows = _rows(partition_extents(ctx.bootstrap(), topic, group), stored)
+    # An operator's read, as admin on the local stack (its groups are not the tool's).
+    extents = partition_extents(ctx.bootstrap(), topic, group, security=ctx.kafka("admin"))
+    rows = _rows(extents, stored)
     if ctx.json:
         ctx.print_json({"group": group, "topic": topic, "partitions": rows})
         return 0
@@ -150,7 +152,8 @@ def _skip_command(ctx: Context) -> int:
         )
     bootstrap, ledger = ctx.bootstrap(), ctx.ledger()
     operator = ctx.args.operator or getpass.getuser()
-    report = _skip(ledger, bootstrap, ctx.args, _group(ctx), operator, reason)
+    admin = ctx.kafka("admin")
+    report = _skip(ledger, bootstrap, admin, ctx.args, _group(ctx), operator, reason)
     if ctx.json:
         ctx.print_json(report)
         return 0
@@ -172,6 +175,7 @@ def _skip_command(ctx: Context) -> int:
 def _skip(
     ledger: Ledger,
     bootstrap: str,
+    security: KafkaSecurity,
     args: argparse.Namespace,
     group: str,
     operator: str,
@@ -179,7 +183,9 @@ def _skip(
 ) -> dict[str, Any]:
     topics = _topics(args)
     topic, partition = topics.events, args.partition
-    extents = {e.partition: e for e in partition_extents(bootstrap, topic, group)}
+    extents = {
+        e.partition: e for e in partition_extents(bootstrap, topic, group, security=security)
+    }
     extent = extents.get(partition)
     if extent is None:
         raise UsageError(f"{topic} has no partition {partition} (it has {sorted(extents)})")
@@ -202,7 +208,7 @@ def _skip(
             f"{topic}[{partition}] moved from {start} to {now_at} while this ran (a controller "
             "committed); look again with `recoveryctl offsets show`"
         )
-    found = read_range(bootstrap, topic, partition, start, to)
+    found = read_range(bootstrap, topic, partition, start, to, security=security)
     now = datetime.now(UTC)
     letters = [
         dead_letter(group, owner, _raw(topic, r), _refusal(topic, r, operator, reason), now)

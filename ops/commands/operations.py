@@ -5,7 +5,10 @@ timeline, and moving one to another version of its machine (`ops/commands/migrat
   lists operations, least recently changed first, with their machine, state, age and
   whether they wait for a human (the current state of their pinned machine accepts
   HUMAN_APPROVED or HUMAN_REJECTED): the escalation queue is
-  `recoveryctl ops list --waiting-for-human`.
+  `recoveryctl ops list --waiting-for-human`. `--agent`, `--task`, `--principal`,
+  `--correlation` and `--idempotency-key` find the operations of one of those (exact
+  values), `--search TERM` the ones where any of them, or the operation id, is TERM;
+  then the most recently changed come first.
 - `show OPERATION_ID` prints the timeline: every event with the decision it got (the
   guards evaluated with their evidence, refusals, the state before and after), every
   command issued with whether the relay published it and which event answered it, the
@@ -64,6 +67,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="only operations whose state accepts a human decision",
     )
+    search = listing.add_argument_group("search (exact values; most recent first)")
+    for flag, field, what in _SEARCH:
+        search.add_argument(flag, dest=field, metavar="VALUE", help=what)
     listing.add_argument("--limit", type=int, default=1000, metavar="N", help="default 1000")
     add_ledger_options(listing, json_help="print the operations as JSON")
     add_rules_options(listing)
@@ -74,6 +80,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_rules_options(show)
     register_command(show, _show)
     register_migrate(actions)
+
+
+# Option, `LedgerInspector.search` keyword, help.
+_SEARCH = (
+    ("--agent", "agent", "the affected agent"),
+    ("--task", "task", "the agent's task"),
+    ("--principal", "principal", "the initiating principal"),
+    ("--correlation", "correlation_id", "the correlation id"),
+    ("--idempotency-key", "idempotency_key", "the idempotency key the tool declared"),
+    ("--search", "term", "any of these, or the operation id"),
+)
 
 
 def _age(now: datetime, then: datetime) -> str:
@@ -90,13 +107,24 @@ def _list(ctx: Context) -> int:
     name, _, version = (args.machine or "").partition("@")
     now = datetime.now(UTC)
     before = now - args.older_than if args.older_than is not None else None
-    found = ctx.inspector().operations(
-        state=args.state,
-        machine=name or None,
-        machine_version=version or None,
-        updated_before=before,
-        limit=args.limit,
-    )
+    wanted = {field: getattr(args, field) for _flag, field, _what in _SEARCH}
+    if any(wanted.values()):
+        found: Sequence[OperationSummary] = [
+            op
+            for op in ctx.inspector().search(**wanted, limit=args.limit)
+            if (args.state is None or op.state == args.state)
+            and (not name or op.machine_name == name)
+            and (not version or op.machine_version == version)
+            and (before is None or op.updated_at < before)
+        ]
+    else:
+        found = ctx.inspector().operations(
+            state=args.state,
+            machine=name or None,
+            machine_version=version or None,
+            updated_before=before,
+            limit=args.limit,
+        )
     rows = [
         (
             op,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import secrets
+import textwrap
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -34,6 +35,7 @@ from machines import ReviewPacket, Verdict, load_private_key, sign_decision
 from ops.commands.db import add_ledger_options
 from ops.context import Context, add_rules_options, parse_duration, register_command, table
 from ops.errors import Refused
+from ops.guidance import guidance_heading, guidance_sentences
 from ops.usecases import (
     VERDICT_EVENTS,
     approver_for,
@@ -215,6 +217,9 @@ def render_packet(packet: ReviewPacket) -> str:
         f"REVIEW PACKET {packet.digest}",
         f"  assembled {packet.assembled_at.isoformat()} ({c['packet']})",
         "",
+        *guidance_lines(c),
+        "",
+        "IN DETAIL",
         f"operation    {op['operation_id']}  (correlation {op['correlation_id']})",
         f"machine      {op['machine']['name']}@{op['machine']['version']}  "
         f"{op['machine']['digest']}",
@@ -331,4 +336,23 @@ def _consequence_lines(
         lines.append("    no commands")
     lines += [f"    refused {r['code']}: {r['message']}" for r in consequence["refusals"]]
     lines += [f"    error {r['code']}: {r['message']}" for r in consequence["errors"]]
+    return lines
+
+
+# --- guidance: the packet in plain words (ops/guidance.py) ---------------------------
+
+_WIDTH = 92
+
+
+def guidance_lines(content: Mapping[str, Any]) -> list[str]:
+    """The packet's guidance for a person who has never seen the machine, wrapped for a
+    terminal: the same sentences the console shows (`ops.guidance`)."""
+    lines = ["WHAT YOU ARE ASKED TO DECIDE"]
+    lines += textwrap.wrap(
+        guidance_heading(content), _WIDTH, initial_indent="  ", subsequent_indent="  "
+    )
+    for label, text in guidance_sentences(content):
+        lines += textwrap.wrap(
+            text, _WIDTH, initial_indent=f"  {label:<10}", subsequent_indent=" " * 12
+        )
     return lines

@@ -5,7 +5,11 @@ Services come from `--bootstrap` / `--database-url`, else RECOVERY_KAFKA_BOOTSTR
 RECOVERY_DATABASE_URL, else the running local stack (`recoveryctl stack up`). Kafka
 clients authenticate with the RECOVERY_KAFKA_* security settings of the environment
 (`schemas.KafkaSecurity`); on the local stack with none set, each role connects as its
-own principal (`controller`, `relay`). Before
+own principal (`controller`, `relay`) and database login role, and the controller signs
+with the stack's key (keys/controller.key) and reads the stack's roster
+(keys/roster.json, where `recoveryctl keys generate` adds producers) unless
+RECOVERY_CONTROLLER_SIGNING_KEY_FILE / RECOVERY_CONTROLLER_ROSTER_PATH say otherwise.
+Before
 anything starts, the ledger schema is checked: pending migrations stop the run (exit 2)
 unless `--migrate` applies them; `--create-topics` creates missing topics (as
 `recoveryctl topics create` with its defaults). The roles then run as threads of this process, each
@@ -36,12 +40,20 @@ import logging
 import threading
 from typing import Any, Final
 
-from consumer import ENV_DEMO_MODE, ENV_METRICS_ADDRESS, HealthServer, ProcessSettings
+from consumer import (
+    ENV_DEMO_MODE,
+    ENV_METRICS_ADDRESS,
+    HealthServer,
+    ProcessSettings,
+    RulesSettings,
+)
 from ops.context import Context, register_command
 from ops.errors import UsageError
+from ops.keys import STACK_ROSTER
 from ops.runtime import Services, check_schema, run_roles, stop_on_signals
 from ops.settings import RUNTIME_ROLES
 from producers import RelaySettings, provision, provision_acls
+from schemas import IdentitySettings
 
 __all__ = ["register"]
 
@@ -137,9 +149,23 @@ def _prepare(ctx: Context) -> Services:
     return services
 
 
-def _controller_flags(args: argparse.Namespace) -> dict[str, Any]:
-    """The controller settings the flags set (the environment's stand otherwise)."""
+def _controller_flags(ctx: Context) -> dict[str, Any]:
+    """The controller settings the flags set (the environment's stand otherwise), and on
+    the local stack its own signing key and roster, unless the environment names them."""
+    args = ctx.args
     flags: dict[str, Any] = {}
+    home = ctx.stack_home()
+    if home is not None:
+        keys = home / "keys"
+        if IdentitySettings.load().controller_key_file is None:
+            flags["signing_key_file"] = keys / "controller.key"
+        if RulesSettings.load().roster_path is None:
+            flags["roster_path"] = keys / STACK_ROSTER
+        if flags:
+            ctx.note(
+                "on the local stack: "
+                + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in flags.items())
+            )
     if args.allow_superuser:
         flags["allow_superuser"] = True
     if args.policy:
@@ -164,7 +190,7 @@ def _serve(ctx: Context, process: ProcessSettings, stop: threading.Event) -> int
             stop,
             relays=args.relays,
             relay_settings=RelaySettings.load(wake=args.relay_wake),
-            controller_overrides=_controller_flags(args),
+            controller_overrides=_controller_flags(ctx),
             health=health,
         )
     except BaseException:

@@ -5,32 +5,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
 from ops.context import Context, register_command
 from ops.db_passwords import write_compose_database_material
-from ops.errors import StackError
-from ops.kafka_security import write_compose_material
-from ops.keys import stack_roster
+from ops.errors import NotConfigured, UsageError
+from ops.kafka_security import write_compose_material, write_java_client_files
+from ops.keys import STACK_ROSTER, stack_roster
 from ops.paths import stack_dir
-from ops.settings import ENV_KAFKA_PLAINTEXT, ENV_STACK_DIR
-from ops.stack import (
-    ServiceStatus,
-    StackState,
-    live_state,
-    stack_down,
-    stack_status,
-    stack_up,
-)
-from schemas import (
-    ENV_CONTROLLER_SIGNING_KEY_FILE,
-    ENV_DATABASE_URL,
-    ENV_KAFKA_BOOTSTRAP,
-    ENV_KAFKA_CONFIG_FILE,
-    ENV_ROSTER_FILE,
-)
+from ops.settings import ENV_KAFKA_PLAINTEXT
+from ops.stack import ServiceStatus, StackState, stack_down, stack_status, stack_up
+from ops.stack_env import ROLES, role_environment, shell_lines, write_role_files
+from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP
 
 __all__ = ["register"]
 
@@ -84,25 +72,53 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     register_command(compose, _compose_env)
 
+    env = actions.add_parser(
+        "env",
+        help='print one role\'s ready set of variables, for eval "$(recoveryctl stack env ROLE)"',
+        description=(
+            "Print `export` (and `unset`) lines that make a shell one role of the running "
+            "local stack: its Kafka principal, database role, keys and roster, and none of "
+            "another role's. Roles: " + ", ".join(ROLES) + " (what each is: "
+            'docs/operations.md, "The local stack\'s roles"). `stack up` writes the same to '
+            "<stack dir>/env/ROLE.env."
+        ),
+    )
+    env.add_argument("role", choices=list(ROLES), metavar="ROLE", help=", ".join(ROLES))
+    env.add_argument(
+        "--producer",
+        metavar="ID",
+        help="tool, worker, approver: sign as this roster producer (its key: keys/ID.pem)",
+    )
+    env.add_argument("--json", action="store_true", help="print the variables as JSON")
+    register_command(env, _env)
+
     status = actions.add_parser("status", help="say whether each service answers now")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     register_command(status, _status)
-
-    env = actions.add_parser(
-        "env",
-        help="print the running stack's settings as shell exports: "
-        'eval "$(recoveryctl stack env)"',
-    )
-    register_command(env, _env)
 
 
 def _up(ctx: Context) -> int:
     stack = stack_up(plaintext=ctx.args.plaintext, brokers=ctx.args.brokers)
     state = stack.state
+    write_role_files(state)
+    write_java_client_files(state.kafka.client_files)
     if ctx.json:
-        ctx.print_json({"reused": stack.reused, **state.model_dump(mode="json")})
+        ctx.print_json(
+            {
+                "reused": stack.reused,
+                "restarted": list(stack.restarted),
+                **state.model_dump(mode="json"),
+            }
+        )
         return 0
-    if stack.reused:
+    if stack.restarted:
+        kept = [n for n in ("kafka", "postgres") if n not in stack.restarted]
+        whose = "their processes" if len(stack.restarted) > 1 else "its process"
+        ctx.say(
+            f"restarted {' and '.join(stack.restarted)}: {whose} had died or did not answer; "
+            "same data and port" + (f"; {kept[0]} kept running" if kept else "")
+        )
+    elif stack.reused:
         ctx.say(f"already running since {state.started_at:%Y-%m-%d %H:%M:%S} UTC")
     _print_state(ctx, state)
     return 0
@@ -125,7 +141,9 @@ def _compose_env(ctx: Context) -> int:
     key = roster.parent / "controller.key"
     if os.geteuid() == 0:
         os.chown(key, _RUNTIME_UID, _RUNTIME_UID)
-    ctx.say(f"wrote {directory / 'kafka'} (broker TLS material) and {env_file} (0600)")
+    ctx.say(f"wrote {directory / 'kafka'} (broker TLS material and SCRAM users)")
+    ctx.say(f"wrote {directory / 'secrets'} (each Kafka client's password, 0600)")
+    ctx.say(f"wrote {env_file} (the database roles' passwords, 0600)")
     ctx.say(f"wrote {directory / 'postgres'} (the database's passwords, 0600)")
     ctx.say(f"wrote {key} (the controller's signing key, 0600) and {roster}")
     ctx.say(f"  docker compose --env-file {env_file} up -d")
@@ -156,29 +174,6 @@ def _down(ctx: Context) -> int:
         ctx.say(f"stopped: {', '.join(stopped) or 'nothing (both services are external)'}")
         if args.purge:
             ctx.say(f"deleted their data under {state.stack_dir}")
-    return 0
-
-
-def _env(ctx: Context) -> int:
-    """The exports a shell needs to use the running stack as its admin (the lines `up`
-    prints for other shells, and the stack's controller key and worker roster), quoted
-    for `eval`, so a guide's commands run as written wherever the stack lives."""
-    state = live_state()
-    if state is None:
-        raise StackError("no local stack is running; start one with `ops/dev up`")
-    home = Path(state.stack_dir)
-    exports = {
-        ENV_STACK_DIR: str(home),
-        ENV_KAFKA_BOOTSTRAP: state.kafka.bootstrap,
-        ENV_DATABASE_URL: state.postgres.url,
-        # What `stack up` made (ops/keys.py): the controller's key and a worker's roster.
-        ENV_CONTROLLER_SIGNING_KEY_FILE: str(home / "keys" / "controller.key"),
-        ENV_ROSTER_FILE: str(home / "keys" / "roster.json"),
-    }
-    if state.kafka.client_files:
-        exports[ENV_KAFKA_CONFIG_FILE] = state.kafka.client_files["admin"]
-    for name, value in exports.items():
-        ctx.say(f"export {name}={shlex.quote(value)}")
     return 0
 
 
@@ -214,14 +209,40 @@ def _print_state(ctx: Context, state: StackState) -> None:
     if kafka.external or postgres.external:
         ctx.say(f"using existing services named by {ENV_KAFKA_BOOTSTRAP} / {ENV_DATABASE_URL}")
     ctx.say(f"ready in {state.startup_seconds:.1f} s (started {state.started_at:%H:%M:%S} UTC)")
-    ctx.say("for other shells:")
-    ctx.say(f"  export {ENV_KAFKA_BOOTSTRAP}={kafka.bootstrap}")
-    ctx.say(f"  export {ENV_DATABASE_URL}={postgres.url}")
-    if kafka.client_files:
-        ctx.say(f"  export {ENV_KAFKA_CONFIG_FILE}={kafka.client_files['admin']}")
-        ctx.say(f"each component's Kafka principal ({ENV_KAFKA_CONFIG_FILE} of that process):")
-        for component, path in sorted(kafka.client_files.items()):
-            ctx.say(f"  {component:<10} {ENV_KAFKA_CONFIG_FILE}={path}")
+    ctx.say(f"roster    {Path(state.stack_dir) / 'keys' / STACK_ROSTER}")
+    command = _this_command()
+    ctx.say("each role's variables, for a shell or a process (docs/operations.md, \"The local")
+    ctx.say("stack's roles\"); `recoveryctl run` takes the stack's own without any:")
+    ctx.say(f'  eval "$({command} stack env ROLE)"   ROLE: {", ".join(ROLES)}')
+    ctx.say(f"  or: . {Path(state.stack_dir) / 'env'}/ROLE.env")
+
+
+def _this_command() -> str:
+    """How this shell runs recoveryctl: relative to the working folder when inside it."""
+    path = Path(sys.argv[0])
+    if path.name != "recoveryctl":
+        return "recoveryctl"
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _env(ctx: Context) -> int:
+    state = ctx.stack
+    if state is None:
+        raise NotConfigured(
+            "no local stack runs: start it with `ops/dev up` (recoveryctl stack up)"
+        )
+    try:
+        env = role_environment(state, ctx.args.role, ctx.args.producer)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if ctx.json:
+        ctx.print_json(env)
+    else:
+        ctx.say("\n".join(shell_lines(env)))
+    return 0
 
 
 def _status_line(status: ServiceStatus) -> str:

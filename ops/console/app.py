@@ -4,11 +4,14 @@ Pages (each needs a signed-in reviewer; everything is read through one read-only
 `ledger.LedgerInspector`, connected as `recovery_reader`):
 
 - `/` the escalation queue (operations whose state waits for a human) and the most
-  recently changed operations;
+  recently changed operations, with a search box: `/search?q=...` lists the operations
+  whose agent, task, initiating principal, correlation id, declared idempotency key or
+  operation id is that value (`LedgerInspector.search`);
 - `/operations/{id}` one operation's timeline (`ops.usecases.timeline`, as `recoveryctl
   ops show` shows it);
 - `/operations/{id}/review` the review packet (SPEC §9) with both consequences, its
-  digest, and for each decision the state accepts the exact payload to sign;
+  digest, and for each decision the state accepts the exact payload to sign; above it,
+  the packet's guidance in plain sentences (`ops.guidance`, as `recoveryctl review`);
 - `/dead-letters` and `/audit` (every operation's audit chain, verified now);
 - `/key` imports the reviewer's Ed25519 private key into the browser (WebCrypto,
   non-extractable, kept in IndexedDB) and checks it against the roster.
@@ -59,6 +62,7 @@ from ops.console.signing import (
 from ops.console.tokens import TokenError, TokenFile
 from ops.context import LoadedRules
 from ops.errors import OpsError
+from ops.guidance import guidance_heading, guidance_sentences
 from ops.usecases import (
     VERDICT_EVENTS,
     DecisionRefused,
@@ -252,6 +256,11 @@ class _Console:
         recent = sorted(ops, key=lambda o: o.updated_at, reverse=True)[:50]
         return self.page(request, "queue.html", session, waiting=waiting, recent=recent)
 
+    async def search(self, request: Request, session: Session) -> Response:
+        term = request.query_params.get("q", "").strip()[:200]
+        found = await run_in_threadpool(self._ledger().search, term=term) if term else ()
+        return self.page(request, "search.html", session, term=term, found=found)
+
     async def operation(self, request: Request, session: Session) -> Response:
         op = request.path_params["operation_id"]
         inspector = self._ledger()
@@ -285,7 +294,14 @@ class _Console:
             nonce=secrets.token_hex(16),
         )
         return self.page(
-            request, "review.html", session, packet=packet, c=packet.content, decisions=decisions
+            request,
+            "review.html",
+            session,
+            packet=packet,
+            c=packet.content,
+            decisions=decisions,
+            heading=guidance_heading(packet.content),
+            guidance=guidance_sentences(packet.content),
         )
 
     async def dead_letters(self, request: Request, session: Session) -> Response:
@@ -491,6 +507,7 @@ def console_app(config: ConsoleConfig) -> Starlette:
         Route("/logout", console.logout, methods=["POST"]),
         Route("/healthz", _healthz, methods=["GET"]),
         Route("/", _page(console, console.queue), methods=["GET"]),
+        Route("/search", _page(console, console.search), methods=["GET"]),
         Route("/operations/{operation_id}", _page(console, console.operation), methods=["GET"]),
         Route("/operations/{operation_id}/review", _page(console, console.review), methods=["GET"]),
         Route(

@@ -1,6 +1,7 @@
 """`recoveryctl demo` end to end against the session's broker and server: every
 operation of the incident reaches its expected state along the expected path, the
-expected commands come out of the relay, every audit chain verifies, exit status 0."""
+expected commands come out of the relay, every audit chain verifies, exit status 0, and
+every record it left on the audit topic is OCSF 1.3 API Activity (pydantic-ocsf)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import json
 from collections import Counter
 
 import pytest
+from ocsf.v1_3_0.events import ApiActivity
 
 from ops.cli import main
 from ops.demo_scenarios import SCENARIOS
-from schemas import TopicNames
+from producers import read_topic
+from schemas import TopicNames, ocsf_kind
 from tests.support.kafka import TopicFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -67,3 +70,12 @@ def test_demo_plays_the_incident_and_every_operation_matches(
     approvals = [d for op in report["operations"] for d in op["decisions"]]
     assert any(d["event"] == "HUMAN_APPROVED" for d in approvals)
     assert any(d["event"] == "HUMAN_REJECTED" for d in approvals)
+
+    # What a SIEM reads: every record on the audit topic, the chain heads included.
+    kinds: Counter[str] = Counter()
+    for record in read_topic(kafka_bootstrap, demo_topics.audit, timeout=60):
+        event = json.loads(record.value or b"")
+        ApiActivity.model_validate(event)
+        kinds[str(ocsf_kind(event))] += 1
+    assert kinds["chain-heads"] > 0
+    assert kinds["decision"] >= len(approvals)

@@ -7,9 +7,11 @@ for topics of its own, as `recoveryctl topics create` does, on the real secured 
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,9 +28,21 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ops.cli import main
-from producers import DEFAULT_GROUP_PREFIXES, provision_acls
+from producers import (
+    DEFAULT_GROUP_PREFIXES,
+    VERDICT_GROUP_PREFIX,
+    CapabilityWorker,
+    EventPublisher,
+    ExecutionStore,
+    ProducersError,
+    RecoveryClient,
+    acl_bindings,
+    provision_acls,
+)
 from schemas import ENV_KAFKA_CONFIG_FILE, KafkaSecurity, TopicNames, kafka_config
+from tests.support.commands import worker_roster
 from tests.support.kafka import TopicFactory
+from tests.support.producers import signers
 from tests.support.services import SecuredBroker
 
 pytestmark = pytest.mark.integration
@@ -205,6 +219,44 @@ def test_tool_writes_events_but_cannot_read_commands_or_write_commands_or_audit(
     assert _code(_produce(secured_kafka, tool, deployment.audit)) in _DENIED
     assert _code(_fetch(secured_kafka, tool, deployment.commands)) in _DENIED
     assert _code(_fetch(secured_kafka, tool, deployment.events)) in _DENIED
+    # It reads the controller's verdicts on the audit topic, in a verdict reader's
+    # group only (producers.verdicts), and no other group.
+    assert _produce(secured_kafka, _as(secured_kafka, "relay"), deployment.audit) is None
+    group = f"{VERDICT_GROUP_PREFIX}-{uuid.uuid4().hex[:8]}"
+    assert _read(secured_kafka, tool, deployment.audit, group) == ([b"forged"], None)
+    _, error = _read(secured_kafka, tool, deployment.audit, _group("siem"))
+    assert _code(error) in _DENIED
+
+
+def test_a_worker_in_a_group_its_principal_may_not_use_stops_saying_so(
+    secured_kafka: SecuredBroker, deployment: TopicNames, tmp_path: Path
+) -> None:
+    # Issue #31: the worker guide's group `coupa-workers` was refused by the ACLs and
+    # the worker stayed up doing nothing.
+    worker_security = _as(secured_kafka, "worker")
+    with EventPublisher(
+        secured_kafka.bootstrap, signer=signers(), topics=deployment, security=worker_security
+    ) as publisher:
+        worker = CapabilityWorker(
+            secured_kafka.bootstrap,
+            "coupa-workers",
+            RecoveryClient(publisher, "worker-x"),
+            {},
+            topics=deployment,
+            security=worker_security,
+            roster=worker_roster(),
+            store=ExecutionStore(tmp_path / "store.sqlite"),
+            poll_timeout=0.2,
+        )
+        stop = threading.Event()
+        timer = threading.Timer(45, stop.set)  # a bound, should the refusal never come
+        timer.start()
+        try:
+            with pytest.raises(ProducersError, match=r"groups named recovery-worker\*"):
+                worker.run(stop)
+        finally:
+            timer.cancel()
+    assert not stop.is_set(), "the worker ran on for 45 s in a group it may not use"
 
 
 def test_worker_reads_commands_in_its_group_but_cannot_commit_the_controllers_offsets(
@@ -335,7 +387,8 @@ def test_topics_create_provisions_the_acls_for_the_configured_topic_names(
     monkeypatch.setenv(ENV_KAFKA_CONFIG_FILE, str(secured_kafka.security.client_file("admin")))
     try:
         assert main(["topics", "create", "--bootstrap", secured_kafka.bootstrap]) == 0
-        assert "ACLs: 20 bindings in place" in capsys.readouterr().out
+        bindings = len(acl_bindings(names))
+        assert f"ACLs: {bindings} bindings in place" in capsys.readouterr().out
         tool = _as(secured_kafka, "tool")
         assert _produce(secured_kafka, tool, names.events) is None
         assert _code(_produce(secured_kafka, tool, names.commands)) in _DENIED

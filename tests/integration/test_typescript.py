@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -27,9 +28,15 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from ledger import LedgerInspector
 from machines import Lineage, public_key_text, write_private_key
 from producers import EventPublisher
-from schemas import CapabilityCommand, TopicNames
-from tests.integration.test_guides import guide_env, runtime  # noqa: F401 (fixtures)
-from tests.support.commands import controller_signer, send_command
+from schemas import (
+    ENV_CONTROLLER_SIGNING_KEY_FILE,
+    ENV_ROSTER_FILE,
+    CapabilityCommand,
+    TopicNames,
+)
+from tests.support.commands import controller_signer, send_command, worker_roster
+from tests.support.kafka import TopicFactory
+from tests.support.keys import ensure_controller_key
 from tests.support.producers import signers
 from tests.support.roles import log_tail, role_env
 
@@ -38,6 +45,78 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 ROOT: Final = Path(__file__).resolve().parents[2]
 PACKAGE: Final = ROOT / "producers" / "typescript"
 EXAMPLES: Final = PACKAGE / "dist" / "src" / "examples"
+POLICY: Final = ROOT / "docs" / "examples" / "policy.yaml"
+# The examples' producers, made as the guides make them (`recoveryctl keys generate`).
+EXAMPLE_PRODUCERS: Final = (
+    ("--id", "coupa-integration", "--role", "tool", "--capability", "procurement.create-request",
+     "--tool", "coupa", "--environment", "production", "--agent", "procurement-agent"),
+    ("--id", "coupa-worker", "--role", "worker", "--role", "verifier",
+     "--capability", "procurement.create-request", "--capability", "procurement.verify-request"),
+)  # fmt: skip
+
+
+@pytest.fixture
+def guide_env(topic_factory: TopicFactory, tmp_path: Path) -> dict[str, str]:
+    """RECOVERY_TOPIC_* naming topics of this test's own, our code on the path, and the
+    examples' producer keys and roster (`keys/roster.json`, the controller's), made with
+    `recoveryctl keys generate` as the guides do; the worker's roster names the session's
+    controller key, as docs/capability-worker.md tells a worker to."""
+    names = TopicNames(**{stream: topic_factory(3) for stream in TopicNames.model_fields})
+    env = {f"RECOVERY_TOPIC_{field.upper()}": value for field, value in names.model_dump().items()}
+    keys = tmp_path / "keys"
+    keys.mkdir(mode=0o700)
+    roster = keys / "roster.json"
+    for producer in EXAMPLE_PRODUCERS:
+        made = subprocess.run(
+            [sys.executable, "-m", "ops.cli", "keys", "generate", *producer,
+             "--out", str(keys / f"{producer[1]}.pem"), "--roster", str(roster)],
+            cwd=ROOT, env=role_env({"PYTHONPATH": str(ROOT)}), capture_output=True, text=True,
+            timeout=60, check=False,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
+    workers = tmp_path / "worker-roster.json"
+    workers.write_text(json.dumps(worker_roster().model_dump(mode="json")), encoding="utf-8")
+    return {
+        **env,
+        "PYTHONPATH": str(ROOT),
+        "RECOVERY_CONTROLLER_ROSTER_PATH": str(roster),
+        ENV_CONTROLLER_SIGNING_KEY_FILE: str(ensure_controller_key()),
+        ENV_ROSTER_FILE: str(workers),
+    }
+
+
+@pytest.fixture
+def runtime(
+    kafka_bootstrap: str, database_url: str, guide_env: Mapping[str, str], tmp_path: Path
+) -> Iterator[Path]:
+    """`recoveryctl run` (controller and relay) under the example policy; yields its log
+    file and stops it with SIGTERM afterwards."""
+    log_path = tmp_path / "recoveryctl-run.log"
+    env = {
+        **guide_env,
+        "RECOVERY_CONTROLLER_POLICY_PATH": str(POLICY),
+        "RECOVERY_CONTROLLER_GROUP_ID": f"ts-{uuid.uuid4().hex[:8]}",
+        # Both roles on the test server's one administrative URL: the controller refuses
+        # a superuser unless told to (a deployment runs it as recovery_controller).
+        "RECOVERY_CONTROLLER_ALLOW_SUPERUSER": "1",
+    }
+    argv = [sys.executable, "-m", "ops.cli", "run", "--bootstrap", kafka_bootstrap,
+            "--database-url", database_url]  # fmt: skip
+    with log_path.open("w", encoding="utf-8") as log:
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=role_env(env), stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        yield log_path
+        assert proc.poll() is None, f"recoveryctl run died:\n{log_tail(log_path, 40)}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 class NodeProcess:
@@ -91,7 +170,7 @@ class NodeProcess:
 
 
 @pytest.fixture
-def node_env(guide_env: dict[str, str], kafka_bootstrap: str) -> dict[str, str]:  # noqa: F811
+def node_env(guide_env: dict[str, str], kafka_bootstrap: str) -> dict[str, str]:
     assert (EXAMPLES / "worker.js").exists(), "producers/typescript is not built: ops/dev bootstrap"
     return role_env({**guide_env, "RECOVERY_KAFKA_BOOTSTRAP": kafka_bootstrap})
 
@@ -115,7 +194,7 @@ def _state(database_url: str, operation: str) -> str | None:
 
 def test_a_typescript_tool_and_worker_recover_a_timeout_once_across_a_kill(
     node_env: dict[str, str],
-    runtime: Path,  # noqa: F811
+    runtime: Path,
     database_url: str,
     tmp_path: Path,
     workers: list[NodeProcess],
@@ -248,7 +327,7 @@ RUNTIME: Final = "ts-agent-runtime"
 
 
 @pytest.fixture
-def shared_tool(guide_env: dict[str, str]) -> Path:  # noqa: F811
+def shared_tool(guide_env: dict[str, str]) -> Path:
     """The examples' roster, before the controller reads it, with a procurement tool
     whose grant names no agent and the agent's runtime (`orchestrator` for it), each
     with its key in the examples' keys folder; returns that folder."""
@@ -279,7 +358,7 @@ def shared_tool(guide_env: dict[str, str]) -> Path:  # noqa: F811
 def test_a_typescript_tool_forwards_the_runtime_call_context_that_proves_the_agent(
     node_env: dict[str, str],
     shared_tool: Path,
-    runtime: Path,  # noqa: F811
+    runtime: Path,
     database_url: str,
 ) -> None:
     # A shared tool's grant names no agent: the operation opens only on the call context

@@ -13,6 +13,7 @@ import yaml
 from consumer import ENV_METRICS_ADDRESS
 from ledger import LOGIN_ROLES
 from ops.cli import build_parser
+from ops.kafka_security import COMPOSE_KAFKA_CLIENTS, write_compose_material
 from ops.paths import repo_root
 from ops.settings import (
     COMPOSE_KAFKA_PORT,
@@ -31,6 +32,7 @@ from schemas import (
     ENV_KAFKA_BOOTSTRAP,
     ENV_KAFKA_SASL_MECHANISM,
     ENV_KAFKA_SASL_PASSWORD,
+    ENV_KAFKA_SASL_PASSWORD_FILE,
     ENV_KAFKA_SASL_USERNAME,
     ENV_KAFKA_SECURITY_PROTOCOL,
     ENV_KAFKA_SSL_CA_LOCATION,
@@ -73,11 +75,43 @@ def test_kafka_is_secured_like_the_local_broker(services: dict[str, Any]) -> Non
     assert env["KAFKA_AUTHORIZER_CLASS_NAME"].endswith(".StandardAuthorizer")
     assert env["KAFKA_ALLOW_EVERYONE_IF_NO_ACL_FOUND"] == "false"
     assert env["KAFKA_SUPER_USERS"] == "User:admin;User:broker"
-    # Every principal gets its SCRAM user when the storage is formatted.
-    for user in KAFKA_PRINCIPALS.values():
-        assert f"{user}=${{RECOVERY_KAFKA_PASSWORD_{user.upper()}:?" in env["SCRAM_USERS"]
-    assert "--add-scram" in services["kafka"]["command"][-1]
+    # Every principal gets its SCRAM user when the storage is formatted, read from the
+    # mounted scram-users file (test_compose_env_writes_...), as is the broker's login.
+    command = services["kafka"]["command"][-1]
+    assert "--add-scram" in command
+    assert "/etc/kafka/secrets/scram-users" in command
+    assert "KAFKA_LISTENER_NAME_INTERNAL_SCRAM___SHA___512_SASL_JAAS_CONFIG" in command
     assert "PLAINTEXT" not in str(services["kafka"])
+
+
+def test_no_kafka_password_is_in_any_environment(services: dict[str, Any]) -> None:
+    text = Path(repo_root(), "compose.yaml").read_text()
+    assert "RECOVERY_KAFKA_PASSWORD_" not in text
+    for name, service in services.items():
+        environment = service.get("environment", {})
+        assert ENV_KAFKA_SASL_PASSWORD not in environment, name
+        assert not any("password=" in str(v).lower() for v in environment.values()), name
+        if ENV_KAFKA_SASL_USERNAME in environment:
+            component = environment[ENV_KAFKA_SASL_USERNAME]
+            assert COMPOSE_KAFKA_CLIENTS[name] == component
+            secret = f"kafka-{component}"
+            assert environment[ENV_KAFKA_SASL_PASSWORD_FILE] == f"/run/secrets/{secret}"
+            assert secret in service["secrets"], name
+
+
+def test_compose_env_writes_each_client_its_own_password_file(tmp_path: Path) -> None:
+    env_file = write_compose_material(tmp_path, {"RECOVERY_DB_PASSWORD_OWNER": "x"})
+    assert "RECOVERY_KAFKA_PASSWORD" not in env_file.read_text()
+    users = dict(
+        line.split("=", 1) for line in (tmp_path / "kafka" / "scram-users").read_text().split()
+    )
+    assert set(users) == set(KAFKA_PRINCIPALS.values())
+    document = yaml.safe_load(Path(repo_root(), "compose.yaml").read_text())
+    for component in set(COMPOSE_KAFKA_CLIENTS.values()):
+        secret = document["secrets"][f"kafka-{component}"]["file"]
+        path = tmp_path / Path(secret).relative_to(".stack/compose")
+        assert path.read_text().strip() == users[KAFKA_PRINCIPALS[component]]
+        assert path.stat().st_mode & 0o777 == 0o600
 
 
 def test_provision_creates_topics_and_acls_as_admin_before_the_runtime(
@@ -138,7 +172,7 @@ def test_runtime_services_read_the_project_env_vars_and_reach_the_services(
         ENV_KAFKA_SECURITY_PROTOCOL,
         ENV_KAFKA_SASL_MECHANISM,
         ENV_KAFKA_SASL_USERNAME,
-        ENV_KAFKA_SASL_PASSWORD,
+        ENV_KAFKA_SASL_PASSWORD_FILE,
         ENV_KAFKA_SSL_CA_LOCATION,
     }
     assert environment[ENV_KAFKA_SECURITY_PROTOCOL] == "SASL_SSL"

@@ -9,6 +9,15 @@ from pathlib import Path
 
 import promql_parser
 import yaml
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
+from prometheus_client import CollectorRegistry, generate_latest
+
+from consumer import METRIC_VIEWS, SECONDS_BUCKETS, ControllerMetrics, Intake, decide_batch
+from ledger import OutboxRecord
+from producers.relay_metrics import RelayMetrics
+from tests.support.producers import roster as producer_roster
+from tests.unit.consumer.support import CONTROLLER, GROUP, T0, encoded, event, pinned, record
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,3 +61,73 @@ def test_every_alert_rule_parses_and_names_a_documented_series() -> None:
     # (a conflicting opening) page someone.
     assert "recovery_outbox_held" in alerts["RecoveryOutboxRowHeld"]
     assert "recovery_controller_security_incidents_total" in alerts["RecoverySecurityIncident"]
+
+
+def _exported_series() -> dict[str, set[str]]:
+    """Series name -> its label names, as `/metrics` exposes them when the controller's
+    and the relay's instruments have recorded one of everything (their own code, through
+    OpenTelemetry's Prometheus exporter and the views the runtime installs)."""
+    registry = CollectorRegistry(auto_describe=False)
+    provider = MeterProvider(
+        metric_readers=[PrometheusMetricReader(registry=registry)], views=METRIC_VIEWS
+    )
+    machines, rules = pinned()
+    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
+    outcomes = [intake.examine(r) for r in (encoded(event("TOOL_TIMEOUT"), 0), record(b"j", 1))]
+    planned = decide_batch(
+        outcomes, {}, rules, group=GROUP, controller=CONTROLLER, positions=(), now=T0
+    )
+    controller = ControllerMetrics(provider, GROUP)
+    controller.committed(planned, 0.004)
+    controller.decision_latency(0.00004)
+    controller.batch("fenced")
+    controller.advisory_commit_failed("REBALANCE_IN_PROGRESS")
+    controller.set_lag({("recovery.events", 0): 3})
+    relay = RelayMetrics("relay-1", provider)
+    relay.published([OutboxRecord(1, "r-1", "recovery.commands", "op-1", {}, {})])
+    relay.unpublishable(1)
+    relay.backlog(2)
+    relay.held(0)
+    text = generate_latest(registry).decode()
+    provider.shutdown()
+    series: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        match = re.match(r"^([a-z_]+)(?:\{(.*)\})? ", line)
+        if match and match[1].startswith("recovery_"):
+            labels = set(re.findall(r'([a-z_]+)="', match[2] or ""))
+            series.setdefault(match[1], set()).update(labels)
+    return series
+
+
+def test_every_dashboard_query_names_series_and_labels_the_code_exports() -> None:
+    exported = _exported_series()
+    dashboard = json.loads((ROOT / "ops" / "grafana" / "recovery.json").read_text())
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            selectors = re.findall(r"(recovery_[a-z_]+)(\{[^}]*\})?", expr)
+            assert selectors, f"panel {panel['title']!r}: no series in {expr}"
+            labels: set[str] = set()
+            for name, matchers in selectors:
+                assert name in exported, (
+                    f"panel {panel['title']!r} queries {name}, which nothing exports; "
+                    f"exported: {sorted(exported)}"
+                )
+                labels |= exported[name]
+                for label in re.findall(r"([a-z_]+)\s*[=!]~?", matchers):
+                    assert label in exported[name], f"{panel['title']!r}: {name} has no {label}"
+            for group in re.findall(r"\bby \(([^)]*)\)", expr):
+                for label in (g.strip() for g in group.split(",")):
+                    assert label in labels, f"panel {panel['title']!r} groups by {label}: {expr}"
+
+
+def test_latency_panels_read_histograms_with_second_buckets() -> None:
+    exported = _exported_series()
+    assert "le" in exported["recovery_controller_batch_latency_seconds_bucket"]
+    dashboard = json.loads((ROOT / "ops" / "grafana" / "recovery.json").read_text())
+    latency = [
+        t["expr"] for p in dashboard["panels"] for t in p["targets"] if "latency" in t["expr"]
+    ]
+    assert latency
+    assert all(e.startswith("histogram_quantile(") and "_bucket" in e for e in latency)
+    assert SECONDS_BUCKETS[0] < 0.001  # a sub-millisecond decision has a bucket of its own

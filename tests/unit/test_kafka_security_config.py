@@ -9,7 +9,7 @@ import pytest
 
 from consumer import ControllerSettings, SettingsError
 from consumer.controller import consumer_config
-from producers import DEFAULT_GROUP_PREFIXES, AclEntry, acl_bindings
+from producers import DEFAULT_GROUP_PREFIXES, VERDICT_GROUP_PREFIX, AclEntry, acl_bindings
 from schemas import (
     ENV_KAFKA_CONFIG_FILE,
     ENV_KAFKA_SASL_PASSWORD,
@@ -118,11 +118,18 @@ def test_acls_grant_each_principal_only_its_topics_and_groups() -> None:
     def of(user: str) -> set[tuple[str, str, str, str]]:
         return {tuple(rest) for principal, *rest in entries if principal == f"User:{user}"}  # type: ignore[misc]
 
-    assert of("tool") == {("WRITE", "TOPIC", "e", "LITERAL")}
+    # Tools and workers read the controller's verdicts on what they publish from the
+    # audit topic, in verdict readers' groups (producers.verdicts).
+    verdicts = {
+        ("READ", "TOPIC", "a", "LITERAL"),
+        ("READ", "GROUP", VERDICT_GROUP_PREFIX, "PREFIXED"),
+    }
+    assert of("tool") == {("WRITE", "TOPIC", "e", "LITERAL"), *verdicts}
     assert of("worker") == {
         ("READ", "TOPIC", "c", "LITERAL"),
         ("WRITE", "TOPIC", "e", "LITERAL"),
         ("READ", "GROUP", "recovery-worker", "PREFIXED"),
+        *verdicts,
     }
     assert of("controller") == {
         ("READ", "TOPIC", "e", "LITERAL"),
@@ -144,7 +151,7 @@ def test_acls_grant_each_principal_only_its_topics_and_groups() -> None:
 
 
 def test_group_prefixes_are_disjoint_so_no_component_can_use_anothers_group() -> None:
-    prefixes = list(DEFAULT_GROUP_PREFIXES.values())
+    prefixes = [*DEFAULT_GROUP_PREFIXES.values(), VERDICT_GROUP_PREFIX]
     for one in prefixes:
         for other in prefixes:
             if one != other:

@@ -4,7 +4,7 @@
  * is named by its key id, `ed25519:` and the first 16 hex digits of SHA-256 of those bytes.
  */
 import { createHash, createPrivateKey, createPublicKey, sign, verify, type KeyObject } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, statSync } from 'node:fs';
 
 const PKCS8_SEED_PREFIX = Buffer.from('302e020100300506032b657004220420', 'hex');
 const SPKI_PREFIX = Buffer.from('302a300506032b6570032100', 'hex');
@@ -43,13 +43,26 @@ export function keyId(key: KeyObject): string {
   return 'ed25519:' + createHash('sha256').update(rawPublicKey(key)).digest('hex').slice(0, 16);
 }
 
-/** The private key in `path`: PEM PKCS#8 or the base64 of the raw seed. */
+/**
+ * The private key in `path`: PEM PKCS#8 or the base64 of the raw seed. A file that its
+ * group or others may read is refused, as the Python `load_private_key` refuses it:
+ * anyone on the host who can read it can sign as its holder.
+ */
 export function loadPrivateKey(path: string): KeyObject {
   let data: Buffer;
+  let mode: number;
   try {
     data = readFileSync(path);
+    mode = statSync(path).mode & 0o777;
   } catch (error) {
     throw new KeyError(`key file ${path} cannot be read (${(error as Error).message})`);
+  }
+  if (mode & 0o077) {
+    const who = [mode & 0o070 ? 'group' : '', mode & 0o007 ? 'others' : ''].filter(Boolean).join(' and ');
+    throw new KeyError(
+      `key file ${path} is readable by ${who} (mode ${mode.toString(8).padStart(4, '0')}); anyone on this ` +
+        `host who can read it can sign as its holder: \`chmod 600 ${path}\` (and replace the key if others may have read it)`,
+    );
   }
   const text = data.toString('utf8').trim();
   if (text.startsWith('-----BEGIN')) {

@@ -4,7 +4,7 @@
 // names no controller.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
+import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -16,6 +16,9 @@ import {
   EventPublisher,
   ExecutionStore,
   issueCallContext,
+  KeyError,
+  keyId,
+  loadPrivateKey,
   MAX_PAYLOAD_BYTES,
   parseUtc,
   privateKeyFromSeed,
@@ -100,4 +103,15 @@ test('a worker whose roster names no controller refuses to start', () => {
   );
   assert.throws(() => new CapabilityWorker({ groupId: 'g', bootstrap: '127.0.0.1:1', roster: new Roster([]), store, client: new RecoveryClient(publisher()), handlers: {}, start: 'soon' }));
   store.close();
+});
+
+test('a key file its group or others may read is refused, naming the fix', () => {
+  const folder = mkdtempSync(join(tmpdir(), 'keys-'));
+  const path = join(folder, 'tool-1.pem');
+  const pem = key.export({ format: 'pem', type: 'pkcs8' });
+  writeFileSync(path, pem, { mode: 0o644 });
+  chmodSync(path, 0o644);
+  assert.throws(() => loadPrivateKey(path), (error: Error) => error instanceof KeyError && /readable by group and others \(mode 0644\).*chmod 600/.test(error.message));
+  chmodSync(path, 0o600);
+  assert.equal(keyId(loadPrivateKey(path)), keyId(key));
 });

@@ -304,7 +304,11 @@ def test_console_refuses_a_changed_packet_a_bad_token_and_a_post_without_csrf(
         _sign_in(page, console)
         # A key that is not approver-1's is refused by the roster check.
         stranger = tmp_path / "stranger.pem"
-        assert recoveryctl("keys", "generate", "--out", str(stranger)).returncode == 0
+        made = recoveryctl(
+            "keys", "generate", "--out", str(stranger), "--id", "stranger", "--role", "approver",
+            "--roster", str(tmp_path / "stranger-roster.json"),
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
         page.goto(f"{console.url}/key")
         page.set_input_files("#key-file", str(stranger))
         page.click("#import-key")
@@ -356,3 +360,99 @@ def test_console_refuses_a_changed_packet_a_bad_token_and_a_post_without_csrf(
 
 def _group() -> str:
     return f"controller-{uuid.uuid4().hex[:8]}"
+
+
+# Words split across lines inside a word (not after a hyphen, slash, colon, dot or
+# comma), found by the page's own layout: each character's line, from a Range over it.
+# Long tokens (ids, digests) may break; words up to 24 characters must not.
+_BROKEN_WORDS = """(selector) => {
+    const broken = [];
+    for (const element of document.querySelectorAll(selector)) {
+        const walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            const text = node.textContent, words = /\\S+/g;
+            for (let m = words.exec(text); m; m = words.exec(text)) {
+                const word = m[0];
+                if (word.length < 2 || word.length > 24) continue;
+                let top = null;
+                for (let i = 0; i < word.length; i++) {
+                    const range = document.createRange();
+                    range.setStart(node, m.index + i);
+                    range.setEnd(node, m.index + i + 1);
+                    const rects = range.getClientRects();
+                    if (!rects.length) continue;
+                    const now = Math.round(rects[0].top);
+                    if (top !== null && now > top + 2 && !"-/:._,(".includes(word[i - 1])) {
+                        broken.push(word);
+                        break;
+                    }
+                    top = now;
+                }
+            }
+        }
+    }
+    return broken;
+}"""
+_READ = "td, th, dt, dd, button, a.button, h1, h2, h3, p, li"
+# What the window hides off its side: the page itself, or a block that scrolls sideways.
+_SIDEWAYS = """() => {
+    const hidden = [];
+    const page = document.documentElement;
+    if (page.scrollWidth > window.innerWidth + 1) hidden.push(`page ${page.scrollWidth}px`);
+    for (const e of document.querySelectorAll("main, main table, main section, main dl")) {
+        if (e.scrollWidth > e.clientWidth + 1) hidden.push(`${e.tagName}#${e.id} ${e.scrollWidth}`);
+    }
+    return hidden;
+}"""
+VIEWPORTS = {"narrow": {"width": 390, "height": 844}, "wide": {"width": 1366, "height": 900}}
+
+
+@pytest.mark.parametrize("size", list(VIEWPORTS))
+def test_console_reads_at_a_narrow_and_a_wide_window_without_breaking_words(
+    browser: Any, console: Console, kafka_bootstrap: str, database_url: str, topic: str,
+    ledger: Ledger, policy: Path, shots: Path, size: str,
+) -> None:  # fmt: skip
+    # Issue #31: table cells wrapped words mid-letter ("Revi ew", "containe d"), and the
+    # reviewer could not tell what they approve nor find an operation by who or what.
+    settings = settings_for(kafka_bootstrap, database_url, topic, policy, _group())
+    with running(settings, ledger):
+        tool = Tool(kafka_bootstrap, topic)
+        _escalate(tool, ledger, "op-c9")
+        tool.close()
+    context = browser.new_context(viewport=VIEWPORTS[size])
+    page = context.new_page()
+    _sign_in(page, console)
+    pages = {
+        "queue": "/",
+        "review": "/operations/op-c9/review",
+        "timeline": "/operations/op-c9",
+        "search": "/search?q=task-op-c9",
+    }
+    for name, path in pages.items():
+        page.goto(f"{console.url}{path}")
+        page.screenshot(path=str(shots / f"console-{name}-{size}.png"), full_page=True)
+        assert page.evaluate(_BROKEN_WORDS, _READ) == [], f"{name} at {size}: words broken"
+        assert page.evaluate(_SIDEWAYS) == [], f"{name} at {size}: content off the side"
+    # The queue's Review button is in the window, not off its side (issue #31).
+    page.goto(f"{console.url}/")
+    review = page.locator('#queue tr[data-operation="op-c9"]').get_by_role("link", name="Review")
+    box = review.bounding_box()
+    assert box is not None
+    assert box["x"] >= 0, box
+    assert box["x"] + box["width"] <= VIEWPORTS[size]["width"], box
+    # What the reviewer reads above the details, in the machine's own words.
+    page.goto(f"{console.url}/operations/op-c9/review")
+    assert page.inner_text("#guidance-now").startswith("unresolved: Manual review:")
+    why = page.inner_text("#guidance-why")
+    assert "queue messaging-review (severity medium): send-outcome-unknown" in why
+    assert "no idempotency key declared" in page.inner_text("#guidance-the-call")
+    assert "It sends no command; then it waits for" in page.inner_text("#guidance-approve")
+    assert "2 command(s) not answered yet" in page.inner_text("#guidance-open")
+    page.goto(f"{console.url}/operations/op-c9")
+    assert "email.quarantine-outbox" in page.inner_text("#unanswered")
+    # Found by its task, from the queue's search box.
+    page.goto(f"{console.url}/")
+    page.fill("#q", "task-op-c9")
+    page.click("#search-button")
+    assert page.locator("#search-results").inner_text().count("op-c9") >= 1
+    context.close()

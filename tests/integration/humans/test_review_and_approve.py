@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ledger import Ledger, with_user
+from machines import DeclaredFacts
 from tests.integration.consumer.harness import (
     Tool,
     open_ledger,
@@ -92,6 +93,10 @@ def _escalate(kafka_bootstrap: str, topic: str, ledger: Ledger, operation: str) 
     return tool
 
 
+# About 30 `recoveryctl` processes, each a fresh interpreter: 4-5 s apiece (measured,
+# `ops list --help`) on the shared 2-core machine at load average 14, past the default
+# 120 s for the whole test.
+@pytest.mark.timeout(360)
 def test_escalated_operation_is_approved_with_recoveryctl_and_moves_on(
     kafka_bootstrap: str,
     topic_factory: TopicFactory,
@@ -184,6 +189,16 @@ def test_escalated_operation_is_approved_with_recoveryctl_and_moves_on(
         (("--machine", "payment-refund"), []),
         (("--older-than", "1h"), []),
         (("--waiting-for-human",), []),
+        # Search by who and what (issue #31): exact values, each or any.
+        (("--agent", "agent-1"), ["op-h1"]),
+        (("--agent", "agent-2"), []),
+        (("--task", "task-op-h1"), ["op-h1"]),
+        (("--principal", "alice"), ["op-h1"]),
+        (("--correlation", "corr-op-h1"), ["op-h1"]),
+        (("--search", "corr-op-h1"), ["op-h1"]),
+        (("--search", "op-h1"), ["op-h1"]),
+        (("--search", "alice", "--state", "unresolved"), []),
+        (("--idempotency-key", "no-such-key"), []),
     ]:
         found = recoveryctl("ops", "list", *filters, "--json", "--database-url", reader, *rules)
         assert found.returncode == 0, found.stderr
@@ -200,6 +215,74 @@ def test_escalated_operation_is_approved_with_recoveryctl_and_moves_on(
     needs = recoveryctl("review", "op-h1", "--database-url", reader)
     assert needs.returncode == 2
     assert "needs the controller's policy: pass --policy FILE" in needs.stderr
+
+
+def test_the_packet_says_what_the_state_means_why_it_came_and_what_follows(
+    kafka_bootstrap: str,
+    topic_factory: TopicFactory,
+    database_url: str,
+    ledger: Ledger,
+    policy: Path,
+) -> None:
+    # Issue #31: the packet showed states and commands only; a reviewer who never saw the
+    # RECOVERY.yaml could not tell what they approve.
+    topic = topic_factory(partitions=1)
+    reader = with_user(database_url, "recovery_reader")
+    rules = ("--policy", str(policy))
+    settings = settings_for(kafka_bootstrap, database_url, topic, policy, _group())
+    with running(settings, ledger):
+        tool = Tool(kafka_bootstrap, topic)
+        tool.event(
+            "email-send", "op-h4", "TOOL_TIMEOUT", facts=DeclaredFacts(idempotency_key="msg-h4")
+        )
+        tool.close()
+        wait_for(lambda: _decided(ledger, "op-h4") == 1, 60, "op-h4 escalated")
+    packet = json.loads(
+        recoveryctl("review", "op-h4", "--json", "--database-url", reader, *rules).stdout
+    )
+    guide = packet["guidance"]
+    assert guide["state"]["name"] == "unresolved"
+    assert guide["state"]["description"].startswith("Manual review: the outcome is")
+    assert {k: guide["escalation"][k] for k in ("queue", "severity", "reason")} == {
+        "queue": "messaging-review",
+        "severity": "medium",
+        "reason": "send-outcome-unknown",
+    }
+    facts = guide["facts"]
+    assert (facts["idempotency_key"], facts["side_effect_possible"]) == ("msg-h4", True)
+    assert facts["side_effect_confirmed"] is False
+    # No worker answers here: both commands of the escalation are still open.
+    assert [c["capability"] for c in guide["unanswered_commands"]] == [
+        "email.quarantine-outbox",
+        "human.escalate",
+    ]
+    approve, reject = guide["after"]["approve"], guide["after"]["reject"]
+    assert approve["state"]["name"] == "resume-pending"
+    assert approve["commands"] == []  # what happens then: it waits for the resume request
+    assert "RESUME_REQUESTED" in approve["state"]["waits_for"]
+    assert reject["commands"] == [
+        "agent.stop-task (stop)",
+        "credentials.revoke-delegation (revoke)",
+    ]
+
+    text = recoveryctl("review", "op-h4", "--database-url", reader, *rules).stdout
+    words = " ".join(text.split())  # wrapped for a terminal; read as one text
+    for said in (
+        "WHAT YOU ARE ASKED TO DECIDE",
+        "now unresolved: Manual review: the outcome is indefinitely uncertain.",
+        "why escalated to queue messaging-review (severity medium): send-outcome-unknown,",
+        "the call idempotency key msg-h4; a side effect was possible, not confirmed",
+        "open 2 command(s) not answered yet: email.quarantine-outbox",
+        "approve -> resume-pending: Resumption gate:",
+        "It sends no command; then it waits for ANCESTOR_CONTAINED, HUMAN_REJECTED, "
+        "RESUME_REQUESTED.",
+        "reject -> containing: The agent task is being stopped",
+        "It sends agent.stop-task (stop), credentials.revoke-delegation (revoke);",
+    ):
+        assert said in words, f"{said!r} not in:\n{text}"
+    found = recoveryctl("ops", "list", "--idempotency-key", "msg-h4", "--json",
+                        "--database-url", reader)  # fmt: skip
+    assert [o["operation_id"] for o in json.loads(found.stdout)["operations"]] == ["op-h4"]
 
 
 def test_approval_of_a_packet_that_changed_after_display_is_refused(
@@ -265,7 +348,10 @@ def test_approve_refuses_a_key_outside_the_roster(
     with running(settings, ledger):
         _escalate(kafka_bootstrap, topic, ledger, "op-h3").close()
     stranger = tmp_path / "stranger.pem"
-    made = recoveryctl("keys", "generate", "--out", str(stranger))
+    made = recoveryctl(
+        "keys", "generate", "--out", str(stranger), "--id", "stranger", "--role", "approver",
+        "--roster", str(tmp_path / "stranger-roster.json"),
+    )  # fmt: skip
     assert made.returncode == 0, made.stderr
     digest = json.loads(
         recoveryctl("review", "op-h3", "--json", "--database-url", database_url, "--policy",

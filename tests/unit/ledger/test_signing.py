@@ -25,6 +25,7 @@ def _seed_file(tmp_path: Path, key: Ed25519PrivateKey) -> Path:
     )
     path = tmp_path / "key.b64"
     path.write_text(base64.b64encode(raw).decode() + "\n")
+    path.chmod(0o600)  # a key file readable by others is refused
     return path
 
 
@@ -46,6 +47,7 @@ def test_pem_and_base64_files_load_the_same_key(tmp_path: Path) -> None:
             serialization.NoEncryption(),
         )
     )
+    pem.chmod(0o600)
     assert key_id(load_signing_key(pem).public_key()) == key_id(
         load_signing_key(_seed_file(tmp_path, key)).public_key()
     )
@@ -69,6 +71,7 @@ def test_a_missing_or_malformed_key_file_is_named(tmp_path: Path) -> None:
         load_signing_key(tmp_path / "absent")
     bad = tmp_path / "bad"
     bad.write_text("c2hvcnQ=\n")
+    bad.chmod(0o600)
     with pytest.raises(KeyFileError, match="decodes to 5 bytes"):
         load_signing_key(bad)
 

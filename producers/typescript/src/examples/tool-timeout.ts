@@ -4,9 +4,11 @@
 // With --runtime, it plays the agent's runtime too: the runtime signs a call context for
 // the call (its roster key), and the tool forwards it on the event, which then takes its
 // operation id and lineage from the context. Usage:
-//   node dist/src/examples/tool-timeout.js --keys DIR --operation OP
-//       [--producer ID] [--runtime ID] [--bootstrap HOST:PORT]
-// (each producer's key is DIR/<id>.pem, as docs/examples/example_keys.py writes them).
+//   node dist/src/examples/tool-timeout.js --operation OP
+//       [--keys DIR] [--producer ID] [--runtime ID] [--bootstrap HOST:PORT]
+// It signs as RECOVERY_PRODUCER_ID with the key in RECOVERY_PRODUCER_KEY_FILE, what
+// `recoveryctl stack env tool --producer ID` sets; with --keys, as --producer (default
+// coupa-integration) with DIR/<id>.pem, and the runtime with DIR/<runtime>.pem.
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import {
@@ -24,19 +26,30 @@ const { values } = parseArgs({
   options: {
     keys: { type: 'string' },
     operation: { type: 'string' },
-    producer: { type: 'string', default: 'coupa-integration' },
+    producer: { type: 'string' },
     runtime: { type: 'string' },
     bootstrap: { type: 'string' },
   },
 });
-if (!values.keys || !values.operation) {
-  process.stderr.write('usage: tool-timeout.js --keys DIR --operation OP [--producer ID] [--runtime ID] [--bootstrap HOST:PORT]\n');
+const keys = values.keys;
+const producer = values.producer ?? (keys === undefined ? process.env['RECOVERY_PRODUCER_ID'] : undefined) ?? 'coupa-integration';
+const keyFile = keys === undefined ? process.env['RECOVERY_PRODUCER_KEY_FILE'] : join(keys, `${producer}.pem`);
+if (!values.operation || !keyFile || (values.runtime !== undefined && keys === undefined)) {
+  process.stderr.write(
+    'usage: tool-timeout.js --operation OP [--keys DIR] [--producer ID] [--runtime ID] [--bootstrap HOST:PORT]; ' +
+      'without --keys, RECOVERY_PRODUCER_ID and RECOVERY_PRODUCER_KEY_FILE name the signer ' +
+      '(eval "$(recoveryctl stack env tool --producer ID)"); --runtime needs --keys\n',
+  );
   process.exit(2);
 }
-const keys = values.keys;
 const operation = values.operation;
-const producer = values.producer!;
-const signer = new RecordSigner(producer, loadPrivateKey(join(keys, `${producer}.pem`)));
+let signer: RecordSigner;
+try {
+  signer = new RecordSigner(producer, loadPrivateKey(keyFile));
+} catch (error) {
+  process.stderr.write(`tool: ${(error as Error).message}\n`); // a bad key file in one line
+  process.exit(2);
+}
 const publisher = new EventPublisher(signer, values.bootstrap === undefined ? {} : { bootstrap: values.bootstrap });
 const tool = new RecoveryClient(publisher);
 const lineage: Lineage = {
@@ -51,7 +64,7 @@ const key = `req-${operation}`; // declared before the call, sent with it
 const callContext =
   values.runtime === undefined
     ? null
-    : issueCallContext(values.runtime, loadPrivateKey(join(keys, `${values.runtime}.pem`)), operation, lineage, { now: nowMicros() });
+    : issueCallContext(values.runtime, loadPrivateKey(join(keys!, `${values.runtime}.pem`)), operation, lineage, { now: nowMicros() });
 console.log(`tool: calling procurement.create-request with idempotency key ${key}`);
 console.log(`tool: procurement API: no response for ${key}; the effect is unknown`);
 try {

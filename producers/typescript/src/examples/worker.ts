@@ -6,10 +6,14 @@
 // A new group starts at the end of the topic (--start latest, the default) unless told
 // otherwise (--start earliest, or a time); RECOVERY_ROSTER_FILE names the roster (JSON,
 // or a YAML or JSON policy) that the controller's commands are verified against.
-// Usage: node dist/src/examples/worker.js --keys DIR --store FILE --system FILE
+// It signs as RECOVERY_PRODUCER_ID (default coupa-worker) with RECOVERY_PRODUCER_KEY_FILE
+// and keeps its execution store in RECOVERY_WORKER_STORE, what `recoveryctl stack env
+// worker --producer ID` sets; --keys DIR (DIR/coupa-worker.pem) and --store override
+// them. The procurement system's file is --system, default beside the store.
+// Usage: node dist/src/examples/worker.js [--keys DIR] [--store FILE] [--system FILE]
 //            [--group G] [--start latest|earliest|TIME] [--bootstrap HOST:PORT]
-import { appendFileSync, existsSync, openSync, fsyncSync, closeSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { appendFileSync, closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import {
   CapabilityWorker,
@@ -34,12 +38,21 @@ const { values } = parseArgs({
     'hang-after-effect': { type: 'boolean', default: false },
   },
 });
-const rosterFile = process.env['RECOVERY_ROSTER_FILE'];
-if (!values.keys || !values.store || !values.system || !rosterFile) {
-  process.stderr.write('usage: worker.js --keys DIR --store FILE --system FILE [--group G]; RECOVERY_ROSTER_FILE names the roster\n');
+const env = process.env;
+const rosterFile = env['RECOVERY_ROSTER_FILE'];
+const producer = (values.keys === undefined ? env['RECOVERY_PRODUCER_ID'] : undefined) ?? 'coupa-worker';
+const keyFile = values.keys === undefined ? env['RECOVERY_PRODUCER_KEY_FILE'] : join(values.keys, `${producer}.pem`);
+const storeFile = values.store ?? env['RECOVERY_WORKER_STORE'];
+if (!keyFile || !storeFile || !rosterFile) {
+  process.stderr.write(
+    'usage: worker.js [--keys DIR] [--store FILE] [--system FILE] [--group G]; RECOVERY_ROSTER_FILE names the ' +
+      'roster, RECOVERY_PRODUCER_KEY_FILE the key and RECOVERY_WORKER_STORE the store unless given ' +
+      '(eval "$(recoveryctl stack env worker --producer ID)" sets them)\n',
+  );
   process.exit(2);
 }
-const system = values.system;
+mkdirSync(dirname(storeFile), { recursive: true, mode: 0o700 });
+const system = values.system ?? join(dirname(storeFile), 'procurement-system.txt');
 const created = (): string[] => (existsSync(system) ? readFileSync(system, 'utf8').split('\n').filter(Boolean) : []);
 const bootstrap = values.bootstrap === undefined ? {} : { bootstrap: values.bootstrap };
 
@@ -51,13 +64,13 @@ function fatal(error: unknown): never {
 let signer: RecordSigner;
 let roster: Roster;
 try {
-  signer = new RecordSigner('coupa-worker', loadPrivateKey(join(values.keys, 'coupa-worker.pem')));
+  signer = new RecordSigner(producer, loadPrivateKey(keyFile));
   roster = Roster.load(rosterFile);
 } catch (error) {
   fatal(error);
 }
 const publisher = new EventPublisher(signer, bootstrap);
-const store = new ExecutionStore(values.store);
+const store = new ExecutionStore(storeFile);
 const worker = new CapabilityWorker({
   ...bootstrap,
   groupId: values.group!,
