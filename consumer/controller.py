@@ -19,6 +19,14 @@ only inside `consume`/`close`, never while a batch is being planned or committed
 revocation always finds the previous batch committed or abandoned; an abandoned batch's
 transaction never committed, and the stored offsets make the next owner replay it.
 
+Timers (`machines.timers`, `ledger.timers`): between batches, every `timer_poll_ms` (at
+once again while the last slice came back full), the member fires up to `timer_slice`
+timers due on the partitions it owns, by its own clock, in a ledger transaction fenced
+by the same epochs as its batches; their events come back through `recovery.events` and
+are decided in order with everything else. A backlog of due timers drains slice by
+slice, a batch of live events between each two. Every `timer_gauges_s` it reads the
+waiting and overdue gauges of its partitions.
+
 Failures: a `VersionConflict` replans the batch on reloaded views; a conflicting id the
 ledger names is dead-lettered and the batch replanned without it; `FencedError` drops the
 batch and pauses the partitions (another member owns them now); an unreachable database
@@ -33,7 +41,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from confluent_kafka import (
@@ -256,6 +264,9 @@ class Controller:
         self._claimed_at: dict[TopicPartition, float] = {}
         self._pending_at = 0.0
         self._lag_at = 0.0
+        # When to look for due timers next, and to read the timer gauges (monotonic).
+        self._timers_at = 0.0
+        self._gauges_at = 0.0
         self._stop = threading.Event()
         # When the loop last turned (monotonic), for the liveness probe.
         self.last_step = time.monotonic()
@@ -307,6 +318,10 @@ class Controller:
         records = self._records(messages)
         if records:
             self._process(consumer, records)
+        if time.monotonic() >= self._timers_at:
+            self._fire_timers(consumer)
+        if time.monotonic() >= self._gauges_at:
+            self._read_timer_gauges()
         if time.monotonic() >= self._lag_at:
             self._lag_at = time.monotonic() + _LAG_INTERVAL
             self._update_lag(consumer)
@@ -610,6 +625,50 @@ class Controller:
         consumer.pause([KafkaPartition(*tp)])
         self._pending.add(tp)
         self._pending_at = time.monotonic() + self.settings.session_timeout_ms / 1000
+
+    # -- timers -------------------------------------------------------------------------
+
+    def _fire_timers(self, consumer: Consumer) -> None:
+        """Fire one slice of the timers due on the owned partitions (module docstring);
+        look again at the next turn while slices come back full, else after
+        `timer_poll_ms`. A partition the ledger says a newer claim owns is fenced."""
+        settings = self.settings
+        self._timers_at = time.monotonic() + settings.timer_poll_ms / 1000
+        if not self._epochs:
+            return
+        try:
+            fired = self.ledger.fire_timers(
+                settings.group_id,
+                dict(self._epochs),
+                self._clock(),
+                limit=settings.timer_slice,
+                topics=self._topics,
+                sign=self.signer,
+            )
+        except LedgerError as exc:
+            log.warning("firing due timers failed (they stay due, tried again): %s", exc)
+            return
+        self.metrics.timers_fired(fired)
+        if fired.fired:
+            log.debug("fired %d timer(s)", len(fired.fired))
+        for topic, partition in fired.fenced:
+            log.error("timers not fired: %s[%d] is owned by a newer claim", topic, partition)
+            self._fence(consumer, (topic, partition))
+        if fired.full:
+            self._timers_at = 0.0
+
+    def _read_timer_gauges(self) -> None:
+        settings = self.settings
+        self._gauges_at = time.monotonic() + settings.timer_gauges_s
+        now = self._clock()
+        try:
+            summary = self.ledger.timer_summary(
+                sorted(self._epochs), now, timedelta(seconds=settings.timer_overdue_after_s)
+            )
+        except LedgerError as exc:
+            log.debug("timer gauges not read: %s", exc)
+            return
+        self.metrics.set_timer_summary(summary, now)
 
     # -- rebalance ----------------------------------------------------------------------
 

@@ -62,6 +62,7 @@ from ledger.roles import (
 from ledger.rowsign import RowSigner
 from ledger.schema import describe_schema, expected_schema
 from ledger.schema_check import pending_migrations, require_current_schema
+from ledger.timers import FiredTimer, FiredTimers, TimerSummary, WaitingState
 
 __all__ = [
     "LOGIN_ROLES",
@@ -77,6 +78,8 @@ __all__ = [
     "Entry",
     "EventIdReused",
     "FencedError",
+    "FiredTimer",
+    "FiredTimers",
     "HeldOutboxRow",
     "Incident",
     "Ledger",
@@ -103,8 +106,10 @@ __all__ = [
     "RowSigner",
     "Source",
     "StoredEvent",
+    "TimerSummary",
     "UnknownOperation",
     "VersionConflict",
+    "WaitingState",
     "available_migrations",
     "batch_rows",
     "create_database",
