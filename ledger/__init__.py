@@ -33,6 +33,7 @@ from ledger.inspection import (
     OperationRecord,
     OperationSummary,
     OutboxEntry,
+    OverdueTimer,
     StoredEvent,
 )
 from ledger.interface import (
@@ -97,6 +98,7 @@ __all__ = [
     "OutboxLease",
     "OutboxRecord",
     "OutboxWatch",
+    "OverdueTimer",
     "PartitionAttempt",
     "PartitionClaim",
     "Position",

@@ -173,6 +173,7 @@ from machines.timers import (
     is_timer_event,
     timer_event,
     timer_to_dict,
+    waiting_on,
 )
 from machines.view import (
     HeldAction,
@@ -320,6 +321,7 @@ __all__ = [
     "view_from_json",
     "view_from_json_text",
     "view_to_json",
+    "waiting_on",
     "wildcard_agent_grants",
     "with_lineage",
     "write_private_key",

@@ -59,6 +59,7 @@ __all__ = [
     "timer_event",
     "timer_id",
     "timer_to_dict",
+    "waiting_on",
 ]
 
 TIMER_EVENT_PREFIX: Final = "timer:"
@@ -327,3 +328,28 @@ def timer_event(
         producer=producer,
         lineage=lineage,
     )
+
+
+def waiting_on(view: OperationView) -> dict[str, Any]:
+    """What the operation waits for, as JSON-ready data with absolute times (the review
+    packet digests it, so nothing here depends on when it is read): each armed timer,
+    earliest first, with what its firing does, and whether the operation is stalled
+    (its stall bound fired and escalated, and nothing has moved it since)."""
+    timers = sorted(view.timers, key=lambda t: (t.due_at, t.timer_id))
+    return {
+        "stalled": view.escalated(str(TimerKind.STALLED)) > 0,
+        "deadline": None if view.deadline is None else view.deadline.isoformat(),
+        "timers": [{**timer_to_dict(t), "does": _does(t)} for t in timers],
+    }
+
+
+def _does(timer: Timer) -> str:
+    """What `timer`'s firing does, in a few words for people."""
+    if timer.kind == TimerKind.RETRY:
+        held = ", ".join(h.capability for h in timer.held)
+        return f"commands the paced retry ({held})"
+    if timer.kind == TimerKind.STATE:
+        return f"delivers {timer.event_type} (the timeout of {timer.state})"
+    if timer.kind == TimerKind.DEADLINE:
+        return "escalates: the deadline passed in a state that is not final"
+    return f"escalates once as stalled in {timer.state}"

@@ -2,7 +2,8 @@
 reviewer console call these same functions, so they cannot drift apart.
 
 - `timeline`: one operation's history (events with their decisions, commands with
-  publication and answers, signed decisions, audit status);
+  publication and answers, signed decisions, audit status) and what it waits for now
+  (`awaited`: its timers, when each fires, whether one is overdue);
 - `waiting_for_human`: whether an operation's state waits for a human decision;
 - `review`: the review packet (SPEC §9) as the ledger holds the operation now, and,
   for a decision, the check that the packet the reviewer saw is still the one the
@@ -19,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from ledger import LedgerInspector, OperationRecord
@@ -31,6 +32,7 @@ from machines import (
     Verdict,
     awaits_human,
     check_decision,
+    waiting_on,
 )
 from machines import review_packet as build_packet
 from ops.context import LoadedRules, PinnedMachines
@@ -42,6 +44,7 @@ __all__ = [
     "DecisionRefused",
     "Review",
     "await_decision",
+    "awaited",
     "proposed_decision",
     "review",
     "submit_decision",
@@ -143,7 +146,23 @@ def timeline(
             "records": sum(1 for o in record.outbox if o.record_id.startswith("audit:")),
             "breaks": [b.describe() for b in breaks],
         },
+        "waiting": awaited(inspector, record, datetime.now(UTC)),
     }
+
+
+def awaited(inspector: LedgerInspector, record: OperationRecord, now: datetime) -> dict[str, Any]:
+    """What the operation waits for at `now` (`machines.waiting_on`): each timer with
+    when it fires (`due_in_seconds`, negative once due), whether its firing was
+    written (`fired_at`) and whether it is overdue (due and not decided yet)."""
+    found = waiting_on(record.view)
+    fired = inspector.timers_fired(record.view.operation_id) if found["timers"] else {}
+    for timer in found["timers"]:
+        due = datetime.fromisoformat(timer["due_at"])
+        at = fired.get(timer["id"])
+        timer["due_in_seconds"] = round((due - now).total_seconds(), 1)
+        timer["fired_at"] = None if at is None else at.isoformat()
+        timer["overdue"] = not timer["spent"] and due <= now
+    return found
 
 
 def _decision_json(decision: Mapping[str, Any]) -> dict[str, Any]:

@@ -253,7 +253,13 @@ def check(decisions: Sequence[Mapping[str, Any]], handlers: Handlers) -> list[st
     retries = list(handlers.deliveries)
     if list(handlers.deliveries.values()) != [1]:
         problems.append(f"retry handler calls {dict(handlers.deliveries)}, expected one, once")
-    results = [d["event"] for d in decisions if d["event"]["type"].startswith("RETRY_")]
+    # The results of the retry command (RETRY_DUE is the controller's timer that
+    # commanded it, paced: docs/decision-core.md, "Timers").
+    results = [
+        d["event"]
+        for d in decisions
+        if d["event"]["type"].startswith("RETRY_") and d["event"]["type"] != "RETRY_DUE"
+    ]
     if retries and [(e["type"], e["id"], e["causation"]) for e in results] != [
         ("RETRY_FAILED", f"result:{retries[0]}", retries[0])
     ]:

@@ -69,5 +69,5 @@ ORDER BY t.due_at, t.timer_id
 LIMIT %(limit)s;
 
 -- name: timers_of
--- One operation's armed timers as the table holds them (fired or not).
+-- One operation's armed timers as the table holds them, fired or not (`ops show`).
 SELECT timer_id, fired_at, spent_at FROM timers WHERE operation_id = %(id)s;

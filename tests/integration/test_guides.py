@@ -173,9 +173,11 @@ def test_tool_timeout_is_verified_not_applied_and_retried_with_the_same_key(
             r"^tool: .*the effect is unknown$",
             r"^tool: reported TOOL_TIMEOUT ",
             r"^worker: verify \S+:1:0: status API has no request under .*: not_applied$",
-            rf"^worker: retry \S+:2:0 with idempotency key {key[1]}: created REQ-00001",
+            rf"^worker: retry \S+:3:0 with idempotency key {key[1]}: created REQ-00001",
             r"^ledger: TOOL_TIMEOUT: failure-reported -> verifying$",
             r"^ledger: VERIFICATION_NOT_FOUND: verifying -> retrying$",
+            # The retry is paced: the controller's timer commands it (issue #29).
+            r"^ledger: RETRY_DUE: retrying -> retrying$",
             r"^ledger: RETRY_SUCCEEDED: retrying -> completed$",
             rf"^OK: verified not applied, retried once with {key[1]}, completed$",
         ],
@@ -192,16 +194,18 @@ def test_capability_worker_executes_a_redelivered_command_once_after_a_crash(
         [
             r"^tool: reported TOOL_TIMEOUT for (\S+) \(idempotency key req-\S+\)$",
             r"^worker-1: verify \S+:1:0: not_applied$",
-            r"^worker-1: executed (\S+:2:0): created REQ-00001 with key req-\S+$",
+            r"^worker-1: executed (\S+:3:0): created REQ-00001 with key req-\S+$",
             r"^worker-1: crashing before reporting the result$",
             r"^worker-1: gone; the offset of its last command is not committed$",
             r"^worker-2: starting in the same group$",
-            r"^worker-2: verify \S+:3:0: applied$",
+            r"^worker-2: verify \S+:4:0: applied$",
             r"^worker-2: stopped after 1 command\(s\) executed, 1 in flight before, "
             r"2 result\(s\) reported$",
-            r"^ledger: RETRY_FAILED \(event result:(\S+:2:0), causation \S+:2:0\): "
+            r"^ledger: RETRY_DUE \(event timer:\S+:2:retry, causation None\): "
+            r"retrying -> retrying$",
+            r"^ledger: RETRY_FAILED \(event result:(\S+:3:0), causation \S+:3:0\): "
             r"retrying -> verifying$",
-            r"^ledger: VERIFICATION_FOUND \(event result:(\S+:3:0), causation \S+:3:0\): "
+            r"^ledger: VERIFICATION_FOUND \(event result:(\S+:4:0), causation \S+:4:0\): "
             r"verifying -> completed$",
             r"^OK: the retry ran once across the crash",
         ],

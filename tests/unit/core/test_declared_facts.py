@@ -39,9 +39,7 @@ VERIFIER = "verifier-1"
 OP = "op-pr-1"
 KEYED = DeclaredFacts(idempotency_key="pr-key-1", status_api=True)
 # Retries go out at once: these tests are about the declared key, not pacing.
-POLICY = Policy(
-    id="facts-unit", trusted_verifiers=(VERIFIER,), retry_pacing=RetryPacing(base=0)
-)
+POLICY = Policy(id="facts-unit", trusted_verifiers=(VERIFIER,), retry_pacing=RetryPacing(base=0))
 
 
 @cache

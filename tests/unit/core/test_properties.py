@@ -525,13 +525,15 @@ def _check_timers(
     assert len({t.timer_id for t in after.timers}) == len(after.timers)
     if d.outcome is Outcome.STALE:
         # Recorded and ignored: nothing but the event's id and the version moved.
-        assert d.invocations == () and d.timers.armed == ()
+        assert d.invocations == ()
+        assert d.timers.armed == ()
         assert replace(after, version=before.version, seen_events=before.seen_events) == before
     spent = d.timers.spent
     if spent is not None:
         # Only an armed, unspent timer fires; its firing spends it.
         timer = before.timer(spent)
-        assert timer is not None and not timer.spent
+        assert timer is not None
+        assert not timer.spent
         assert after.timer(spent) is None or after.timer(spent).spent  # type: ignore[union-attr]
 
 
