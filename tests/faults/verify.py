@@ -28,6 +28,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final
 
 import psycopg
@@ -234,11 +235,13 @@ def as_stored(data: Mapping[str, Any]) -> Any:
     return json.loads(json.dumps(data, sort_keys=True, default=str))
 
 
-def replayer(bootstrap: str, database_url: str) -> tuple[Intake, dict[str, Simulation]]:
+def replayer(
+    bootstrap: str, database_url: str, policy: Path = BENCH_POLICY
+) -> tuple[Intake, dict[str, Simulation]]:
     """The controller's intake and one decision core per catalogue machine
-    (`name@version`), loaded as a fault run's controller loads them (the bench policy)."""
+    (`name@version`), loaded as a fault run's controller loads them (under `policy`)."""
     settings = ControllerSettings(
-        bootstrap=bootstrap, database_url=database_url, policy_path=BENCH_POLICY, demo_mode=True
+        bootstrap=bootstrap, database_url=database_url, policy_path=policy, demo_mode=True
     )
     machines, rules = load_rules(settings)
     intake = Intake(machines, roster=producer_roster(), max_record_bytes=settings.max_record_bytes)
