@@ -434,10 +434,15 @@ def _chains(database_url: str) -> tuple[list[str], int]:
 
 
 def gather(
-    bootstrap: str, database_url: str, topics: TopicNames, produced: Iterable[str]
+    bootstrap: str,
+    database_url: str,
+    topics: TopicNames,
+    produced: Iterable[str],
+    stopped_at: datetime | None = None,
 ) -> History:
     """Read a finished run's history from its topics and database (`database_url`: an
-    administrative URL of the run's ledger)."""
+    administrative URL of the run's ledger); `stopped_at`, when the roles were stopped,
+    is the moment the timers are owed a decision by (default: now)."""
     try:
         outputs_complete(bootstrap, database_url, topics)
         problems: list[str] = []
@@ -455,6 +460,7 @@ def gather(
         chain_breaks=breaks,
         chains=chains,
         output_problems=problems,
+        read_at=stopped_at or datetime.now(UTC),
     )
 
 
@@ -464,10 +470,11 @@ def check_run(
     topics: TopicNames,
     produced: Iterable[str],
     policy: Path = BENCH_POLICY,
+    stopped_at: datetime | None = None,
 ) -> CheckReport:
     """Gather a finished run's history and check it (module docstring), replayed under
     the `policy` its controller ran with."""
-    history = gather(bootstrap, database_url, topics, produced)
+    history = gather(bootstrap, database_url, topics, produced, stopped_at)
     intake, sims = replayer(bootstrap, database_url, policy)
     expected, _ = replay(history, intake, sims)
     return check(history, expected)

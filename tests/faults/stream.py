@@ -218,9 +218,11 @@ def drain(
     timeout: float,
     say: Callable[[str], None] = print,
 ) -> None:
-    """Wait until the stored offsets account for all `produced` records and every outbox
-    row is published, printing progress every 5 s (and the database's busy sessions when
-    nothing moved for 10 s). Raises if a process of `running` exits by itself."""
+    """Wait until the stored offsets account for all `produced` records and the
+    controller's own events on the events topic, every outbox row is published and no
+    timer is owed a decision, printing progress every 5 s (and the database's busy
+    sessions when nothing moved for 10 s). Raises if a process of `running` exits by
+    itself."""
     last_print = 0.0
     moved_at = time.monotonic()
     before = progress(run.database_url, run.group, run.topics.events)
@@ -236,7 +238,11 @@ def drain(
             say(f"draining: {now}")
             if time.monotonic() - moved_at > 10:
                 say(f"no progress for 10s; busy sessions:\n{activity(run.database_url)}")
-        return now.consumed >= produced and now.unpublished == 0
+        return (
+            now.consumed >= produced + now.own_events
+            and now.unpublished == 0
+            and now.timers_owed == 0
+        )
 
     wait_until(
         done,
