@@ -8,6 +8,7 @@ from __future__ import annotations
 from consumer.batch import (
     FORGED_REFUSALS,
     DecidedBatch,
+    claim_keys,
     decide_batch,
     openings,
     operation_ids,
@@ -77,6 +78,7 @@ __all__ = [
     "TelemetrySettings",
     "build_telemetry",
     "checked_rules",
+    "claim_keys",
     "consumer_config",
     "controller_policy",
     "dead_letter",

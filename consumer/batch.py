@@ -63,8 +63,10 @@ from machines import (
     AuthenticationError,
     AuthRefusal,
     BatchFold,
+    ClaimKey,
     Decision,
     Event,
+    KeyClaim,
     OperationView,
     Outcome,
     Rules,
@@ -72,6 +74,7 @@ from machines import (
     TimerKind,
     check_event_role,
     check_opening,
+    claim_key_of,
     correlation_conflict,
     opening_conflict,
     prove_lineage,
@@ -103,6 +106,7 @@ __all__ = [
     "FORGED_REFUSALS",
     "DecidedBatch",
     "Observer",
+    "claim_keys",
     "decide_batch",
     "openings",
     "operation_ids",
@@ -206,6 +210,26 @@ def openings(
     return found
 
 
+def claim_keys(
+    results: Iterable[IntakeResult], stored: Mapping[str, OperationView]
+) -> list[ClaimKey]:
+    """The idempotency claim keys the events that would open operations declare
+    (`machines.claim_key_of`): what `Ledger.key_claims` answers in one read, so a
+    second operation claiming a stored key is decided on its owner."""
+    keys: dict[ClaimKey, None] = {}
+    first: set[str] = set()
+    for r in results:
+        if not isinstance(r, Accepted) or r.event.operation_id in stored:
+            continue
+        if r.event.operation_id in first:
+            continue
+        first.add(r.event.operation_id)
+        key = claim_key_of(r.event)
+        if key is not None:
+            keys[key] = None
+    return list(keys)
+
+
 def positions_for(
     records: Iterable[RawRecord], epochs: Mapping[tuple[str, int], int]
 ) -> tuple[Position, ...]:
@@ -300,21 +324,25 @@ def decide_batch(
     now: datetime,
     excluded: Mapping[str, Refusal] | None = None,
     observe: Observer = run_unobserved,
-    runtime: str | None = None,
     topics: TopicNames | None = None,
     arrivals: Mapping[str, Arrival] | None = None,
     sign: RowSigner | None = None,
+    claims: Mapping[ClaimKey, KeyClaim] | None = None,
 ) -> DecidedBatch:
     """Decide a batch (see the module docstring). `stored` are the views the ledger
     holds for the batch's operations; `arrivals` the lineage it gives the operations
     the batch opens (`Ledger.arrival_lineage` of `openings`; without it a new view has
-    no lineage, which is right only when the ledger knows none); `excluded` maps record
+    no lineage, which is right only when the ledger knows none); `claims` the stored
+    owners of the idempotency keys those operations declare (`Ledger.key_claims` of
+    `claim_keys`; without it a second claimant is found only within the batch, and the
+    commit refuses it); `excluded` maps record
     coordinates to a refusal the ledger reported for them on an earlier attempt;
     `topics` names the output topics the outbox rows go to (default: the standard
     names); `sign` signs every outbox row the commit writes (`consumer.signing`). The
-    batch names `controller` and this code's version as the runtime that decided, and
-    the provenance of each machine it opens an operation under (SPEC §10)."""
-    decided = _Decided(BatchFold(stored, rules, arrivals), controller)
+    batch names `controller` and this code's version as the controller that decided,
+    and the provenance of each machine it opens an operation under (SPEC §10); the agent
+    runtime an operation names comes from its opening event's lineage."""
+    decided = _Decided(BatchFold(stored, rules, arrivals, claims), controller)
     letters: list[DeadLetter] = []
     excluded = excluded or {}
     for result in results:
@@ -334,13 +362,13 @@ def decide_batch(
         positions=positions,
         views=dict(decided.fold.base),
         entries=tuple(decided.entries),
-        runtime=runtime,
         dead_letters=tuple(letters),
         topics=topics or DEFAULT_TOPICS,
         folded=dict(decided.fold.current),
         sign=sign,
         provenance=decided.provenance,
         controller={"id": controller, "version": CONTROLLER_VERSION},
+        unlinked=dict(decided.fold.unlinked),
     )
     return DecidedBatch(batch, tuple(decided.decisions), tuple(decided.refused))
 

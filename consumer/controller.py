@@ -56,6 +56,7 @@ from confluent_kafka import TopicPartition as KafkaPartition
 
 from consumer.batch import (
     DecidedBatch,
+    claim_keys,
     decide_batch,
     openings,
     operation_ids,
@@ -489,6 +490,7 @@ class Controller:
             try:
                 views = self.ledger.load_views(operation_ids(outcomes))
                 arrivals = self.ledger.arrival_lineage(openings(outcomes, views))
+                claims = self.ledger.key_claims(claim_keys(outcomes, views))
                 planned = decide_batch(
                     outcomes,
                     views,
@@ -502,6 +504,7 @@ class Controller:
                     topics=self._topics,
                     arrivals=arrivals,
                     sign=self.signer,
+                    claims=claims,
                 )
                 self.ledger.commit(planned.batch)
             except RetryableConflict as exc:

@@ -85,6 +85,7 @@ def plan_lineage(
     changes: Sequence[Containment],
     now: datetime,
     producer: str,
+    unlinked: Mapping[str, frozenset[str]] | None = None,
 ) -> LineagePlan:
     """Link the operations a batch opens and apply its containment changes.
 
@@ -94,18 +95,32 @@ def plan_lineage(
     `changes` themselves. `opened` are the rows the batch inserts (their lineage columns
     empty); `now` is the time of the batch's decisions, which an arrival event carries;
     `producer` the controller's roster id, which signs the events and which they name.
+    `unlinked` names, per opened operation, the children reported before it that are not
+    linked below it (`machines.may_link`: their openers may not speak for its agents);
+    a stored child of a parent stored before the batch that is not linked below it was
+    refused then, and is never linked later either.
     Returns every row whose lineage columns change (opened ones always), the events to
     emit and the audit bodies."""
+    refused = unlinked or {}
     rows: dict[str, LineageRow] = dict(stored)
     for row in opened:
         rows[row.operation_id] = row
-    relink = _subtrees(rows, {r.operation_id for r in opened})
-    order = _top_down(rows, relink)
+    relink = _subtrees(rows, {r.operation_id for r in opened}, stored, refused)
+    order = [
+        op
+        for op in _top_down(rows, relink)
+        if op not in refused.get(rows[op].parent_operation or "", frozenset())
+    ]
     for op in order:
         rows[op] = _linked(rows, rows[op])
     for op in order:
         rows = _tell_ancestors(rows, rows[op])
     audit: dict[str, list[Mapping[str, Any]]] = {}
+    for op in sorted(refused):
+        if refused[op]:
+            audit.setdefault(op, []).append(
+                {"kind": "link-refused", "operation_id": op, "children": sorted(refused[op])}
+            )
     causes: dict[str, Containment] = {}
     for change in changes:
         rows, signalled = _apply_change(rows, change)
@@ -193,8 +208,14 @@ def _owed_events(
     return events
 
 
-def _subtrees(rows: Mapping[str, LineageRow], roots: set[str]) -> set[str]:
-    """`roots` and every row below one of them by parent pointers."""
+def _subtrees(
+    rows: Mapping[str, LineageRow],
+    roots: set[str],
+    stored: Mapping[str, LineageRow],
+    refused: Mapping[str, frozenset[str]],
+) -> set[str]:
+    """`roots` and every row below one of them by parent pointers, except children
+    refused a link (`refused`, or refused before: `_refused_before`) and theirs."""
     children: dict[str, list[str]] = {}
     for op, row in rows.items():
         if row.parent_operation is not None:
@@ -206,8 +227,20 @@ def _subtrees(rows: Mapping[str, LineageRow], roots: set[str]) -> set[str]:
         if op in found:
             continue
         found.add(op)
-        stack.extend(children.get(op, ()))
+        stack.extend(
+            c
+            for c in children.get(op, ())
+            if c not in refused.get(op, ()) and not _refused_before(stored, op, c)
+        )
     return found
+
+
+def _refused_before(stored: Mapping[str, LineageRow], parent: str, child: str) -> bool:
+    """Whether `child`, stored below `parent` (stored before this batch too) by its
+    parent pointer, is not linked below it: its link was refused when the parent
+    arrived (or it closes a reported cycle), so no later batch links it."""
+    above, below = stored.get(parent), stored.get(child)
+    return above is not None and below is not None and below.ancestors[:1] != (parent,)
 
 
 def _top_down(rows: Mapping[str, LineageRow], ops: Iterable[str]) -> list[str]:

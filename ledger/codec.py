@@ -107,6 +107,7 @@ def facts_to_json(facts: ToolFacts) -> dict[str, Any]:
         "side_effect_confirmed": facts.side_effect_confirmed,
         "compensation_supported": facts.compensation_supported,
         "status_api": facts.status_api,
+        "arguments_digest": facts.arguments_digest,
     }
 
 

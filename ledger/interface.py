@@ -41,7 +41,7 @@ from ledger.audit import (
 )
 from ledger.records import Batch, RowSigner
 from ledger.timers import FiredTimers, TimerSummary
-from machines import Arrival, Lineage, LineageRow, OperationView
+from machines import Arrival, ClaimKey, KeyClaim, Lineage, LineageRow, OperationView
 from schemas import DEFAULT_TOPICS, TopicNames
 
 __all__ = [
@@ -252,6 +252,17 @@ class Ledger(abc.ABC):
         over the new view (`Arrival.applied_to`) so a first batch is decided with the
         lineage its commit will link; `commit` refuses with `VersionConflict` when the
         stored lineage moved in between (docs/lineage.md)."""
+
+    @abc.abstractmethod
+    def key_claims(self, keys: Sequence[ClaimKey]) -> dict[ClaimKey, KeyClaim]:
+        """The stored owner of each idempotency claim key in `keys` (`machines.claims`:
+        principal, capability, key) that has one, in one read for the whole batch: the
+        consumer asks for the keys the operations it opens declare, and the fold decides
+        a second claimant as a duplicate or a conflicting reuse. `commit` writes the
+        claims of the operations a batch opens under a unique key and refuses with
+        `VersionConflict` when another operation claimed one in between, so the batch
+        is decided again on the stored owner (docs/decision-core.md, "Duplicate business
+        operations")."""
 
     @abc.abstractmethod
     def commit(self, batch: Batch) -> CommitResult:

@@ -43,7 +43,11 @@ def lineage_moved(row: OperationRow, contained: Sequence[str], agents: Sequence[
     )
 
 
-def check_arrivals(plan: BatchRows, stored: Mapping[str, LineageRow]) -> None:
+def check_arrivals(
+    plan: BatchRows,
+    stored: Mapping[str, LineageRow],
+    unlinked: Mapping[str, frozenset[str]] | None = None,
+) -> None:
     """Refuse the batch (`VersionConflict`) when an operation it opens would be linked
     below a contained ancestor, or next to an ancestor's or descendant's agent, that the
     view it was decided with did not have: its lineage, from `stored` (the rows the
@@ -51,11 +55,17 @@ def check_arrivals(plan: BatchRows, stored: Mapping[str, LineageRow]) -> None:
     `lineage_moved` is the same rule continued operations are held to, and
     `machines.arrival_of` the same derivation the consumer's read used, so the
     replan, which reads the moved lineage, commits."""
+    refused = unlinked or {}
     for row in plan.operations:
         if not row.opens:
             continue
         parent = stored.get(row.parent_operation) if row.parent_operation else None
-        children = (r for r in stored.values() if r.parent_operation == row.operation_id)
+        left_out = refused.get(row.operation_id, frozenset())
+        children = (
+            r
+            for r in stored.values()
+            if r.parent_operation == row.operation_id and r.operation_id not in left_out
+        )
         arrival = arrival_of(row.operation_id, parent, children)
         agents = arrival.lineage_agents + arrival.descendant_agents
         if lineage_moved(row, arrival.contained_ancestors, agents):
@@ -77,6 +87,7 @@ def opened_lineage(plan: BatchRows) -> tuple[LineageRow, ...]:
             origin_operation=r.origin_operation,
             parent_operation=r.parent_operation,
             delegated_credentials=r.delegated_credentials,
+            opened_by=r.view.opened_by,
         )
         for r in plan.operations
         if r.opens
@@ -108,6 +119,16 @@ def lineage_inputs(plan: BatchRows) -> tuple[set[str], set[str]]:
     return (parents | changing) - opened, opened | changing
 
 
+def _identity(row: OperationRow) -> dict[str, str | None]:
+    """The identities every audit record of the operation names (SPEC §10)."""
+    return {
+        "initiating_principal": row.initiating_principal,
+        "agent": row.agent,
+        "runtime": row.runtime,
+        "task": row.task,
+    }
+
+
 def with_lineage_plan(
     plan: BatchRows, lineage: LineagePlan, topics: TopicNames, sign: RowSigner | None = None
 ) -> BatchRows:
@@ -115,13 +136,15 @@ def with_lineage_plan(
     the containing or opened operation's chain) and its cascade events as outbox rows
     for the events topic. Audit bodies are only planned for operations `plan` touches,
     whose chains the commit holds locked. `sign` signs the cascade events."""
-    touched = {r.operation_id for r in plan.operations}
+    touched = {r.operation_id: r for r in plan.operations}
     audit = list(plan.audit)
     for op in sorted(lineage.audit):
-        if op not in touched:
+        row = touched.get(op)
+        if row is None:
             continue
         for body in lineage.audit_of(op):
-            audit.append(AuditItem(op, "lineage", body, dumps(body)))
+            named = {**body, "identity": _identity(row)}
+            audit.append(AuditItem(op, "lineage", named, dumps(named)))
     cascade = tuple(
         signed_row(OutboxRow(e.record_id, topics.events, e.key, e.headers, e.payload_json), sign)
         for e in lineage.events

@@ -25,6 +25,7 @@ from ledger.audit import (
     genesis_head,
 )
 from ledger.cascade import lineage_message, plan_lineage
+from ledger.claims import check_claims
 from ledger.codec import view_to_json
 from ledger.deadletters import plan_dead_letters
 from ledger.errors import (
@@ -79,7 +80,15 @@ from ledger.timers import (
     WaitingState,
     firing_rows,
 )
-from machines import Arrival, LineageRow, OperationView, arrival_of, with_lineage
+from machines import (
+    Arrival,
+    ClaimKey,
+    KeyClaim,
+    LineageRow,
+    OperationView,
+    arrival_of,
+    with_lineage,
+)
 from schemas import DEFAULT_TOPICS, TopicNames
 
 __all__ = ["MemoryLedger"]
@@ -125,6 +134,7 @@ class _State:
     chains: dict[str, ChainHead] = field(default_factory=dict)  # intake chain heads
     lineage: dict[str, LineageRow] = field(default_factory=dict)
     timers: dict[str, _Timer] = field(default_factory=dict)
+    claims: dict[ClaimKey, KeyClaim] = field(default_factory=dict)
 
 
 class _MemoryLease(OutboxLease):
@@ -213,6 +223,12 @@ class MemoryLedger(Ledger):
                 for op, parent in openings.items()
             }
 
+    def key_claims(self, keys: Sequence[ClaimKey]) -> dict[ClaimKey, KeyClaim]:
+        """See `Ledger.key_claims`."""
+        with self._lock:
+            claims = self._s.claims
+            return {k: claims[k] for k in keys if k in claims}
+
     def commit(self, batch: Batch) -> CommitResult:
         """See `Ledger.commit`."""
         plan = batch_rows(batch)
@@ -220,9 +236,11 @@ class MemoryLedger(Ledger):
             self._check_fences(batch)
             self._check_versions(plan)
             self._check_ids(plan)
+            check_claims(plan, self._s.claims)
             plan, lineage = self._lineage_step(plan, batch)
             result = self._write(batch, plan)
             self._s.lineage.update(lineage)
+            self._s.claims.update((c.key, c.claim) for c in plan.claims)
             return result
 
     def _lineage_step(
@@ -239,13 +257,14 @@ class MemoryLedger(Ledger):
             stored.update({a: known[a] for a in stored[op].ancestors if a in known})
         for op in self._below(roots):
             stored[op] = known[op]
-        check_arrivals(plan, stored)
+        check_arrivals(plan, stored, batch.unlinked)
         lineage = plan_lineage(
             stored,
             opened_lineage(plan),
             plan.containments,
             batch_time(plan),
             cascade_producer(batch.sign),
+            batch.unlinked,
         )
         return with_lineage_plan(plan, lineage, batch.topics, batch.sign), dict(lineage.rows)
 

@@ -47,7 +47,7 @@ from ledger.interface import (
 )
 from ledger.jsonutil import loads
 from ledger.postgres_arrays import ADAPTERS
-from ledger.postgres_commit import write_batch
+from ledger.postgres_commit import read_claims, write_batch
 from ledger.postgres_lineage import lineage_row
 from ledger.postgres_timers import fire_due, summary
 from ledger.queries import QUERIES
@@ -58,7 +58,15 @@ from ledger.records import (
 from ledger.retention import PurgeCandidate, PurgeResult, purge_candidates, purge_operation
 from ledger.rowsign import RowSigner
 from ledger.timers import FiredTimers, TimerSummary
-from machines import Arrival, LineageRow, OperationView, arrival_of, with_lineage
+from machines import (
+    Arrival,
+    ClaimKey,
+    KeyClaim,
+    LineageRow,
+    OperationView,
+    arrival_of,
+    with_lineage,
+)
 from schemas import DEFAULT_TOPICS, TopicNames
 
 __all__ = ["PostgresLedger"]
@@ -299,6 +307,12 @@ class PostgresLedger(Ledger):
             }
 
         return self._run("arrival lineage", work)
+
+    def key_claims(self, keys: Sequence[ClaimKey]) -> dict[ClaimKey, KeyClaim]:
+        """See `Ledger.key_claims`: one query for the whole batch."""
+        if not keys:
+            return {}
+        return self._run("key claims", lambda conn: read_claims(conn, keys))
 
     # -- the batch transaction ----------------------------------------------------------
 

@@ -37,6 +37,7 @@ from psycopg.rows import TupleRow
 
 from ledger.audit import AuditRecord, ChainHead, chain_records, genesis_hash, genesis_head
 from ledger.cascade import LineagePlan, lineage_message
+from ledger.claims import check_claims, claim_message
 from ledger.codec import facts_to_json, view_json
 from ledger.deadletters import (
     DeadLetterRow,
@@ -71,9 +72,9 @@ from ledger.records import (
     finish_outbox,
     heads_row,
 )
-from machines import LineageRow
+from machines import ClaimKey, KeyClaim, LineageRow
 
-__all__ = ["write_batch"]
+__all__ = ["read_claims", "write_batch"]
 
 Conn = psycopg.Connection[TupleRow]
 Rows = list[TupleRow]
@@ -132,10 +133,11 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchRows) -> CommitResult:
         # With nothing left to check or write after them (no operation opened, whose
         # insert another writer may have won; no cascade), COMMIT rides in their round trip.
         commit_now = not plan.cascade and not any(r.opens for r in plan.operations)
-        opened = None
+        opened = claimed = None
         try:
             with conn.pipeline():
                 opened = _insert_opened(conn, plan, chained, lineage)
+                claimed = _insert_claims(conn, plan)
                 _update_operations(conn, plan, heads, chained)
                 _write_timers(conn, plan.timers)
                 write_lineage(conn, plan, lineage)
@@ -153,6 +155,7 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchRows) -> CommitResult:
             _opened_first(plan, opened)
             raise
         _check_opened(plan, opened)
+        _check_claimed(conn, plan, claimed)
         cascaded = insert_cascade(conn, plan)
         if late:
             _insert_tables(conn, [("outbox", [_letter_tuple(o) for o in letters])])
@@ -412,6 +415,59 @@ def _check_opened(plan: BatchRows, inserted: psycopg.Cursor[TupleRow] | None) ->
                 f"operation {row.operation_id}: this batch opens it, but another writer "
                 "opened it first: reload the view and decide again from the stored offsets"
             )
+
+
+def _insert_claims(conn: Conn, plan: BatchRows) -> psycopg.Cursor[TupleRow] | None:
+    """Queue the insert of the idempotency keys the batch's new operations claim
+    (`ledger.claims`); a key held already is missing from the result: `_check_claimed`."""
+    if not plan.claims:
+        return None
+    rows = [
+        (
+            c.key.principal,
+            c.key.capability,
+            c.key.idempotency_key,
+            c.claim.operation_id,
+            c.claim.arguments_digest,
+            c.claimed_at,
+        )
+        for c in plan.claims
+    ]
+    return conn.execute(QUERIES["insert_claims"], column_arrays(_CLAIM_COLUMNS, _CLAIM_TYPES, rows))
+
+
+def read_claims(conn: Conn, keys: Sequence[ClaimKey]) -> dict[ClaimKey, KeyClaim]:
+    """The stored owners of `keys` (`key_claims`: one primary-key lookup per key)."""
+    params = {
+        "principals": TextArray(k.principal for k in keys),
+        "capabilities": TextArray(k.capability for k in keys),
+        "keys": TextArray(k.idempotency_key for k in keys),
+    }
+    return {
+        ClaimKey(p, c, k): KeyClaim(op, digest)
+        for p, c, k, op, digest in conn.execute(QUERIES["key_claims"], params)
+    }
+
+
+_CLAIM_COLUMNS: Final = ("c0", "c1", "c2", "c3", "c4", "c5")
+_CLAIM_TYPES: Final = ("text", "text", "text", "text", "text", "timestamptz")
+
+
+def _check_claimed(conn: Conn, plan: BatchRows, inserted: psycopg.Cursor[TupleRow] | None) -> None:
+    """Refuse the batch when a claim it wrote was not written: another operation holds
+    the key (its batch committed after ours was decided). Still inside the transaction,
+    which the refusal rolls back whole."""
+    if inserted is None:
+        return
+    written = {(ClaimKey(str(p), str(c), str(k)), str(op)) for p, c, k, op in inserted.fetchall()}
+    missing = [c.key for c in plan.claims if (c.key, c.claim.operation_id) not in written]
+    if not missing:
+        return
+    # Owned by another operation: one a concurrent batch committed, or one this batch
+    # claims twice (the first row of the statement won; it is visible here).
+    check_claims(plan, read_claims(conn, missing))
+    # Written by nobody and owned by nobody cannot happen; refuse rather than guess.
+    raise VersionConflict(claim_message(missing[0], "?", "an unknown writer"))
 
 
 def _update_operations(

@@ -44,6 +44,7 @@ def lineage_row(row: TupleRow) -> LineageRow:
     """A `LineageRow` from the columns of the `lineage_*` queries, in their order."""
     (op, correlation, machine, version, state, agent, task, principal, origin, parent) = row[:10]
     credentials, ancestors, agents, contained, containing, cause, below = row[10:17]
+    opened_by = row[17] if len(row) > 17 else None  # `arrival_rows` reads it too
     return LineageRow(
         operation_id=op,
         correlation_id=correlation,
@@ -62,6 +63,7 @@ def lineage_row(row: TupleRow) -> LineageRow:
         containing=bool(containing),
         containment_cause=cause,
         descendant_agents=tuple(below),
+        opened_by=opened_by,
     )
 
 
@@ -122,13 +124,14 @@ def lineage_step(
                 sorted(c.operation_id for c in plan.containments),
                 _WALK_ROUNDS,
             )
-    check_arrivals(plan, stored)
+    check_arrivals(plan, stored, batch.unlinked)
     lineage = plan_lineage(
         stored,
         opened_lineage(plan),
         plan.containments,
         batch_time(plan),
         cascade_producer(batch.sign),
+        batch.unlinked,
     )
     return with_lineage_plan(plan, lineage, batch.topics, batch.sign), lineage
 

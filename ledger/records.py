@@ -31,15 +31,19 @@ from ledger.deadletters import DeadLetter
 from ledger.jsonutil import dumps
 from ledger.rowsign import RowSigner
 from machines import (
+    ClaimKey,
     Containment,
     Decision,
     Event,
+    KeyClaim,
     OperationView,
     Outcome,
     Timer,
     ToolFacts,
     apply,
+    claimed_by,
     containment_of,
+    identity_of,
 )
 from schemas import DEFAULT_TOPICS, TopicNames, record_id
 
@@ -50,6 +54,7 @@ __all__ = [
     "AuditItem",
     "Batch",
     "BatchRows",
+    "ClaimRow",
     "DecisionRow",
     "Entry",
     "EventRow",
@@ -110,9 +115,9 @@ class Entry:
 class Batch:
     """Everything one consumed batch caused. `views` are the views the decisions were
     made on (keyed by operation id; their `version` is the optimistic check); `entries`
-    are in consumption order; `runtime` names the agent runtime when the caller knows it;
-    `dead_letters` are the records the consumer refused (`ledger.deadletters`), written in
-    the same transaction, so a stored offset never skips a refusal left unrecorded.
+    are in consumption order; `dead_letters` are the records the consumer refused
+    (`ledger.deadletters`), written in the same transaction, so a stored offset never
+    skips a refusal left unrecorded.
 
     `folded`, when the caller has it, holds each operation's view after the batch: the
     views `entries` folded onto `views` with `machines.decision.apply`, in order, which
@@ -125,7 +130,6 @@ class Batch:
     positions: tuple[Position, ...]
     views: Mapping[str, OperationView]
     entries: tuple[Entry, ...] = ()
-    runtime: str | None = None
     dead_letters: tuple[DeadLetter, ...] = ()
     topics: TopicNames = DEFAULT_TOPICS
     folded: Mapping[str, OperationView] | None = None
@@ -138,6 +142,9 @@ class Batch:
     # (`{"id", "version"}`), which every decision and opened record names.
     provenance: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     controller: Mapping[str, str] | None = None
+    # Per operation the batch opens, the children reported before it that the lineage
+    # step must not link below it (`machines.may_link`, `BatchFold.unlinked`).
+    unlinked: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +287,15 @@ class TimerRows:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimRow:
+    """An idempotency key an operation the batch opens claims (`machines.claims`)."""
+
+    key: ClaimKey
+    claim: KeyClaim
+    claimed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class BatchRows:
     """Every row of one batch except the chained audit records and their outbox rows."""
 
@@ -298,6 +314,9 @@ class BatchRows:
     # `recovery.EvidenceEvent` rows: the trusted evidence each decision accepted.
     published_evidence: tuple[OutboxRow, ...] = ()
     timers: TimerRows = TimerRows()
+    # The idempotency keys the operations the batch opens claim; the commit writes them
+    # under a unique key and refuses the batch when another operation got one first.
+    claims: tuple[ClaimRow, ...] = ()
 
     @property
     def needs_lineage(self) -> bool:
@@ -328,6 +347,7 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
     views: dict[str, OperationView] = {}
     facts: dict[str, ToolFacts] = {}
     firsts: dict[str, Event] = {}
+    opened_at: dict[str, datetime] = {}
     # Each operation's deadline as text, formatted once (`apply` never changes it).
     deadlines: dict[str, str | None] = {}
     events: list[EventRow] = []
@@ -345,6 +365,7 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
         sources[op] = entry.source or sources.get(op)
         if op not in firsts:
             firsts[op] = event
+            opened_at[op] = decision.decided_at
             views[op] = batch.views[op]
             facts[op] = views[op].facts
             deadline = views[op].deadline
@@ -354,7 +375,11 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
         if decision.outcome is Outcome.DUPLICATE:
             continue  # already recorded: redelivery is idempotent
         if decision.outcome is Outcome.CONFLICT:
-            audit.append(_conflict(views[op] if folded is None else folded[op], entry))
+            audit.append(
+                _conflict(
+                    views[op] if folded is None else folded[op], entry, _identity(views[op], event)
+                )
+            )
             continue
         if folded is None:
             views[op] = apply(views[op], decision)
@@ -369,7 +394,7 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
         published.extend(_evidence_events(event, decision, topics))
         if approval is not None:
             approvals.append(approval)
-        audit.append(_decision_audit(row, event, batch))
+        audit.append(_decision_audit(row, event, batch, views[op]))
         commands.extend(
             _command_rows(decision, facts[op], deadlines[op], row.decision, topics, entry.trace)
         )
@@ -383,12 +408,17 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
     # from what its newest audit record commits to (audit/2).
     recorded = {item.operation_id for item in audit}
     operations = tuple(
-        _operation_row(batch.views[op], final[op], firsts[op], batch.runtime)
+        _operation_row(batch.views[op], final[op], firsts[op]) for op in firsts if op in recorded
+    )
+    claims = tuple(
+        ClaimRow(*claimed, opened_at[op])
         for op in firsts
-        if op in recorded
+        if batch.views[op].version == 0 and op in recorded
+        if (claimed := claimed_by(final[op])) is not None
     )
     return BatchRows(
         operations=operations,
+        claims=claims,
         events=tuple(events),
         decisions=tuple(decisions),
         evidence=tuple(evidence),
@@ -434,15 +464,32 @@ def _timer_rows(
     return TimerRows(tuple(armed), tuple(disarmed), tuple(spent))
 
 
-def _decision_audit(row: DecisionRow, event: Event, batch: Batch) -> AuditItem:
-    """A decision's audit record: the decision record, its digest, the controller that
-    decided and, when the event has one, its payload as intake minimized it
-    (`machines.minimize_event`: the redacted copy the machine's `audit.record` keeps, or
-    a reference to it), so the audit trail holds no redacted value (SPEC §10)."""
+def _identity(view: OperationView, event: Event) -> dict[str, str | None]:
+    """The operation's identities every audit record names (SPEC §10: initiating
+    principal, agent, runtime, task), as it was opened; a view stored before they were
+    kept gives the event's own lineage instead."""
+    identity = identity_of(view)
+    if view.principal is None:
+        lineage = event.lineage
+        identity.update(
+            initiating_principal=lineage.initiating_principal,
+            runtime=lineage.runtime,
+            task=lineage.task,
+        )
+    return identity
+
+
+def _decision_audit(row: DecisionRow, event: Event, batch: Batch, view: OperationView) -> AuditItem:
+    """A decision's audit record: the decision record, its digest, the identities of the
+    operation (`_identity`), the controller that decided and, when the event has one, its
+    payload as intake minimized it (`machines.minimize_event`: the redacted copy the
+    machine's `audit.record` keeps, or a reference to it), so the audit trail holds no
+    redacted value (SPEC §10)."""
     body = {
         **row.decision,
         "format": AUDIT_FORMAT,
         "decision_digest": text_digest(row.decision_json),
+        "identity": _identity(view, event),
     }
     if batch.controller is not None:
         body["controller"] = batch.controller
@@ -554,9 +601,7 @@ def _check_entry(batch: Batch, entry: Entry) -> str:
     return op
 
 
-def _operation_row(
-    base: OperationView, final: OperationView, first: Event, runtime: str | None
-) -> OperationRow:
+def _operation_row(base: OperationView, final: OperationView, first: Event) -> OperationRow:
     lineage = first.lineage
     return OperationRow(
         operation_id=base.operation_id,
@@ -567,7 +612,7 @@ def _operation_row(
         initiating_principal=lineage.initiating_principal,
         agent=lineage.agent,
         task=lineage.task,
-        runtime=runtime,
+        runtime=final.runtime if final.principal is not None else lineage.runtime,
         origin_operation=lineage.origin_operation,
         parent_operation=lineage.parent_operation,
         delegated_credentials=tuple(lineage.delegated_credentials),
@@ -595,7 +640,7 @@ def _opened(view: OperationView, event: Event, batch: Batch, deadline: str | Non
         "initial_state": view.state,
         "initiating_principal": lineage.initiating_principal,
         "agent": lineage.agent,
-        "runtime": batch.runtime,
+        "runtime": lineage.runtime,
         "task": lineage.task,
         "origin_operation": lineage.origin_operation,
         "parent_operation": lineage.parent_operation,
@@ -608,7 +653,7 @@ def _opened(view: OperationView, event: Event, batch: Batch, deadline: str | Non
     return AuditItem(view.operation_id, "operation-opened", body, opened_json(body))
 
 
-def _conflict(view: OperationView, entry: Entry) -> AuditItem:
+def _conflict(view: OperationView, entry: Entry, identity: Mapping[str, Any]) -> AuditItem:
     event = entry.event
     stored = view.seen_events.get(event.event_id)
     reason = (
@@ -622,6 +667,7 @@ def _conflict(view: OperationView, entry: Entry) -> AuditItem:
         "stored_digest": stored,
         "offered_digest": event.payload_digest,
         "reason": reason,
+        "identity": identity,
     }
     dead_letter: dict[str, Any]
     if entry.dead_letter is not None:
@@ -711,6 +757,24 @@ def _evidence_rows(event: Event, decision: Decision, delta: Mapping[str, Any]) -
                 True,
                 event.evidence_ref,
                 {"contained_ancestor": ev.contained_ancestor},
+            )
+        )
+    if ev.denial is not None:
+        rows.append(
+            EvidenceRow(
+                op,
+                eid,
+                "denial",
+                event.producer,
+                True,
+                event.evidence_ref,
+                {"denial": ev.denial, "event_type": event.event_type},
+            )
+        )
+    if ev.key_reuse is not None:
+        rows.append(
+            EvidenceRow(
+                op, eid, "key-reuse", event.producer, True, event.evidence_ref, delta["key_reuse"]
             )
         )
     if decision.classifier is not None:

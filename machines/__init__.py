@@ -35,6 +35,8 @@ from machines.casefile import (
     load_case,
     run_case,
 )
+from machines.claims import ClaimKey, KeyClaim, claim_key_of, claimed_by, reuse_of
+from machines.compiled import GuardEvaluation
 from machines.containment import (
     MAX_LINEAGE_DEPTH,
     Arrival,
@@ -44,6 +46,7 @@ from machines.containment import (
     arrival_of,
     containment_of,
     lineage_below,
+    may_link,
     with_lineage,
 )
 from machines.decision import (
@@ -58,6 +61,7 @@ from machines.digest import (
     canonical_ascii_json,
     canonical_json,
     canonical_text,
+    digest_of,
 )
 from machines.ed25519 import sign as ed25519_sign
 from machines.ed25519 import verify as ed25519_verify
@@ -144,6 +148,7 @@ from machines.replay import (
 )
 from machines.review import (
     ReviewPacket,
+    awaited_actions,
     awaits_human,
     review_packet,
 )
@@ -181,6 +186,8 @@ from machines.view import (
     OperationView,
     Timer,
     ToolFacts,
+    checkpoint_digest,
+    identity_of,
     new_view,
     view_from_json,
     view_from_json_text,
@@ -207,6 +214,7 @@ __all__ = [
     "CaseError",
     "CaseResult",
     "Change",
+    "ClaimKey",
     "ClassifierOutput",
     "Containment",
     "Decision",
@@ -215,9 +223,11 @@ __all__ = [
     "EventError",
     "EvidencePayload",
     "Grant",
+    "GuardEvaluation",
     "HeldAction",
     "HumanDecision",
     "Invocation",
+    "KeyClaim",
     "KeyFileError",
     "Lineage",
     "LineageRow",
@@ -254,6 +264,7 @@ __all__ = [
     "applies",
     "apply",
     "arrival_of",
+    "awaited_actions",
     "awaits_human",
     "call_context_claims",
     "canonical_ascii_json",
@@ -265,15 +276,20 @@ __all__ = [
     "check_opening",
     "check_policy_against_machines",
     "check_policy_against_registry",
+    "checkpoint_digest",
+    "claim_key_of",
+    "claimed_by",
     "compare_decisions",
     "containment_of",
     "correlation_conflict",
     "decide",
+    "digest_of",
     "discover",
     "due_timers",
     "dump_model",
     "ed25519_sign",
     "ed25519_verify",
+    "identity_of",
     "insecure_test_key",
     "is_timer_event",
     "issue_call_context",
@@ -292,6 +308,7 @@ __all__ = [
     "load_trusted_publishers",
     "lock_entry",
     "matching_scope",
+    "may_link",
     "minimize_event",
     "new_view",
     "opening_conflict",
@@ -307,6 +324,7 @@ __all__ = [
     "public_key_text",
     "public_name_keys",
     "replay_decisions",
+    "reuse_of",
     "review_digest",
     "review_packet",
     "run_case",

@@ -23,7 +23,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from machines.containment import Arrival, Change, LineageRow, arrival_of, containment_of
+from machines.claims import ClaimKey, KeyClaim, claim_key_of, claimed_by
+from machines.containment import (
+    Arrival,
+    Change,
+    LineageRow,
+    arrival_of,
+    containment_of,
+    may_link,
+)
 from machines.decision import Decision, Outcome, apply, decide
 from machines.event import Event
 from machines.guards import STANDARD_GUARDS, GuardFn
@@ -62,7 +70,11 @@ class OperationSetup:
     capability: str | None = None
     tool: str | None = None
     environment: str | None = None
-    opened_by: str = ""
+    principal: str | None = None
+    task: str | None = None
+    runtime: str | None = None
+    credentials: tuple[str, ...] = ()
+    opened_by: str | None = None
     agent_proof: str = ""
 
 
@@ -92,6 +104,10 @@ def open_view(
         capability=setup.capability,
         tool=setup.tool,
         environment=setup.environment,
+        principal=setup.principal,
+        task=setup.task,
+        runtime=setup.runtime,
+        credentials=setup.credentials,
         opened_by=setup.opened_by,
         agent_proof=setup.agent_proof,
     )
@@ -109,23 +125,33 @@ class BatchFold:
         stored: Mapping[str, OperationView],
         rules: Rules,
         arrivals: Mapping[str, Arrival] | None = None,
+        claims: Mapping[ClaimKey, KeyClaim] | None = None,
     ) -> None:
         self.rules = rules
         self.stored = stored
         self.arrivals: Mapping[str, Arrival] = arrivals or {}
+        # The owners of idempotency keys: those the ledger stores for the keys this
+        # fold's new operations declare, and those of operations folded here since
+        # (`machines.claims`), so a second claimant is decided on the first one.
+        self.claims: dict[ClaimKey, KeyClaim] = dict(claims or {})
         # The operations this fold opens, with their first event and the lineage each
         # was opened with, and whether it is containing as folded so far: a child
         # opened below one of them later is decided below it (no ledger knows it yet).
         self.opened: dict[str, tuple[Event, Arrival]] = {}
         self.containing: dict[str, bool] = {}
+        # Per operation opened here, the children reported before it that are not
+        # linked below it: their openers may not speak for its agents (`may_link`).
+        self.unlinked: dict[str, frozenset[str]] = {}
         self.base: dict[str, OperationView] = {}
         self.current: dict[str, OperationView] = {}
 
     def admit(self, view: OperationView) -> None:
         """Take `view` as its operation's view from now on, as if it had been stored
-        (an operation opened with an explicit `OperationSetup`)."""
+        (an operation opened with an explicit `OperationSetup`), with the idempotency
+        key it declares claimed."""
         self.base.setdefault(view.operation_id, view)
         self.current[view.operation_id] = view
+        self._claim(view)
 
     def restore(self, operation_id: str, before: OperationView | None) -> None:
         """Put an operation back as it was folded before one event (`before`: its
@@ -134,8 +160,10 @@ class BatchFold:
         if before is not None:
             self.current[operation_id] = before
             return
-        for table in (self.base, self.current, self.opened, self.containing):
+        for table in (self.base, self.current, self.opened, self.containing, self.unlinked):
             table.pop(operation_id, None)
+        for key in [k for k, c in self.claims.items() if c.operation_id == operation_id]:
+            del self.claims[key]
 
     def known(self, operation_id: str) -> OperationView | None:
         """The operation's view as folded so far, or as stored; None if neither."""
@@ -157,19 +185,33 @@ class BatchFold:
                 # is recorded until the view is built, so an event that fails to open
                 # its operation leaves the fold as it was.
                 arrival = self.arrival_in_batch(event)
-                scope = event.scope
+                refused = frozenset(
+                    c.operation_id
+                    for c in arrival.children
+                    if not may_link(
+                        self.rules.policy.roster, c, (event.lineage.agent, *arrival.lineage_agents)
+                    )
+                )
+                if refused:
+                    arrival = arrival.without(refused)
+                    self.unlinked[op] = refused
+                scope, lineage = event.scope, event.lineage
                 setup = OperationSetup(
                     operation_id=op,
-                    agent=event.lineage.agent,
+                    agent=lineage.agent,
                     correlation_id=event.correlation_id,
                     capability=None if scope is None else scope.capability,
                     tool=None if scope is None else scope.tool,
                     environment=None if scope is None else scope.environment,
+                    principal=lineage.initiating_principal,
+                    task=lineage.task,
+                    runtime=lineage.runtime,
+                    credentials=lineage.delegated_credentials,
                     opened_by=event.producer,
                     agent_proof=agent_proof,
                 )
                 opened = open_view(machine, self.rules.policy, setup, now)
-                view = arrival.applied_to(opened)
+                view = self._owned_elsewhere(arrival.applied_to(opened), event)
                 self.opened[op] = (event, arrival)
             self.base[op] = view
             self.current[op] = view
@@ -211,6 +253,24 @@ class BatchFold:
         self.current[op] = view
         if change is not None:
             self.containing[op] = change.change is Change.CONTAIN
+        if decision.evidence.facts is not None:
+            self._claim(view)
+
+    def _claim(self, view: OperationView) -> None:
+        """Record the idempotency key `view`'s operation claims, unless another holds it."""
+        claimed = claimed_by(view)
+        if claimed is not None:
+            self.claims.setdefault(*claimed)
+
+    def _owned_elsewhere(self, view: OperationView, event: Event) -> OperationView:
+        """`view` (of the operation `event` opens) with the owner of the idempotency key
+        the event declares, when another operation holds it: the core then decides the
+        event as a duplicate or a conflicting reuse (`machines.claims`)."""
+        key = claim_key_of(event)
+        owner = self.claims.get(key) if key is not None else None
+        if owner is None or owner.operation_id == view.operation_id:
+            return view
+        return replace(view, key_owner=owner)
 
     def arrival_in_batch(self, event: Event) -> Arrival:
         """The lineage a new operation is opened with: the ledger's (`arrivals`), extended
@@ -236,10 +296,16 @@ class BatchFold:
         descendants = stored.descendant_agents + tuple(
             a for a in below.descendant_agents if a not in stored.descendant_agents
         )
+        kids = stored.children + below.children
         if parent is None:
-            return replace(stored, descendant_agents=descendants)
+            return replace(stored, descendant_agents=descendants, children=kids)
         return Arrival(
-            op, below.ancestors, below.lineage_agents, below.contained_ancestors, descendants
+            op,
+            below.ancestors,
+            below.lineage_agents,
+            below.contained_ancestors,
+            descendants,
+            kids,
         )
 
     def row_of(self, op: str) -> LineageRow:
@@ -265,4 +331,5 @@ class BatchFold:
             contained_ancestors=arrival.contained_ancestors,
             containing=self.containing.get(op, False),
             descendant_agents=arrival.descendant_agents,
+            opened_by=ev.producer,
         )

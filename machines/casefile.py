@@ -87,6 +87,7 @@ class FactsSpec(BaseModel):
     side_effect_confirmed: bool = False
     compensation_supported: bool = False
     status_api: bool = False
+    arguments_digest: str | None = None
 
 
 class OperationSpec(BaseModel):
@@ -96,6 +97,8 @@ class OperationSpec(BaseModel):
     lineage_agents: tuple[str, ...] = ()
     task: str = "task-1"
     principal: str = "principal-1"
+    runtime: str | None = "runtime-1"
+    credentials: tuple[str, ...] = ()  # delegated to the agent for the task
     correlation_id: str = "corr-1"
     parent_operation: str | None = None
     origin_operation: str | None = None
@@ -185,6 +188,7 @@ class StepSpec(BaseModel):
     correlation_id: str | None = None  # default: the operation's
     facts: FactsSpec | None = None  # a `facts` block on this step's envelope
     payload: dict[str, Any] | None = None  # the envelope's free-form payload
+    operation: str | None = None  # one of `operations` (default: the case's operation)
     replay: str | None = None  # resend the exact event of this earlier step id
     expect: ExpectSpec = ExpectSpec()
 
@@ -200,6 +204,10 @@ class CaseSpec(BaseModel):
     scenario: tuple[str, ...]
     description: str = ""
     operation: OperationSpec = OperationSpec()
+    # More operations, each opened by its first step (`operation: <id>`) as on the wire,
+    # with its `facts` on that step's envelope: no start `state`, `budget`, deadline or
+    # lineage agents.
+    operations: tuple[OperationSpec, ...] = ()
     policy: dict[str, Any] = Field(default_factory=dict)
     approvers: tuple[ApproverSpec, ...] = (ApproverSpec(id="approver-1"),)
     guard_faults: dict[str, Literal["raise", "unavailable"]] = Field(default_factory=dict)
@@ -209,6 +217,18 @@ class CaseSpec(BaseModel):
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return (value,) if isinstance(value, str) else value
+
+    @field_validator("operations")
+    @classmethod
+    def _opened_by_events(cls, value: tuple[OperationSpec, ...]) -> tuple[OperationSpec, ...]:
+        for op in value:
+            fixed = {"state", "budget", "deadline_seconds", "lineage_agents"}
+            if fixed & op.model_fields_set:
+                raise ValueError(
+                    f"operation {op.id} is opened by its first event: leave out "
+                    f"{', '.join(sorted(fixed & op.model_fields_set))}"
+                )
+        return value
 
     @field_validator("scenario")
     @classmethod
@@ -319,6 +339,12 @@ class _Runner:
         check_policy_against_machines(self.policy, (machine,), registry)
         self.sim = Simulation(machine, registry_used, self.policy, guard_table=table)
         op = case.operation
+        self.operations = {o.id: o for o in (op, *case.operations)}
+        if len(self.operations) != 1 + len(case.operations):
+            raise CaseError(f"case {case.name}: operation ids must be distinct")
+        # The scope every event of the case carries (the opening one needs it on the
+        # wire, SPEC §8 step 2): the one the machine's `applies_to` admits.
+        self.scope = matching_scope(machine.applies_to)
         self.sim.open(
             OperationSetup(
                 operation_id=op.id,
@@ -331,6 +357,13 @@ class _Runner:
                 else EPOCH + timedelta(seconds=op.deadline_seconds),
                 state=op.state,
                 correlation_id=op.correlation_id,
+                capability=self.scope.capability,
+                tool=self.scope.tool,
+                environment=self.scope.environment,
+                principal=op.principal,
+                task=op.task,
+                runtime=op.runtime,
+                credentials=op.credentials,
             ),
             # The operation opens at its first step's time, as the controller opens it
             # when its first event is decided: the policy's deadline counts from there.
@@ -351,7 +384,13 @@ class _Runner:
             return self.sent[step.replay]
         if step.event is None:
             raise CaseError(f"case {self.case.name} step {index}: needs `event` or `replay`")
-        op = self.case.operation
+        op = self.operations.get(step.operation or self.case.operation.id)
+        if op is None:
+            raise CaseError(f"case {self.case.name} step {index}: no operation {step.operation}")
+        facts = step.facts
+        if facts is None and op is not self.case.operation and op.id not in self.sim.views:
+            # Another operation is opened by its first event, which carries its facts.
+            facts = op.facts if "facts" in op.model_fields_set else None
         event_id = step.id or f"e{index}"
         now = EPOCH + timedelta(seconds=self.clock)
         event = Event(
@@ -370,16 +409,16 @@ class _Runner:
                 initiating_principal=op.principal,
                 origin_operation=op.origin_operation,
                 parent_operation=op.parent_operation,
+                runtime=op.runtime,
+                delegated_credentials=op.credentials,
             ),
             evidence=self._evidence(step),
-            human_decision=self._decision(step, now),
+            human_decision=self._decision(step, op.id, now),
             classifier=self._classifier(step),
             causation=step.causation,
-            facts=None if step.facts is None else DeclaredFacts(**step.facts.model_dump()),
+            facts=None if facts is None else DeclaredFacts(**facts.model_dump()),
             payload=step.payload,
-            # The scope a tool puts on its events; on the wire the opening event needs one
-            # (SPEC §8 step 2), and the in-memory runner decides the same events.
-            scope=matching_scope(self.machine.applies_to),
+            scope=self.scope,
         )
         self.sent[event_id] = event
         return event
@@ -436,11 +475,11 @@ class _Runner:
             else saved + timedelta(seconds=spec.valid_for),
         )
 
-    def _decision(self, step: StepSpec, now: datetime) -> HumanDecision | None:
+    def _decision(self, step: StepSpec, operation: str, now: datetime) -> HumanDecision | None:
         spec = step.approval
         if spec is None:
             return None
-        view = self.sim.views[self.case.operation.id]
+        view = self.sim.views[operation]
         verdict = spec.decision or ("rejected" if step.event == "HUMAN_REJECTED" else "approved")
         unsigned = HumanDecision(
             approver=spec.approver,

@@ -21,7 +21,7 @@ the rows it reads and writes) is in `ledger.cascade`.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
@@ -29,6 +29,7 @@ from typing import Any, Final
 from machines.decision import Decision, Outcome
 from machines.event import Event, Lineage
 from machines.model import CapabilityKind
+from machines.roster import Role, Roster
 from machines.view import LineageStatus, OperationView
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "arrival_of",
     "containment_of",
     "lineage_below",
+    "may_link",
     "with_lineage",
 ]
 
@@ -121,6 +123,9 @@ class LineageRow:
     containing: bool = False
     containment_cause: str | None = None
     descendant_agents: tuple[str, ...] = ()
+    # The authenticated producer of the event that opened it (None: not known to this
+    # read): whose grants a link below a parent reported later is checked against.
+    opened_by: str | None = None
 
     def lineage(self) -> Lineage:
         """The envelope lineage of events about this operation."""
@@ -175,6 +180,17 @@ class Arrival:
     lineage_agents: tuple[str, ...] = ()
     contained_ancestors: tuple[str, ...] = ()
     descendant_agents: tuple[str, ...] = ()
+    # The stored rows naming it as parent (children reported first) the descendant
+    # agents come from: what `without` recomputes them from. Not part of the lineage.
+    children: tuple[LineageRow, ...] = field(default=(), compare=False)
+
+    def without(self, refused: frozenset[str]) -> Arrival:
+        """This arrival with the children in `refused` left out: not linked below it
+        (`may_link`), so their agents are not its descendants'."""
+        if not refused:
+            return self
+        kept = tuple(c for c in self.children if c.operation_id not in refused)
+        return replace(self, descendant_agents=_agents_below(kept), children=kept)
 
     def applied_to(self, view: OperationView) -> OperationView:
         """`view` (a freshly opened one) with this lineage laid over it."""
@@ -194,15 +210,41 @@ def arrival_of(
     not named) above the stored `children` (rows naming it as parent). The same rule
     as the linking in `plan_lineage`, so the lineage a batch is decided with and the one
     its commit links agree unless a concurrent batch moved it in between."""
+    kids = tuple(sorted(children, key=lambda r: r.operation_id))
+    below = _agents_below(kids)
+    if parent is None or operation_id in parent.ancestors:
+        return Arrival(operation_id, descendant_agents=below, children=kids)
+    ancestors, agents, contained = lineage_below(parent)
+    return Arrival(operation_id, ancestors, agents, contained, below, kids)
+
+
+def _agents_below(children: Iterable[LineageRow]) -> tuple[str, ...]:
     below: list[str] = []
-    for child in sorted(children, key=lambda r: r.operation_id):
+    for child in children:
         for agent in (child.agent, *child.descendant_agents):
             if agent not in below:
                 below.append(agent)
-    if parent is None or operation_id in parent.ancestors:
-        return Arrival(operation_id, descendant_agents=tuple(below))
-    ancestors, agents, contained = lineage_below(parent)
-    return Arrival(operation_id, ancestors, agents, contained, tuple(below))
+    return tuple(below)
+
+
+def may_link(roster: Roster, child: LineageRow, agents: Iterable[str]) -> bool:
+    """Whether `child`, reported before the operation it names as parent, may be linked
+    below it now that the parent arrived (CONFORMANCE L5, DESIGN "The affected agent is
+    proven, not named"): its opener holds `tool` or `orchestrator` for every agent it
+    would be linked below (`agents`: the parent's and its ancestors'), the rule
+    `machines.check_opening` applies when the ancestors are known at the child's own
+    opening. Without a roster (a simulation) every link stands, and so does one of a
+    child whose opener is not known (stored before openers were kept)."""
+    if not roster.producers or child.opened_by is None:
+        return True
+    entry = roster.producer(child.opened_by)
+    if entry is None:
+        return False
+    return all(
+        entry.permits(Role.TOOL, agent=agent) or entry.permits(Role.ORCHESTRATOR, agent=agent)
+        for agent in agents
+        if agent != child.agent
+    )
 
 
 def with_lineage(

@@ -18,6 +18,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from machines.claims import reuse_of
 from machines.classifier import ClassifierRecord, classifier_refusal
 from machines.compiled import CompiledTransition, GuardEvaluation, compile_machine
 from machines.event import Event
@@ -37,11 +38,14 @@ from machines.guards import (
 )
 from machines.invariants import (
     ANSWERED_KINDS,
+    RETRY_AFTER_DENIAL,
     Notice,
     action_refusal,
     authority_refusal,
+    awaited_refusal,
     causation_refusal,
     needs_approval,
+    route_refusal,
 )
 from machines.model import ActionRef, CapabilityKind, CapabilitySpec, Machine, Registry, Transition
 from machines.policy import Policy
@@ -66,6 +70,14 @@ from machines.view import (
 CORRELATION_MISMATCH = "correlation-mismatch"
 ESCALATION_SUPPRESSED = "escalation-suppressed"
 AFFECTED_AGENT_FINAL = "affected-agent-final"
+FINAL_STATE = "final-state"
+DUPLICATE_DETECTED = "DUPLICATE_DETECTED"
+ANCESTOR_CONTAINED = "ANCESTOR_CONTAINED"
+ANCESTOR_CONTAINED_UNROUTED = "ancestor-contained-unrouted"
+CONTAINMENT_UNAVAILABLE = "containment-unavailable"
+STOP, REVOKE = str(CapabilityKind.STOP), str(CapabilityKind.REVOKE)
+IDEMPOTENCY_KEY_CONFLICT = "idempotency-key-conflict"
+DUPLICATE_OPERATION = "duplicate-operation"
 
 
 class Outcome(StrEnum):
@@ -75,6 +87,7 @@ class Outcome(StrEnum):
     REJECTED = "rejected"  # no transition accepted the event; state unchanged (§6.5)
     REFUSED = "refused"  # validation or an invariant refused it; state unchanged (§7)
     FINAL = "final"  # the operation is in a final state, which accepts nothing
+    AWAITING = "awaiting"  # a result recorded; the state waits for its other actions (§7.3)
     DUPLICATE = "duplicate"  # same event id, same payload: already decided
     CONFLICT = "conflict"  # same event id, different payload: dead-letter it
     # A timer's event did what the timer does without a transition: a stalled or
@@ -95,7 +108,7 @@ class Invocation:
     kind: str
     material: bool
     params: Mapping[str, Any]
-    origin: str  # "transition", "entry" or "escalation"
+    origin: str  # "transition", "entry", "escalation" or "containment"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready form."""
@@ -289,66 +302,257 @@ def _draft_decision(
         draft.outcome = Outcome.DUPLICATE if seen == event.payload_digest else Outcome.CONFLICT
         draft.sequence = view.version
         return
-    envelope = _envelope_refusal(machine, view, event)
-    if envelope is not None:
-        draft.outcome, draft.refusals = Outcome.REFUSED, (envelope,)
+    refusal = _envelope_refusal(machine, view, event) or _state_refusal(machine, view, event)
+    if refusal is not None:
+        final = refusal.code == FINAL_STATE
+        draft.outcome, draft.refusals = (Outcome.FINAL if final else Outcome.REFUSED), (refusal,)
+        if final and event.event_type == ANCESTOR_CONTAINED:
+            _finished(draft, machine, view, event, policy, registry, now)
         return
+    if event.event_type in _events_of(machine):
+        draft.condition_scope = event.event_type
+    refusal = _admission(draft, view, event, policy, registry, now)
+    candidates: tuple[CompiledTransition, ...] = ()
+    if refusal is None:
+        candidates, refusal = _candidates(draft, machine, view, event, registry, guard_table)
+    if draft.outcome is Outcome.AWAITING:
+        return
+    if refusal is not None:
+        _withhold(draft, Outcome.REFUSED, refusal, view, policy, registry)
+    elif not candidates and draft.evidence.contained_ancestor is not None:
+        _contain_unrouted(draft, machine, view, event, policy, registry)
+    else:
+        _select(draft, candidates, _finals_of(machine), view, event, policy, registry, now)
+
+
+def _admission(
+    draft: _Draft,
+    view: OperationView,
+    event: Event,
+    policy: Policy,
+    registry: Registry,
+    now: datetime,
+) -> Notice | None:
+    """Whether the event may say what it says, and the trusted evidence it adds (into
+    the draft): the classifier boundary, the producer's authority, the command it
+    answers, then evidence admission; the first refusal, or None."""
+    draft.classifier, refusal = classifier_refusal(event, policy)
+    refusal = refusal or authority_refusal(event, view) or causation_refusal(event, view, registry)
+    if refusal is None:
+        draft.evidence, refusal = admit_evidence(event, view, policy, now)
+    return refusal
+
+
+def _finished(
+    draft: _Draft,
+    machine: Machine,
+    view: OperationView,
+    event: Event,
+    policy: Policy,
+    registry: Registry,
+    now: datetime,
+) -> None:
+    """An ancestor's containment reaching an operation in a final state (CONFORMANCE
+    L5.3): its machine accepts nothing, but if it still holds the credentials delegated
+    to it, the controller revokes them; the contained ancestor is recorded as evidence.
+    An event the core would refuse anywhere (from the agent's lineage, say) is refused
+    here too."""
+    refusal = _admission(draft, view, event, policy, registry, now)
+    if refusal is not None:
+        _withhold(draft, Outcome.REFUSED, refusal, view, policy, registry)
+        return
+    if view.credentials and not view.revoked:
+        draft.invocations = _containment(draft, machine, view, policy, registry, stop=False)
+
+
+def _contain_unrouted(
+    draft: _Draft,
+    machine: Machine,
+    view: OperationView,
+    event: Event,
+    policy: Policy,
+    registry: Registry,
+) -> None:
+    """A trusted contained ancestor reported in a state the machine gives no route for
+    it (CONFORMANCE L5.2, L5.3): the controller stops the task and its queued work and
+    revokes the credentials it still holds itself, with the machine's own stop and
+    revoke capabilities, as two commands (SPEC §7.3), and escalates; the state does not
+    change, and the held lineage keeps retry and resume shut."""
+    notice = Notice(
+        ANCESTOR_CONTAINED_UNROUTED,
+        f"operation {view.operation_id}: {event.event_type} {event.event_id} (ancestor "
+        f"{draft.evidence.contained_ancestor}) has no route in state {view.state}; the "
+        "controller stops the task and revokes its delegated credentials itself",
+    )
+    contained = _containment(draft, machine, view, policy, registry, stop=True)
+    _withhold(draft, Outcome.REJECTED, notice, view, policy, registry)
+    draft.invocations = contained + tuple(
+        replace(i, command_id=f"{view.operation_id}:{draft.sequence}:{len(contained) + n}")
+        for n, i in enumerate(draft.invocations)
+    )
+
+
+def _containment(
+    draft: _Draft,
+    machine: Machine,
+    view: OperationView,
+    policy: Policy,
+    registry: Registry,
+    *,
+    stop: bool,
+) -> tuple[Invocation, ...]:
+    """The controller's own containment commands: the machine's stop (when `stop`) and,
+    while the operation holds delegated credentials it has not had revoked, its revoke
+    capability (`_containment_actions`); one it lacks, or the policy forbids, is recorded
+    as a `containment-unavailable` error."""
+    wanted = (STOP, REVOKE) if stop else (REVOKE,)
+    actions = _containment_actions(machine, registry)
+    out: list[Invocation] = []
+    for kind in wanted:
+        if (kind == REVOKE and (not view.credentials or view.revoked)) or (
+            kind == STOP and view.stopped
+        ):
+            continue  # nothing delegated, or already revoked or stopped since it resumed
+        action = actions.get(kind)
+        spec = registry.capabilities.get(action.capability) if action else None
+        if action is None or spec is None or action.capability in policy.forbidden_capabilities:
+            draft.errors = (
+                *draft.errors,
+                Notice(
+                    CONTAINMENT_UNAVAILABLE,
+                    f"operation {view.operation_id}: machine {machine.name} names no usable "
+                    f"{kind} capability; the controller cannot {kind} it itself",
+                ),
+            )
+            continue
+        out.append(_invocation(view, draft.sequence, len(out), action, spec, "containment"))
+    return tuple(out)
+
+
+def _containment_actions(machine: Machine, registry: Registry) -> Mapping[str, ActionRef]:
+    """The machine's own stop and revoke actions (with their params): those of its
+    `ANCESTOR_CONTAINED` transitions first, else the first of each kind any transition
+    invokes, in machine order. Not cached: only a contained ancestor's event in a state
+    without a route, or in a final state, asks."""
+    transitions = [t for st in machine.states.values() for ts in st.on.values() for t in ts]
+    ordered = [t for t in transitions if t.event == ANCESTOR_CONTAINED] + transitions
+    chosen: dict[str, ActionRef] = {}
+    for action in (a for t in ordered for a in t.actions):
+        spec = registry.capabilities.get(action.capability)
+        if spec is not None and str(spec.kind) in (STOP, REVOKE):
+            chosen.setdefault(str(spec.kind), action)
+    return chosen
+
+
+def _candidates(
+    draft: _Draft,
+    machine: Machine,
+    view: OperationView,
+    event: Event,
+    registry: Registry,
+    guard_table: Mapping[str, GuardFn],
+) -> tuple[tuple[CompiledTransition, ...], Notice | None]:
+    """The transitions the event may take in the current state, in machine order, or why
+    it takes none: the event type it is decided as (`_routed_type`), without the final
+    ones for the affected agent's own report (`_lineage_candidates`); a success result
+    that waits for other actions sets the draft's outcome to `awaiting` instead."""
+    routed, refusal = _routed_type(draft, view, event)
+    if refusal is not None:
+        return (), refusal
+    candidates = compile_machine(machine, registry, guard_table).get((view.state, routed), ())
+    if routed != event.event_type and not candidates:
+        return (), _no_duplicate_route(view, event)
+    if view.lineage.includes(event.producer):
+        refusal, candidates = _lineage_candidates(machine, view, event, candidates)
+    if refusal is None and candidates:
+        refusal, hold = awaited_refusal(event, view, registry)
+        if hold and refusal is not None:
+            draft.outcome, draft.refusals = Outcome.AWAITING, (refusal,)
+            return (), None
+    return candidates, refusal
+
+
+def _routed_type(draft: _Draft, view: OperationView, event: Event) -> tuple[str, Notice | None]:
+    """The event type the operation's opening event is decided as, or why it is refused
+    (practice §4, `machines.claims`): when it declares an idempotency key another
+    operation owns (`view.key_owner`, laid by the fold), the same arguments make it a
+    duplicate business operation, decided on the machine's `DUPLICATE_DETECTED` route;
+    other (or undeclared) arguments make it a conflicting reuse of the key, refused
+    (`idempotency-key-conflict`). Either way the decision's evidence records it."""
+    owner = view.key_owner
+    facts = draft.evidence.facts or view.facts
+    if owner is None or view.version != 0 or facts.idempotency_key is None:
+        return event.event_type, None
+    verdict = reuse_of(owner, facts.arguments_digest)
+    draft.evidence = replace(draft.evidence, key_reuse=(owner.operation_id, verdict))
+    if verdict == "duplicate":
+        return DUPLICATE_DETECTED, None
+    return event.event_type, Notice(
+        IDEMPOTENCY_KEY_CONFLICT,
+        f"operation {view.operation_id}: {event.event_type} {event.event_id} declares "
+        f"idempotency key {facts.idempotency_key!r}, which operation {owner.operation_id} "
+        "already holds for other arguments (or without an arguments digest to compare); a "
+        "key is never reused for another call (practice §4): refused, a human decides",
+    )
+
+
+def _no_duplicate_route(view: OperationView, event: Event) -> Notice:
+    return Notice(
+        DUPLICATE_OPERATION,
+        f"operation {view.operation_id}: {event.event_type} {event.event_id} is a duplicate of "
+        f"operation {view.key_owner.operation_id if view.key_owner else '?'} (same idempotency "
+        f"key and arguments), and state {view.state} has no {DUPLICATE_DETECTED} route; "
+        "refused, a human decides",
+    )
+
+
+def _state_refusal(machine: Machine, view: OperationView, event: Event) -> Notice | None:
+    """Why the operation's state takes no event at all: a state the machine does not
+    define (only a ledger written under another machine; pinning prevents it), or a
+    final one (`FINAL_STATE`)."""
     state = machine.states.get(view.state)
     if state is None:
-        # Only a ledger written under another machine can get here; pinning prevents it.
-        notice = Notice(
+        return Notice(
             "unknown-state",
             f"operation {view.operation_id} is in state {view.state}, which machine "
             f"{machine.name} {machine.version} does not define; check the pinned machine",
         )
-        draft.outcome, draft.refusals = Outcome.REFUSED, (notice,)
-        return
     if state.final:
-        draft.outcome = Outcome.FINAL
-        draft.refusals = (
-            Notice(
-                "final-state",
-                f"operation {view.operation_id} is in final state {view.state}; "
-                f"{event.event_type} {event.event_id} changes nothing",
-            ),
+        return Notice(
+            FINAL_STATE,
+            f"operation {view.operation_id} is in final state {view.state}; "
+            f"{event.event_type} {event.event_id} changes nothing",
         )
-        return
-    if event.event_type in _events_of(machine):
-        draft.condition_scope = event.event_type
-    draft.classifier, refusal = classifier_refusal(event, policy)
-    refusal = refusal or authority_refusal(event, view) or causation_refusal(event, view)
-    if refusal is None:
-        draft.evidence, refusal = admit_evidence(event, view, policy, now)
-    if refusal is not None:
-        _withhold(draft, Outcome.REFUSED, refusal, view, policy, registry)
-        return
-    compiled = compile_machine(machine, registry, guard_table)
-    candidates = compiled.get((view.state, event.event_type), ())
-    if view.lineage.includes(event.producer):
-        # SPEC 7.7: the affected agent's word is not evidence; its own report never
-        # moves the operation to a final state (the pipeline or a verifier must).
-        finals = _finals_of(machine)
-        # Approval-gated transitions stay: a human decides those (the agent may ask to
-        # resume; the resume gate, not its word, lets it).
-        kept = tuple(
-            c
-            for c in candidates
-            if c.uses_approval
-            or c.transition.guard in _APPROVAL_GUARDS
-            or c.transition.target not in finals
-        )
-        if candidates and not kept:
-            notice = Notice(
-                AFFECTED_AGENT_FINAL,
-                f"{event.event_type} {event.event_id} refused in state {view.state}: "
-                f"producer {event.producer} is the affected agent or in its lineage, and its "
-                "own report never completes the operation; have the pipeline, the tool or "
-                "a verifier report it",
-            )
-            _withhold(draft, Outcome.REFUSED, notice, view, policy, registry)
-            return
-        candidates = kept
-    _select(draft, candidates, view, event, policy, registry, now)
+    return None
+
+
+def _lineage_candidates(
+    machine: Machine,
+    view: OperationView,
+    event: Event,
+    candidates: tuple[CompiledTransition, ...],
+) -> tuple[Notice | None, tuple[CompiledTransition, ...]]:
+    """SPEC 7.7: the affected agent's word is not evidence; its own report never moves
+    the operation to a final state (the pipeline or a verifier must). Approval-gated
+    transitions stay: a human decides those (the agent may ask to resume; the resume
+    gate, not its word, lets it). The candidates kept, or why none is."""
+    finals = _finals_of(machine)
+    kept = tuple(
+        c
+        for c in candidates
+        if c.uses_approval
+        or c.transition.guard in _APPROVAL_GUARDS
+        or c.transition.target not in finals
+    )
+    if not candidates or kept:
+        return None, kept
+    return Notice(
+        AFFECTED_AGENT_FINAL,
+        f"{event.event_type} {event.event_id} refused in state {view.state}: "
+        f"producer {event.producer} is the affected agent or in its lineage, and its "
+        "own report never completes the operation; have the pipeline, the tool or "
+        "a verifier report it",
+    ), kept
 
 
 _EVENTS: dict[str, frozenset[str]] = {}
@@ -471,6 +675,7 @@ def _envelope_refusal(machine: Machine, view: OperationView, event: Event) -> No
 def _select(
     draft: _Draft,
     candidates: tuple[CompiledTransition, ...],
+    finals: frozenset[str],
     view: OperationView,
     event: Event,
     policy: Policy,
@@ -482,20 +687,42 @@ def _select(
     trusted = with_evidence(view, draft.evidence)
     evaluations: list[GuardEvaluation] = []
     errors: list[Notice] = []
+    blocked: list[Notice] = []
+    # A human's accepted decision that ends the operation (a rejection closing it) is
+    # not a completion on evidence: the human saw the evidence in the review packet.
+    human = draft.evidence.approval is not None
     for candidate in candidates:
         transition = candidate.transition
+        ctx = GuardContext(trusted, policy, now, transition)
         if transition.guard is not None:
-            evaluation = candidate.evaluate(GuardContext(trusted, policy, now, transition))
+            evaluation = candidate.evaluate(ctx)
             evaluations.append(evaluation)
             if evaluation.error is not None:
                 code = evaluation.error.split(":", 1)[0]
                 errors.append(Notice(code, _guard_error_message(evaluation, view)))
             if not evaluation.value:
                 continue
+        # SPEC 7.5, whatever the machine's guard said: a material route or a completion
+        # on unknown or conflicting evidence is not taken; the next candidate (the
+        # machine's fallback, usually an escalation) is considered instead.
+        specs = [s for _, a in candidate.planned if (s := registry.capabilities.get(a.capability))]
+        completes = transition.target in finals and not human
+        refusal = route_refusal(specs, completes, ctx)
+        if refusal is not None:
+            blocked.append(refusal)
+            continue
         draft.guards, draft.errors = tuple(evaluations), tuple(errors)
         _take(draft, candidate, trusted, view, policy, registry, now)
+        if blocked:
+            _blocked_routes(draft, blocked, view, policy, registry)
         return
     draft.guards, draft.errors = tuple(evaluations), tuple(errors)
+    if blocked:
+        # Nothing else to take: refused and escalated whatever the policy says about
+        # rejected events, because unknown or conflicting evidence always escalates.
+        draft.refusals = (*draft.refusals, *blocked[1:])
+        _withhold(draft, Outcome.REFUSED, blocked[0], view, policy, registry)
+        return
     notice = Notice(
         "no-transition",
         f"operation {view.operation_id}: event {event.event_type} {event.event_id} rejected in "
@@ -520,9 +747,13 @@ def _decide_timer(
 ) -> None:
     """Decide a timer's event (`machines.timers`): stale unless its timer is armed and
     unspent; a state timeout's event is selected among the state's transitions like any
-    other, and escalated if none takes it whatever the policy says of rejections (the
-    timeout must not end in silence); a stalled or deadline timer escalates once; a
-    retry timer commands what its transition held back."""
+    other (the evidence rule of `_select` included), and escalated if none takes it
+    whatever the policy says of rejections (the timeout must not end in silence); a
+    stalled or deadline timer escalates once; a retry timer commands what its transition
+    held back. A timer's event is the controller's own (intake takes it from nobody
+    else) and carries no evidence, causation, facts or classifier block: `_admission`
+    has nothing to admit, and the armed timer its id names is what it is checked
+    against."""
     timer = view.timer(event.event_id)
     if timer is None or timer.spent or timer.event_type != event.event_type:
         draft.outcome = Outcome.STALE
@@ -540,7 +771,8 @@ def _decide_timer(
         draft.condition_scope = event.event_type
         compiled = compile_machine(machine, registry, guard_table)
         candidates = compiled.get((view.state, event.event_type), ())
-        _select(draft, candidates, view, event, policy, registry, now, escalate=True)
+        finals = _finals_of(machine)
+        _select(draft, candidates, finals, view, event, policy, registry, now, escalate=True)
     elif timer.kind == TimerKind.RETRY:
         _release(draft, timer, view, policy, registry, now)
     else:
@@ -608,14 +840,45 @@ def _release_refusal(
             f"held {action.capability} not commanded: it is no longer registered or is "
             "forbidden by policy",
         )
+    if spec.kind is CapabilityKind.RETRY and ctx.view.denials:
+        return Notice(
+            RETRY_AFTER_DENIAL,
+            f"paced retry {action.capability} not commanded when its timer fired: "
+            f"operation {ctx.view.operation_id}'s call was denied meanwhile "
+            f"({', '.join(ctx.view.denials)}); a permanent denial is not retried unchanged",
+        )
     if spec.kind is CapabilityKind.RETRY and not retry_permitted(ctx).value:
         return Notice(
             "retry-not-permitted",
             f"paced retry {action.capability} not commanded when its timer fired: "
-            "retry.permitted is false now (evidence, attempts, deadline, budget or "
-            "lineage moved since it was scheduled)",
+            "retry.permitted is false now (evidence, attempts, deadline, budget, "
+            "lineage or the key's owner moved since it was scheduled)",
         )
-    return None
+    # The evidence rule (SPEC §7.5) as when the route was taken: unknown or conflicting
+    # evidence reported since holds every material command back.
+    return route_refusal((spec,), False, ctx)
+
+
+def _blocked_routes(
+    draft: _Draft,
+    blocked: list[Notice],
+    view: OperationView,
+    policy: Policy,
+    registry: Registry,
+) -> None:
+    """Record the routes the evidence rule refused before the one taken, and make sure
+    the decision escalates (SPEC §7.5): the taken route's own escalation does, else the
+    policy's escalation is added to its invocations."""
+    draft.refusals = (*blocked, *draft.refusals)
+    if draft.outcome is not Outcome.TRANSITIONED:
+        return  # withheld by an invariant after all: `_withhold` escalated
+    if any(i.kind == CapabilityKind.ESCALATE for i in draft.invocations):
+        return
+    taken = draft.invocations
+    draft.invocations = taken + tuple(
+        replace(i, command_id=f"{view.operation_id}:{draft.sequence}:{len(taken)}")
+        for i in _escalate(draft, blocked[0], view, policy, registry)
+    )
 
 
 def _guard_error_message(evaluation: GuardEvaluation, view: OperationView) -> str:
@@ -726,6 +989,15 @@ def _withhold(
     """State unchanged, the notice recorded, and the policy's escalation invoked."""
     draft.outcome = outcome
     draft.refusals = (*draft.refusals, notice)
+    draft.invocations = _escalate(draft, notice, view, policy, registry)
+
+
+def _escalate(
+    draft: _Draft, notice: Notice, view: OperationView, policy: Policy, registry: Registry
+) -> tuple[Invocation, ...]:
+    """The policy's escalation of `notice`, invoked after what the draft already invokes
+    (none when the condition is already open, or escalation is unavailable: an error
+    says which)."""
     condition = f"{notice.code}:{draft.condition_scope}" if draft.condition_scope else notice.code
     draft.escalation = condition
     repeats = view.escalated(condition)
@@ -742,7 +1014,7 @@ def _withhold(
                 "counted in the view)",
             ),
         )
-        return
+        return ()
     spec = registry.capabilities.get(policy.escalation_capability)
     if spec is None or policy.escalation_capability in policy.forbidden_capabilities:
         missing = Notice(
@@ -751,12 +1023,12 @@ def _withhold(
             "registered or is forbidden; the refusal is recorded but nobody is told",
         )
         draft.errors = (*draft.errors, missing)
-        return
+        return ()
     # The decision record already names the state, event and machine; the params carry
     # only what the escalation capability's schema accepts.
     params = MappingProxyType({**policy.escalation_params, "reason": notice.code})
     action = ActionRef(capability=spec.id, params=params)
-    draft.invocations = (_invocation(view, draft.sequence, 0, action, spec, "escalation"),)
+    return (_invocation(view, draft.sequence, 0, action, spec, "escalation"),)
 
 
 def _open_commands(
@@ -766,7 +1038,7 @@ def _open_commands(
     the epoch after the invocations planned before it in the same decision (a verify
     after a retry in one transition checks the retry's attempt)."""
     current = view.open_commands
-    answered = {decision.causation} if decision.causation is not None else set()
+    answered = {_answered(decision)} - {None}
     issued: list[tuple[str, int]] = []
     epoch = view.epoch
     for invocation in decision.invocations:
@@ -779,6 +1051,21 @@ def _open_commands(
     still = (current - answered) | {c for c, _ in issued}
     epochs = tuple((c, e) for c, e in view.command_epochs if c in still) + tuple(issued)
     return still, epochs
+
+
+def _awaiting(
+    view: OperationView, decision: Decision, still_open: frozenset[str]
+) -> frozenset[str]:
+    """The commands the state after `decision` awaits (`OperationView.awaiting`): a taken
+    transition awaits what it issued, plus the awaited commands still open when it was
+    taken on the result of one of them; any other decision only drops the command it
+    answered."""
+    answered = _answered(decision)
+    if decision.outcome is not Outcome.TRANSITIONED:
+        return view.awaiting - {answered} if answered in view.awaiting else view.awaiting
+    issued = {i.command_id for i in decision.invocations if i.kind in ANSWERED_KINDS}
+    carried = view.awaiting & still_open if answered in view.awaiting else frozenset()
+    return frozenset(issued) | carried
 
 
 def _escalations(view: OperationView, decision: Decision) -> tuple[tuple[str, int], ...]:
@@ -798,10 +1085,18 @@ def _escalations(view: OperationView, decision: Decision) -> tuple[tuple[str, in
 
 
 _EPOCH_KINDS = frozenset({str(CapabilityKind.RETRY), str(CapabilityKind.COMPENSATE)})
+_CONTAINED_KINDS = frozenset({STOP, REVOKE, str(CapabilityKind.RESUME)})
+
+
+def _answered(decision: Decision) -> str | None:
+    """The command `decision` took an answer for: the event's causation, unless the event
+    was refused (a result for the wrong command, from the wrong producer, on evidence
+    the core does not trust is no answer; the command stays open for the real one)."""
+    return None if decision.outcome is Outcome.REFUSED else decision.causation
 
 
 def _command_capabilities(view: OperationView, decision: Decision) -> tuple[tuple[str, str], ...]:
-    answered = decision.causation
+    answered = _answered(decision)
     kept = tuple((c, cap) for c, cap in view.command_capabilities if c != answered)
     issued = tuple(
         (i.command_id, i.capability) for i in decision.invocations if i.kind in ANSWERED_KINDS
@@ -854,12 +1149,22 @@ def apply(view: OperationView, decision: Decision) -> OperationView:
     if decision.state_after != decision.state_before:
         changes["entry_approval"] = None if decision.approval_consumed else used
     changes["open_commands"], changes["command_epochs"] = _open_commands(view, decision)
+    awaiting = _awaiting(view, decision, changes["open_commands"])
+    if awaiting != view.awaiting:
+        changes["awaiting"] = awaiting
     escalations = _escalations(view, decision)
     if escalations is not view.escalations:
         changes["escalations"] = escalations
     if decision.invocations or view.command_capabilities:
         changes["command_capabilities"] = _command_capabilities(view, decision)
     changes.update(decision.timers.applied_to(view))
+    kinds = {i.kind for i in decision.invocations}
+    if kinds & _CONTAINED_KINDS:
+        # A stop or revocation holds until a resumption gives the task back its run and
+        # its authority.
+        resumed = str(CapabilityKind.RESUME) in kinds
+        changes["stopped"] = STOP in kinds or (view.stopped and not resumed)
+        changes["revoked"] = REVOKE in kinds or (view.revoked and not resumed)
     changes["state"] = decision.state_after
     changes["version"] = decision.sequence
     changes["seen_events"] = MappingProxyType(seen)

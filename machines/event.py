@@ -68,6 +68,7 @@ MAX_DELEGATED_CREDENTIALS = 64
 _TOKEN = re.compile(r"[^\s\x00-\x1f\x7f]+")
 _REFERENCE = re.compile(r"[^\s\x00-\x1f\x7f](?:[^\x00-\x1f\x7f\u2028\u2029]*[^\s\x00-\x1f\x7f])?")
 _EVENT_TYPE = re.compile(r"[A-Z][A-Z0-9_]{0,127}")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def canonical_bytes(value: Any) -> bytes:
@@ -95,11 +96,15 @@ class Lineage:
     origin_operation: str | None = None
     parent_operation: str | None = None
     delegated_credentials: tuple[str, ...] = ()
+    # The agent runtime that ran the call (envelope v6; SPEC §10 names it among the
+    # identities every audit record keeps).
+    runtime: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The lineage as plain JSON-ready data, keys in field order (an event's content
-        and a command's record carry it in this shape)."""
-        return {
+        and a command's record carry it in this shape). `runtime` appears only when set,
+        so every event without one keeps the digest it had before envelope v6."""
+        data: dict[str, Any] = {
             "agent": self.agent,
             "task": self.task,
             "initiating_principal": self.initiating_principal,
@@ -107,6 +112,9 @@ class Lineage:
             "parent_operation": self.parent_operation,
             "delegated_credentials": list(self.delegated_credentials),
         }
+        if self.runtime is not None:
+            data["runtime"] = self.runtime
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +215,9 @@ class DeclaredFacts:
     side_effect_confirmed: bool = False
     compensation_supported: bool = False
     status_api: bool = False
+    # sha256:<hex> of the canonical JSON of the call's arguments (envelope v6): what a
+    # second operation claiming the same idempotency key is compared by (practice §4).
+    arguments_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +303,8 @@ class Event:
                 "compensation_supported": facts.compensation_supported,
                 "status_api": facts.status_api,
             }
+            if facts.arguments_digest is not None:
+                data["facts"]["arguments_digest"] = facts.arguments_digest
         if scope is not None:
             data["scope"] = {
                 "capability": scope.capability,
@@ -470,6 +483,7 @@ def envelope_problems(event: Event) -> list[str]:
         ("causation", event.causation),
         ("lineage.origin_operation", lineage.origin_operation),
         ("lineage.parent_operation", lineage.parent_operation),
+        ("lineage.runtime", lineage.runtime),
     )
     for name, value in (*required, *((n, v) for n, v in optional if v is not None)):
         problem = _token_problem(name, value, MAX_ID_LENGTH)
@@ -490,6 +504,9 @@ def envelope_problems(event: Event) -> list[str]:
     problem = _token_problem("evidence_ref", event.evidence_ref, MAX_REFERENCE_LENGTH, _REFERENCE)
     if problem:
         problems.append(problem)
+    digest = event.facts.arguments_digest if event.facts is not None else None
+    if digest is not None and not _DIGEST.fullmatch(digest):
+        problems.append(f"facts.arguments_digest {digest[:80]!r} is not sha256:<64 hex digits>")
     return problems
 
 

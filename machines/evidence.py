@@ -19,7 +19,7 @@ from typing import Any
 from machines.approvals import basis_digest, check_decision
 from machines.event import EffectOutcome, Event
 from machines.facts import admit_facts
-from machines.invariants import HUMAN_EVENTS, VERIFICATION_EVENTS, Notice
+from machines.invariants import DENIAL_EVENTS, HUMAN_EVENTS, VERIFICATION_EVENTS, Notice
 from machines.policy import Policy
 from machines.roster import Role
 from machines.view import (
@@ -30,6 +30,10 @@ from machines.view import (
     Verification,
     evolve,
 )
+
+# The refusal of an event naming another identity than its producer's: the code intake
+# dead-letters such a record with (`machines.AuthRefusal.IDENTITY_MISMATCH`).
+IDENTITY_MISMATCH = "identity-mismatch"
 
 _OUTCOME_OF: dict[str, EffectOutcome] = {
     "VERIFICATION_FOUND": "applied",
@@ -48,6 +52,11 @@ class EvidenceDelta:
     checkpoint: Checkpoint | None = None
     contained_ancestor: str | None = None
     facts: ToolFacts | None = None
+    # The event reports a permanent denial of the operation's call (`DENIAL_EVENTS`).
+    denial: str | None = None
+    # The opening event declared an idempotency key another operation owns: that
+    # operation and the verdict, "duplicate" or "conflict" (`machines.claims`).
+    key_reuse: tuple[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready form; absent parts are omitted."""
@@ -87,6 +96,13 @@ class EvidenceDelta:
             }
             if f.key_declared_late:
                 out["facts"]["key_declared_late"] = True
+            if f.arguments_digest is not None:
+                out["facts"]["arguments_digest"] = f.arguments_digest
+        if self.denial is not None:
+            out["denial"] = self.denial
+        if self.key_reuse is not None:
+            owner, verdict = self.key_reuse
+            out["key_reuse"] = {"operation": owner, "verdict": verdict}
         return out
 
 
@@ -113,6 +129,9 @@ def _offered(
     event: Event, view: OperationView, policy: Policy, now: datetime
 ) -> tuple[EvidenceDelta, Notice | None]:
     event_type = event.event_type
+    refusal = _validator_mismatch(event)
+    if refusal is not None:
+        return NO_EVIDENCE, refusal
     if event_type in VERIFICATION_EVENTS:
         verification, notice = _verification(event, view, policy)
         if notice is not None:
@@ -134,9 +153,10 @@ def _offered(
         return EvidenceDelta(approval=_approval(event, view, now)), None
     contained = _contained_ancestor(event) if event_type == "ANCESTOR_CONTAINED" else None
     checkpoint = _checkpoint(event, view, policy)
-    if contained is None and checkpoint is None:
+    denial = event.event_id if event_type in DENIAL_EVENTS else None
+    if contained is None and checkpoint is None and denial is None:
         return NO_EVIDENCE, None
-    return EvidenceDelta(checkpoint=checkpoint, contained_ancestor=contained), None
+    return EvidenceDelta(checkpoint=checkpoint, contained_ancestor=contained, denial=denial), None
 
 
 def _verification(
@@ -151,6 +171,15 @@ def _verification(
             "must report through an evidence block",
         )
     verifier = evidence.verifier
+    if verifier != event.producer:
+        # Intake refuses such a record before the core sees it (`identity-mismatch`,
+        # `machines.producer_roles`); the core refuses it too, so a simulation or a case
+        # file decides exactly as the wire does (defence in depth).
+        return None, Notice(
+            IDENTITY_MISMATCH,
+            f"{event.event_type} {event.event_id} names verifier {verifier} but is produced "
+            f"by {event.producer}; a verification is the verifier's own report",
+        )
     if not trusted_verifier(policy, verifier, view, event.causation) or view.lineage.includes(
         verifier
     ):
@@ -172,6 +201,21 @@ def _verification(
     # retry or compensation is recorded for that older epoch, where no guard reads it.
     epoch = view.epoch if event.causation is None else view.command_epoch(event.causation)
     return Verification(verifier, expected, reference, event.event_id, epoch), None
+
+
+def _validator_mismatch(event: Event) -> Notice | None:
+    """A checkpoint reported as validated by someone other than the event's producer:
+    refused, as intake refuses it (the validator vouches in its own signed record)."""
+    evidence = event.evidence
+    report = evidence.checkpoint if evidence is not None else None
+    if report is None or not report.validated or report.validator in (None, event.producer):
+        return None
+    return Notice(
+        IDENTITY_MISMATCH,
+        f"{event.event_type} {event.event_id} reports checkpoint {report.checkpoint_id} "
+        f"validated by {report.validator} but is produced by {event.producer}; a "
+        "validation is the validator's own report",
+    )
 
 
 def trusted_verifier(
@@ -279,6 +323,8 @@ def evidence_changes(view: OperationView, delta: EvidenceDelta) -> dict[str, Any
         changes["facts"] = delta.facts
     if delta.checkpoint is not None:
         changes["checkpoints"] = (*view.checkpoints, delta.checkpoint)
+    if delta.denial is not None:
+        changes["denials"] = (*view.denials, delta.denial)
     if delta.contained_ancestor is not None and (
         delta.contained_ancestor not in view.lineage.contained_ancestors
     ):

@@ -56,6 +56,7 @@ def declare(block: DeclaredFacts, declared_by: str) -> ToolFacts:
         compensation_supported=block.compensation_supported,
         status_api=block.status_api,
         declared_by=declared_by,
+        arguments_digest=block.arguments_digest,
     )
 
 
@@ -67,12 +68,14 @@ def same_declaration(a: ToolFacts, b: ToolFacts) -> bool:
         a.side_effect_confirmed,
         a.compensation_supported,
         a.status_api,
+        a.arguments_digest,
     ) == (
         b.idempotency_key,
         b.side_effect_possible,
         b.side_effect_confirmed,
         b.compensation_supported,
         b.status_api,
+        b.arguments_digest,
     )
 
 

@@ -64,6 +64,23 @@ def applied(ctx: GuardContext) -> GuardResult:
     return GuardResult(value, view.current_verification_refs())
 
 
+def evidence_unsettled(view: OperationView) -> bool:
+    """Trusted evidence about the current effect epoch contradicts itself or says it
+    cannot tell: a verifier's latest result is `unknown`, verifiers' latest results
+    disagree, or a trusted result contradicts the tool's confirmation. No result at all
+    is not unsettled, only absent (SPEC §7.5 fails closed on the first two)."""
+    outcomes = view.current_outcomes()
+    if "unknown" in outcomes or len(outcomes) > 1:
+        return True
+    return view.facts.side_effect_confirmed and "not_applied" in outcomes
+
+
+def verified(ctx: GuardContext) -> bool:
+    """The effect's state is established for the current epoch: applied or not applied
+    on authoritative evidence (what a resume and a compensation need)."""
+    return applied(ctx).value or not_applied(ctx).value
+
+
 def unknown_or_conflicting(ctx: GuardContext) -> GuardResult:
     """The effect's state is not established: no trusted verification yet, an `unknown`
     result, or results that disagree. This is the fail-closed branch (SPEC §7.5)."""
@@ -100,8 +117,10 @@ def retry_permitted(ctx: GuardContext) -> GuardResult:
     """Retry is safe right now (SPEC §7.1-7.2, SKILL §2, §4): authoritative not-applied
     evidence for the current epoch, the idempotency key declared at or before the failure
     report (not one declared afterwards), attempts below the policy limit,
-    before the deadline and within the retry budget, and a clear lineage: a descendant
-    of a contained operation does not carry on with its effect (CONFORMANCE L5.5). The
+    before the deadline and within the retry budget, a clear lineage (a descendant
+    of a contained operation does not carry on with its effect, CONFORMANCE L5.5), and
+    no permanent denial of the call recorded (SKILL §1-2: never retried unchanged), and
+    the key its own (not another operation's, SKILL §4: `machines.claims`). The
     core evaluates this itself before any retry-kind capability, whatever guard the
     machine put on the transition."""
     view = ctx.view
@@ -115,6 +134,8 @@ def retry_permitted(ctx: GuardContext) -> GuardResult:
         and _within_deadline(view, ctx.now)
         and _within_budget(view, ctx.policy)
         and lineage.value
+        and not view.denials
+        and view.key_owner is None
     )
     refs = (
         *evidence.evidence,
@@ -123,6 +144,8 @@ def retry_permitted(ctx: GuardContext) -> GuardResult:
         f"budget:{view.budget_spent}/{min(view.budget_limit, ctx.policy.retry_budget)}",
         f"deadline:{view.deadline.isoformat() if view.deadline else 'none'}",
         *lineage.evidence,
+        *(f"denied:{event_id}" for event_id in view.denials),
+        *(() if view.key_owner is None else (f"key-owner:{view.key_owner.operation_id}",)),
     )
     return GuardResult(value, refs)
 
@@ -184,12 +207,12 @@ def resume_permitted(ctx: GuardContext) -> GuardResult:
     covers this transition, a checkpoint is eligible for the current machine and policy,
     the lineage is clear, and recovery attempts are within the policy bound."""
     view = ctx.view
-    verified = applied(ctx).value or not_applied(ctx).value
+    settled = verified(ctx)
     approval = approval_granted(ctx)
     checkpoint = view.newest_eligible_checkpoint(ctx.now)
     lineage = lineage_clear(ctx)
     within = view.recovery_attempts < ctx.policy.max_recovery_attempts
-    value = verified and approval.value and checkpoint is not None and lineage.value and within
+    value = settled and approval.value and checkpoint is not None and lineage.value and within
     refs = (
         *view.current_verification_refs(),
         *approval.evidence,

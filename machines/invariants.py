@@ -11,13 +11,29 @@ forbidden capabilities and the separation of stop and revoke (§7.3). Each refus
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from machines.event import Event
-from machines.guards import GuardContext, approval_granted, resume_permitted, retry_permitted
-from machines.model import ActionRef, CapabilityKind, CapabilitySpec
+from machines.guards import (
+    GuardContext,
+    approval_granted,
+    evidence_unsettled,
+    resume_permitted,
+    retry_permitted,
+    verified,
+)
+from machines.model import ActionRef, CapabilityKind, CapabilitySpec, Registry
 from machines.policy import Policy
 from machines.view import OperationView
+
+RESULT_WRONG_COMMAND: Final = "result-wrong-command"
+EVIDENCE_UNSETTLED: Final = "evidence-unsettled"
+COMPENSATION_UNVERIFIED: Final = "compensation-unverified"
+RETRY_AFTER_DENIAL: Final = "retry-after-denial"
+AWAITING_ACTIONS: Final = "awaiting-actions"
+RESULT_UNATTRIBUTED: Final = "result-unattributed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +57,12 @@ VERIFICATION_EVENTS: frozenset[str] = frozenset(
     }
 )
 HUMAN_EVENTS: frozenset[str] = frozenset({"HUMAN_APPROVED", "HUMAN_REJECTED"})
+# Reports that the operation's call (or a retry of it) was refused for a reason that
+# holds until its inputs or authority legitimately change (practice §1): the same call
+# is never retried unchanged after one.
+DENIAL_EVENTS: frozenset[str] = frozenset(
+    {"AUTHORIZATION_DENIED", "VALIDATION_DENIED", "POLICY_DENIED"}
+)
 
 # Events that assert authority or evidence about the operation's effect. The affected
 # agent and its lineage may report that something failed; they may not report what
@@ -81,20 +103,62 @@ ANSWERED_KINDS: frozenset[str] = frozenset(
 )
 
 
-def causation_refusal(event: Event, view: OperationView) -> Notice | None:
+_STOPPING: Final = frozenset(
+    str(k) for k in (CapabilityKind.STOP, CapabilityKind.REVOKE, CapabilityKind.ISOLATE)
+)
+# The kinds of command each family of result events answers (SPEC §6.4, §8 step 9): a
+# verification answers a verify command, a retry result a retry, a containment result a
+# stop, a revocation or an isolation. Keys are event-type prefixes.
+_RESULT_FAMILIES: Final[Mapping[str, frozenset[str]]] = {
+    "VERIFICATION_": frozenset({str(CapabilityKind.VERIFY)}),
+    "RETRY_": frozenset({str(CapabilityKind.RETRY)}),
+    "COMPENSATION_": frozenset({str(CapabilityKind.COMPENSATE)}),
+    "CONTAINMENT_": _STOPPING,
+    "RESUME_": frozenset({str(CapabilityKind.RESUME)}),
+}
+_RESULT_SUFFIXES: Final = ("_SUCCEEDED", "_FAILED")
+
+
+def result_family(event_type: str) -> frozenset[str] | None:
+    """The command kinds `event_type` reports on, when it is a verification or an action
+    result (`RETRY_SUCCEEDED`, `CONTAINMENT_FAILED`, ...); None for any other event."""
+    if event_type in VERIFICATION_EVENTS:
+        return _RESULT_FAMILIES["VERIFICATION_"]
+    if not event_type.endswith(_RESULT_SUFFIXES):
+        return None
+    for prefix, kinds in _RESULT_FAMILIES.items():
+        if event_type.startswith(prefix):
+            return kinds
+    return None
+
+
+def causation_refusal(event: Event, view: OperationView, registry: Registry) -> Notice | None:
     """An action result or verification that names a command must name one this
-    operation issued and that is still open; a result for a command never issued (or
-    already answered) is not evidence of anything. Events without causation are decided
-    on their own, for producers that do not report command ids."""
+    operation issued, that is still open, and of the kind the result reports on (a
+    `RETRY_SUCCEEDED` answers a retry, never a verification); a result for another
+    command is not evidence of anything. Events without causation are decided on their
+    own, for producers that do not report command ids."""
     causation = event.causation
     if causation is None or event.event_type not in AUTHORITY_EVENTS:
         return None
-    if causation in view.open_commands:
+    if causation not in view.open_commands:
+        return Notice(
+            "unknown-command",
+            f"{event.event_type} {event.event_id} answers command {causation}, which "
+            f"operation {view.operation_id} has not issued or has already had answered",
+        )
+    family = result_family(event.event_type)
+    capability = view.command_capability(causation)
+    spec = registry.capabilities.get(capability) if capability is not None else None
+    if family is None or (spec is not None and str(spec.kind) in family):
         return None
+    kind = spec.kind if spec is not None else "unknown"
     return Notice(
-        "unknown-command",
-        f"{event.event_type} {event.event_id} answers command {causation}, which operation "
-        f"{view.operation_id} has not issued or has already had answered",
+        RESULT_WRONG_COMMAND,
+        f"{event.event_type} {event.event_id} names command {causation} "
+        f"({capability or 'unknown capability'}, kind {kind}), but a {event.event_type} "
+        f"reports on a command of kind {' or '.join(sorted(family))}; it is not a result "
+        f"for that command and moves nothing in operation {view.operation_id}",
     )
 
 
@@ -152,6 +216,13 @@ def action_refusal(
             f"{action.params['idempotency_key']!r}, not the key the tool declared for the "
             "original call; a retry carries exactly that key, so drop the param",
         )
+    if spec.kind is CapabilityKind.RETRY and ctx.view.denials:
+        return Notice(
+            RETRY_AFTER_DENIAL,
+            f"retry {capability} refused: operation {ctx.view.operation_id}'s call was "
+            f"denied ({', '.join(ctx.view.denials)}); a permanent denial is not retried "
+            "unchanged, a human decides what changes",
+        )
     if spec.kind is CapabilityKind.RETRY and not retry_permitted(ctx).value:
         return Notice(
             "retry-not-permitted",
@@ -200,3 +271,90 @@ def _combined_stop_revoke(action: ActionRef, spec: CapabilitySpec) -> Notice | N
             "capability separately",
         )
     return None
+
+
+# Capability kinds that act on the effect itself: they need settled evidence whatever
+# the machine's guard says (SPEC §7.5), as a retry needs not-applied evidence.
+_MATERIAL_KINDS: Final = frozenset(
+    {CapabilityKind.RETRY, CapabilityKind.COMPENSATE, CapabilityKind.RESUME}
+)
+
+
+def route_refusal(
+    specs: Sequence[CapabilitySpec], completes: bool, ctx: GuardContext
+) -> Notice | None:
+    """Why the candidate transition `ctx.transition` may not be taken on the evidence
+    `ctx.view` holds, or None (SPEC §7.5, enforced independently of the machine).
+    `specs` are the capabilities it would invoke (its actions, then its target's entry
+    actions); `completes` says it enters a final state other than on an accountable
+    human's decision. A material route (a retry, compensation, resume or any material
+    capability) and a completion are refused while the current epoch's trusted evidence
+    conflicts or says unknown; a compensation (a rollback, a cancellation) also needs
+    authoritative evidence of the effect's state, as a retry needs authoritative
+    not-applied evidence. The decision then takes the machine's next candidate and
+    escalates."""
+    material = [s for s in specs if s.material or s.kind in _MATERIAL_KINDS]
+    if not material and not completes:
+        return None
+    view, target = ctx.view, ctx.transition.target
+    if evidence_unsettled(view):
+        what = material[0].id if material else f"completion in {target}"
+        outcomes = ", ".join(sorted(view.current_outcomes()))
+        return Notice(
+            EVIDENCE_UNSETTLED,
+            f"operation {view.operation_id}: {what} ({view.state} -> {target}) refused: "
+            f"trusted evidence for effect epoch {view.epoch} is unknown or conflicting "
+            f"({outcomes}); conflicting or unknown evidence fails closed and escalates",
+        )
+    compensation = next((s for s in specs if s.kind is CapabilityKind.COMPENSATE), None)
+    if compensation is not None and not verified(ctx):
+        return Notice(
+            COMPENSATION_UNVERIFIED,
+            f"operation {view.operation_id}: compensation {compensation.id} ({view.state} -> "
+            f"{target}) refused: no authoritative evidence of the effect's state for effect "
+            f"epoch {view.epoch}; verify before undoing an effect that may not exist",
+        )
+    return None
+
+
+def awaited_refusal(
+    event: Event, view: OperationView, registry: Registry
+) -> tuple[Notice | None, bool]:
+    """Whether a success result may move the operation yet (SPEC §7.3, §8 step 9): the
+    notice and True (hold: the result is recorded, the state waits) while another
+    command the state awaits, of the kinds the result reports on, is unanswered; the
+    notice and False (refuse) for a result that names no command while several are
+    awaited, since the core cannot tell which one answered; (None, False) otherwise."""
+    family = result_family(event.event_type)
+    if family is None or not event.event_type.endswith("_SUCCEEDED"):
+        return None, False
+    waiting = sorted(
+        c for c in view.awaiting & view.open_commands if _kind_of(view, registry, c) in family
+    )
+    causation = event.causation
+    if causation is None:
+        if len(waiting) <= 1:
+            return None, False  # one awaited command (or none): the result is its answer
+        return Notice(
+            RESULT_UNATTRIBUTED,
+            f"{event.event_type} {event.event_id} names no command, but operation "
+            f"{view.operation_id} in {view.state} awaits {', '.join(waiting)}; report each "
+            "action's result with the command id it answers",
+        ), False
+    others = [c for c in waiting if c != causation]
+    if not others:
+        return None, False
+    described = ", ".join(f"{c} ({view.command_capability(c)})" for c in others)
+    return Notice(
+        AWAITING_ACTIONS,
+        f"{event.event_type} {event.event_id} answers {causation}; operation "
+        f"{view.operation_id} stays in {view.state} until {described} "
+        f"{'has' if len(others) == 1 else 'have'} answered too (a failure of any takes "
+        "the machine's failure path)",
+    ), True
+
+
+def _kind_of(view: OperationView, registry: Registry, command_id: str) -> str | None:
+    capability = view.command_capability(command_id)
+    spec = registry.capabilities.get(capability) if capability is not None else None
+    return None if spec is None else str(spec.kind)

@@ -17,9 +17,13 @@ code `role-not-permitted`, `identity-mismatch` or `agent-unproven`.
   operation's ancestors (`parent_operation`), the opener (or the runtime that vouched)
   must hold `tool` or `orchestrator` for each of their agents as well, so nobody hangs
   an operation below another agent's work, or names a bystander as its agent, to aim a
-  containment or a cascade at it. The proof is kept (`OperationView.agent_proof`); an
-  operation whose agent a runtime proved takes its opener's later tool reports without
-  a grant naming the agent.
+  containment or a cascade at it; when the parent arrives only later, the child is
+  linked below it only if its opener holds those grants then (`machines.may_link`,
+  checked by the fold). Credentials reported as delegated to the operation's agent
+  (`lineage.delegated_credentials`, which its revocation commands name) need
+  `orchestrator` for that agent, of the opener or of the runtime that vouched. The
+  proof is kept (`OperationView.agent_proof`); an operation whose agent a runtime
+  proved takes its opener's later tool reports without a grant naming the agent.
 - **Every event.** `EventRoles` maps event types to the roles that may send them,
   each checked for the operation's stored scope (`DEFAULT_EVENT_ROLES`; a deployment,
   or a machine, may override it in `machines.Rules.event_roles`):
@@ -36,8 +40,10 @@ code `role-not-permitted`, `identity-mismatch` or `agent-unproven`.
   own signature proves the human and is checked against the policy's approvers by the
   core, so the record's signer need not be the approver; `RESUME_REQUESTED`:
   `approver`, `orchestrator` (agent) or `tool`. An event with a `classifier` block needs
-  `classifier` whatever its type, and a validated checkpoint needs `validator` for the
-  agent, its `validator` being the producer.
+  `classifier` whatever its type; `AUTHORIZATION_DENIED`, `VALIDATION_DENIED` and
+  `POLICY_DENIED`: `tool`, or `worker` for the capability of the command they answer
+  (a retry the worker found denied); and a validated checkpoint needs `validator` for
+  the agent, its `validator` being the producer.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from types import MappingProxyType
 from typing import Final
 
 from machines.event import Event
+from machines.invariants import DENIAL_EVENTS
 from machines.roster import AuthenticationError, AuthRefusal, ProducerEntry, Role
 from machines.timers import TIMER_EVENTS, is_timer_event
 from machines.view import OperationView
@@ -106,6 +113,9 @@ DEFAULT_EVENT_ROLES: Final = EventRoles(
             "ANCESTOR_CONTAINED": _LINEAGE,
             "RESUME_REQUESTED": (Role.APPROVER, Role.ORCHESTRATOR, Role.TOOL),
             **dict.fromkeys(TIMER_EVENTS, _TIMER),
+            # A denial of the call comes from the tool; a denial of a retry from the
+            # worker that executed it (scoped by the command it names).
+            **{denial: (Role.TOOL, Role.WORKER) for denial in sorted(DENIAL_EVENTS)},
         }
     ),
     prefixes=MappingProxyType(
@@ -185,8 +195,10 @@ def check_opening(
     scope, and either that grant names the agent (`"grant"`) or `vouched_by`, the
     runtime whose call context proved the event's lineage (`machines.prove_lineage`),
     holds `orchestrator` for it (`"call-context:<runtime>"`); neither is
-    `agent-unproven`. Every agent of the ancestors the ledger knows (`ancestor_agents`)
-    needs `tool` or `orchestrator` of the producer or of `vouched_by`."""
+    `agent-unproven`. Credentials the lineage reports as delegated to the agent need
+    `orchestrator` for it, and every agent of the ancestors the ledger knows
+    (`ancestor_agents`; ancestors it learns of later are checked when they arrive,
+    `machines.may_link`) `tool` or `orchestrator`, of the producer or of `vouched_by`."""
     scope = event.scope
     wanted: dict[str, str | None] = {
         "capability": None if scope is None else scope.capability,
@@ -215,14 +227,25 @@ def check_opening(
             "agent's runtime proves it; forward the runtime's call context (header "
             "recovery-call-context) or grant the tool `agents: [" + agent + "]`",
         )
+    vouching = [entry for entry in (producer, vouched_by) if entry is not None]
+    credentials = event.lineage.delegated_credentials
+    if credentials and not any(e.permits(Role.ORCHESTRATOR, agent=agent) for e in vouching):
+        # A revocation command names these credentials: a producer that could name any
+        # would aim a containment's revocation at a bystander's authority.
+        raise _refuse(
+            producer,
+            event,
+            f"its lineage reports credentials {', '.join(credentials)} delegated to agent "
+            f"{agent}, for which neither it nor the runtime that vouched holds orchestrator "
+            "(the role that reports an agent's lineage and delegations)",
+        )
     for ancestor in ancestor_agents:
         if ancestor == agent:
             continue
         if not any(
             entry.permits(Role.TOOL, agent=ancestor)
             or entry.permits(Role.ORCHESTRATOR, agent=ancestor)
-            for entry in (producer, vouched_by)
-            if entry is not None
+            for entry in vouching
         ):
             raise _refuse(
                 producer,

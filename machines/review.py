@@ -45,6 +45,7 @@ __all__ = [
     "HYPOTHETICAL_APPROVER",
     "PACKET_FORM",
     "ReviewPacket",
+    "awaited_actions",
     "awaits_human",
     "human_targets",
     "packet_digest",
@@ -193,7 +194,7 @@ def review_packet(
         "identities": _identities(operation),
         "initiating_request": _request(machine, events),
         "triggering_event": _trigger(view.state, decisions, events),
-        "current_state": _current_state(machine, view, decisions),
+        "current_state": _current_state(machine, view, decisions, registry),
         "history": [_history_entry(d) for d in decisions],
         "downstream": _downstream(decisions, descendants),
         "verification": _verification(view),
@@ -273,8 +274,30 @@ def _trigger(
     return None
 
 
+def awaited_actions(view: OperationView, registry: Registry) -> list[dict[str, Any]]:
+    """The commands the operation's current state waits for that have not answered yet
+    (`OperationView.awaiting`: a containment waits for its stop and its revocation),
+    each with its capability and kind, in command order: what a reviewer and the
+    console show as still unanswered (SPEC §7.3)."""
+    out = []
+    for command_id in sorted(view.awaiting & view.open_commands):
+        capability = view.command_capability(command_id)
+        spec = registry.capabilities.get(capability) if capability is not None else None
+        out.append(
+            {
+                "command_id": command_id,
+                "capability": capability,
+                "kind": None if spec is None else str(spec.kind),
+            }
+        )
+    return out
+
+
 def _current_state(
-    machine: Machine, view: OperationView, decisions: Sequence[Mapping[str, Any]]
+    machine: Machine,
+    view: OperationView,
+    decisions: Sequence[Mapping[str, Any]],
+    registry: Registry,
 ) -> dict[str, Any]:
     since = next(
         (d["decided_at"] for d in reversed(decisions) if d["state_after"] != d["state_before"]),
@@ -288,6 +311,7 @@ def _current_state(
         "ledger_version": view.version,
         "accepts": sorted(state.on) if state is not None else [],
         "open_commands": sorted(view.open_commands),
+        "awaiting": awaited_actions(view, registry),
     }
 
 
@@ -317,8 +341,12 @@ def _downstream(
 ) -> dict[str, Any]:
     """Every command issued (and the event that answered it, if any), the evidence
     references the ledger holds, and the operations below this one."""
+    # A refused event answered nothing (a result for the wrong command, from an
+    # untrusted producer): its command stays open, as in the view.
     answers = {
-        d["event"]["causation"]: d["event"]["id"] for d in decisions if d["event"]["causation"]
+        d["event"]["causation"]: d["event"]
+        for d in decisions
+        if d["event"]["causation"] and d["outcome"] != "refused"
     }
     commands = [
         {
@@ -327,7 +355,8 @@ def _downstream(
             "kind": i["kind"],
             "params": i["params"],
             "issued_at_sequence": d["sequence"],
-            "answered_by": answers.get(i["command_id"]),
+            "answered_by": _answer(answers, i["command_id"], "id"),
+            "result": _answer(answers, i["command_id"], "type"),
         }
         for d in decisions
         for i in d["invocations"]
@@ -338,6 +367,11 @@ def _downstream(
         "evidence_refs": references,
         "descendant_operations": list(descendants),
     }
+
+
+def _answer(answers: Mapping[str, Mapping[str, Any]], command_id: str, field: str) -> Any:
+    event = answers.get(command_id)
+    return None if event is None else event[field]
 
 
 def _verification(view: OperationView) -> dict[str, Any]:

@@ -41,6 +41,8 @@ class ToolFacts:
     # operation (its failure report): not the key of the original call, so it never
     # makes a retry safe (agent-failure-recovery practice §4).
     key_declared_late: bool = False
+    # The digest of the call's canonical arguments, declared with the key (practice §4).
+    arguments_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +157,15 @@ class Timer:
     spent: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class KeyClaim:
+    """The operation that owns an idempotency key (`machines.claims`), with the digest
+    of the arguments it declared with it (None: it declared none)."""
+
+    operation_id: str
+    arguments_digest: str | None = None
+
+
 # A set of strings, written sorted: a set iterates in an order that follows the
 # process's hash seed, and the stored view (and the audit commitment's digest of it) must
 # be the same bytes whichever process wrote it.
@@ -227,10 +238,41 @@ class OperationView:
     tool: str | None = None
     environment: str | None = None
     command_capabilities: tuple[tuple[str, str], ...] = ()
-    # The producer whose report opened the operation (its authenticated signer): another
-    # producer's event in another conversation is an incident (`machines.opening`).
-    # Empty for a view stored before it was kept.
-    opened_by: str = ""
+    # The events that reported a permanent denial of the operation's call or of a retry
+    # of it (authorization, validation or policy): an unchanged retry is never commanded
+    # after one (agent-failure-recovery practice §1-2).
+    denials: tuple[str, ...] = ()
+    # The commands the current state waits for: those of a kind whose result comes back
+    # as an event, issued by the decision that entered it, and still open ones of the
+    # state it came from when that decision was the result of one of them (a failed
+    # stop's revocation stays awaited through the failure path). A success result moves
+    # the operation only once every awaited command of its family has answered
+    # (SPEC §7.3: a containment is complete when all of its actions are).
+    awaiting: StringSet = frozenset()
+    # Who the operation is about besides its agent (`lineage.agent`), from the event
+    # that opened it (SPEC §10: principal, agent, runtime and task are named in every
+    # audit record). None for a view stored before they were kept.
+    principal: str | None = None
+    task: str | None = None
+    runtime: str | None = None
+    # The operation that already owned the idempotency key this one's opening event
+    # declared (`machines.claims`): this operation is its duplicate or a conflicting
+    # reuse of the key, and never retries with it (practice §4).
+    key_owner: KeyClaim | None = None
+    # The credentials delegated to the operation's agent for its task, as its opening
+    # event reported them (`lineage.delegated_credentials`), and whether a revocation has
+    # been commanded since it last resumed: a finished descendant that still holds them
+    # gets the revocation when an ancestor is contained (CONFORMANCE L5.3).
+    credentials: tuple[str, ...] = ()
+    revoked: bool = False
+    # Whether a stop has been commanded since it last resumed: an ancestor's containment
+    # does not stop a task its own containment already stopped.
+    stopped: bool = False
+    # The authenticated producer of the event that opened the operation: another
+    # producer's event in another conversation is an incident (`machines.opening`), and
+    # the grants a link of it below a parent reported later is checked against
+    # (`may_link`). None for a view stored before it was kept.
+    opened_by: str | None = None
     # How the affected agent (`lineage.agent`) was proven when the operation opened:
     # `grant` (the opener's tool grant names the agent) or `call-context:<runtime>` (a
     # call context the agent's runtime signed, `machines.call_context`). Empty for a view
@@ -336,7 +378,11 @@ def new_view(
     capability: str | None = None,
     tool: str | None = None,
     environment: str | None = None,
-    opened_by: str = "",
+    principal: str | None = None,
+    task: str | None = None,
+    runtime: str | None = None,
+    credentials: tuple[str, ...] = (),
+    opened_by: str | None = None,
     agent_proof: str = "",
 ) -> OperationView:
     """The view of an operation the controller has just started to govern."""
@@ -354,9 +400,24 @@ def new_view(
         capability=capability,
         tool=tool,
         environment=environment,
+        principal=principal,
+        task=task,
+        runtime=runtime,
+        credentials=credentials,
         opened_by=opened_by,
         agent_proof=agent_proof,
     )
+
+
+def identity_of(view: OperationView) -> dict[str, str | None]:
+    """The identities SPEC §10 has every audit record name: initiating principal, agent,
+    runtime and task of the operation, as its opening event gave them."""
+    return {
+        "initiating_principal": view.principal,
+        "agent": view.lineage.agent,
+        "runtime": view.runtime,
+        "task": view.task,
+    }
 
 
 _VIEW_ADAPTER: TypeAdapter[OperationView] | None = None

@@ -28,8 +28,10 @@ from machines import (
     Event,
     HumanDecision,
     OperationView,
+    Registry,
     ReviewPacket,
     Verdict,
+    awaited_actions,
     awaits_human,
     check_decision,
     waiting_on,
@@ -82,10 +84,11 @@ def timeline(
     decisions, commands with publication and answers, approvals and audit status."""
     by_event = {d["event"]["id"]: d for d in record.decisions}
     published = {o.record_id: o for o in record.outbox}
+    # A refused event answered nothing: its command stays open (the view agrees).
     answers = {
         d["event"]["causation"]: d["event"]["id"]
         for d in record.decisions
-        if d["event"]["causation"]
+        if d["event"]["causation"] and d["outcome"] != "refused"
     }
     events = []
     for event in record.events:
@@ -136,6 +139,7 @@ def timeline(
             "created_at": row["created_at"].isoformat(),
             "updated_at": row["updated_at"].isoformat(),
             "waiting_for_human": waiting,
+            "awaiting": awaited_actions(record.view, _registry(pinned)),
         },
         "events": events,
         "commands": commands,
@@ -148,6 +152,10 @@ def timeline(
         },
         "waiting": awaited(inspector, record, datetime.now(UTC)),
     }
+
+
+def _registry(pinned: PinnedMachines | LoadedRules) -> Registry:
+    return pinned.registry if isinstance(pinned, PinnedMachines) else pinned.rules.registry
 
 
 def awaited(inspector: LedgerInspector, record: OperationRecord, now: datetime) -> dict[str, Any]:

@@ -94,6 +94,10 @@ RESULT_EVENTS: Final[Mapping[str, tuple[str, str]]] = {
     "retry": ("RETRY_SUCCEEDED", "RETRY_FAILED"),
     "compensate": ("COMPENSATION_SUCCEEDED", "COMPENSATION_FAILED"),
     "stop": ("CONTAINMENT_SUCCEEDED", "CONTAINMENT_FAILED"),
+    # A containment is complete when all of its actions are (SPEC §7.3): the revocation
+    # and the isolation report their own results, each naming its command.
+    "revoke": ("CONTAINMENT_SUCCEEDED", "CONTAINMENT_FAILED"),
+    "isolate": ("CONTAINMENT_SUCCEEDED", "CONTAINMENT_FAILED"),
 }
 _VERIFY_EVENTS: Final = {"applied": "VERIFICATION_FOUND", "not_applied": "VERIFICATION_NOT_FOUND"}
 _VERIFY_FAILED: Final = "VERIFICATION_UNAVAILABLE"

@@ -655,7 +655,7 @@ _DEMO: Final[Mapping[str, Handler]] = {
     "payment.verify-refund": _verify,
     "deploy.verify-steps": _verify,
     "agent.stop-task": _succeed,
-    "credentials.revoke-delegation": _acknowledge,
+    "credentials.revoke-delegation": _succeed,
     "capability.isolate": _acknowledge,
     "human.escalate": _acknowledge,
     "email.quarantine-outbox": _acknowledge,
@@ -665,6 +665,7 @@ _DEMO: Final[Mapping[str, Handler]] = {
 
 def demo_handlers() -> dict[str, Handler]:
     """In-memory fake handlers for the catalogue's capabilities (demo and tests only):
-    verifiers answer `verify_outcome`, `agent.stop-task` succeeds (CONTAINMENT_SUCCEEDED),
-    the rest acknowledge without an event."""
+    verifiers answer `verify_outcome`, `agent.stop-task` and
+    `credentials.revoke-delegation` succeed (CONTAINMENT_SUCCEEDED, each naming its
+    command: a containment waits for both), the rest acknowledge without an event."""
     return dict(_DEMO)

@@ -319,12 +319,36 @@ ON CONFLICT (record_id) DO NOTHING;
 -- (`Ledger.arrival_lineage`): their named parents, and the rows naming one of them as
 -- parent (children reported first). Two index lookups, no walk: the denormalised
 -- lineage columns of these rows already hold the rest of the chain.
+-- The opener of each row (from its view) is what a child reported first is linked by
+-- (`machines.may_link`).
 SELECT operation_id, correlation_id, machine_name, machine_version, state, agent, task,
        initiating_principal, origin_operation, parent_operation, delegated_credentials,
        ancestors, lineage_agents, contained_ancestors, containing, containment_cause,
-       descendant_agents
+       descendant_agents, view->>'opened_by'
 FROM operations
 WHERE operation_id = ANY(%(parents)s) OR parent_operation = ANY(%(ids)s);
+
+-- name: key_claims
+-- The stored owners of idempotency claim keys (`Ledger.key_claims`): one primary-key
+-- lookup per key, the three parallel arrays unpacked together.
+SELECT c.principal, c.capability, c.idempotency_key, c.operation_id, c.arguments_digest
+FROM unnest(%(principals)b::text[], %(capabilities)b::text[], %(keys)b::text[])
+     AS k (principal, capability, idempotency_key)
+JOIN idempotency_claims AS c USING (principal, capability, idempotency_key);
+
+-- name: insert_claims
+-- The claims of the operations a batch opens. A key another operation holds already
+-- (a concurrent batch won it, or an earlier row of this statement) is not written for
+-- this operation and is missing from RETURNING: the batch is refused and decided again
+-- on that owner.
+INSERT INTO idempotency_claims (principal, capability, idempotency_key, operation_id,
+                                arguments_digest, claimed_at)
+SELECT * FROM unnest(
+    %(c0)b::text[], %(c1)b::text[], %(c2)b::text[], %(c3)b::text[], %(c4)b::text[],
+    %(c5)b::timestamptz[]
+)
+ON CONFLICT DO NOTHING
+RETURNING principal, capability, idempotency_key, operation_id;
 
 -- name: lineage_of
 SELECT operation_id, correlation_id, machine_name, machine_version, state, agent, task,

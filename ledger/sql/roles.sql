@@ -96,8 +96,8 @@ GRANT SELECT ON ledger_migrations
 -- UPDATE only where state moves: operations (folded view, counters, chain head, lineage),
 -- intake chain heads, stored offsets, partition epochs and the partitions' attempts
 -- (crash quarantine). Outbox rows are inserted, never changed by the controller.
-GRANT SELECT, INSERT ON events, decisions, evidence, approvals, audit_records, outbox
-    TO recovery_controller;
+GRANT SELECT, INSERT ON events, decisions, evidence, approvals, audit_records, outbox,
+    idempotency_claims TO recovery_controller;
 GRANT SELECT, INSERT, UPDATE ON operations, audit_chains, consumer_offsets, partition_owners,
     partition_attempts TO recovery_controller;
 -- Timers (migration 0014) are the view's armed timers: armed, fired, spent and deleted

@@ -72,7 +72,9 @@ def bench_event(
         event_time=T0 + timedelta(seconds=index),
         evidence_ref=f"evidence://{op}/{index}",
         producer="verifier-1" if outcome is not None else "tool-integration",
-        lineage=Lineage(agent="agent-1", task=task, initiating_principal="alice"),
+        lineage=Lineage(
+            agent="agent-1", task=task, initiating_principal="alice", runtime="bench-runtime"
+        ),
         evidence=evidence,
     )
 

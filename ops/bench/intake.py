@@ -34,6 +34,7 @@ from consumer import (
     ControllerMetrics,
     Intake,
     RawRecord,
+    claim_keys,
     decide_batch,
     openings,
     operation_ids,
@@ -99,6 +100,7 @@ def run_once(records: Sequence[RawRecord], batch: int) -> dict[str, float]:
         t1 = time.process_time()
         views = ledger.load_views(operation_ids(outcomes))
         arrivals = ledger.arrival_lineage(openings(outcomes, views))
+        claims = ledger.key_claims(claim_keys(outcomes, views))
         t2 = time.process_time()
         with tracer.batch(len(outcomes), [(_TOPIC, 0)]) as span:
             planned = decide_batch(
@@ -111,6 +113,7 @@ def run_once(records: Sequence[RawRecord], batch: int) -> dict[str, float]:
                 now=now,
                 observe=tracer.observer(span, meters.decision_latency),
                 arrivals=arrivals,
+                claims=claims,
             )
         t3 = time.process_time()
         batch_rows(planned.batch)

@@ -145,7 +145,6 @@ def build_batches(
                     (position,),
                     base,
                     tuple(entries),
-                    "bench-runtime",
                     folded=dict(views),
                     sign=sign,
                 )

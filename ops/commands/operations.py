@@ -233,6 +233,11 @@ def _show(ctx: Context) -> int:
     return 0 if report["audit"]["intact"] else 1
 
 
+def _awaited(awaiting: Sequence[Mapping[str, Any]]) -> str:
+    """The commands the state still waits for, for people (SPEC §7.3)."""
+    return ", ".join(f"{a['command_id']} ({a['capability']})" for a in awaiting) or "-"
+
+
 def render_timeline(report: Mapping[str, Any]) -> str:
     """The timeline for people: a header, then tables of events, commands, approvals."""
     op = report["operation"]
@@ -249,6 +254,7 @@ def render_timeline(report: Mapping[str, Any]) -> str:
         f"{op['origin_operation'] or '-'}, depth {op['depth']}"
         + (f", descendants {', '.join(report['descendants'])}" if report["descendants"] else ""),
         f"  changed   {op['updated_at']} (opened {op['created_at']})",
+        f"  awaiting  {_awaited(op['awaiting'])}",
         *_waiting_lines(report["waiting"]),
         "",
         "events and decisions",

@@ -245,6 +245,8 @@ def render_packet(packet: ReviewPacket) -> str:
         f"{', '.join(lineage['delegated_credentials']) or '-'}",
         f"state        {state['name']} since {state['since'] or '-'} (ledger version "
         f"{state['ledger_version']}; accepts {', '.join(state['accepts']) or 'nothing'})",
+        "awaiting     "
+        + (", ".join(f"{a['command_id']} ({a['capability']})" for a in state["awaiting"]) or "-"),
     ]
     request = c["initiating_request"]
     if request is not None:
@@ -284,7 +286,12 @@ def render_packet(packet: ReviewPacket) -> str:
         table(
             ("command", "capability", "kind", "answered by"),
             [
-                (d["command_id"], d["capability"], d["kind"], d["answered_by"])
+                (
+                    d["command_id"],
+                    d["capability"],
+                    d["kind"],
+                    d["answered_by"] and f"{d['answered_by']} ({d['result']})",
+                )
                 for d in down["commands"]
             ],
         )

@@ -63,7 +63,7 @@ class LiveRun:
 
     case: CaseSpec
     steps: tuple[StepResult, ...]
-    decisions: tuple[Mapping[str, Any], ...]  # every stored decision of the operation
+    decisions: tuple[Mapping[str, Any], ...]  # every stored decision of the operations
 
 
 @dataclass
@@ -219,7 +219,7 @@ def run_live(
     )
     relay_thread.start()
     publisher = EventPublisher(bootstrap, signer=signers(), topics=topics)
-    op = case.operation.id
+    operations = [case.operation.id, *(o.id for o in case.operations)]
     steps: list[StepResult] = []
     try:
         _wait(lambda: bool(controller.owned) or bool(errors), 30, "partition assignment")
@@ -239,7 +239,7 @@ def run_live(
         for index, step in enumerate(case.steps, start=1):
             now = runner.tick(step)
             fired = runner.sim.advance(now)
-            earlier = len(ledger.decisions(op))
+            earlier = {o: len(ledger.decisions(o)) for o in operations}
             for timer in fired:
                 # Each timer at its due time, as the in-memory run decided it.
                 clock.set(timer.decided_at)
@@ -248,9 +248,15 @@ def run_live(
             # What the controller decided for them. Their ids may differ from the
             # in-memory run's (a timer's id names the version it was armed at, and the
             # live controller records no decision for an event intake refused).
-            timed = [
-                d for d in ledger.decisions(op)[earlier:] if d["event"]["id"].startswith("timer:")
-            ]
+            timed = sorted(
+                (
+                    d
+                    for o in operations
+                    for d in ledger.decisions(o)[earlier[o] :]
+                    if d["event"]["id"].startswith("timer:")
+                ),
+                key=lambda d: str(d["decided_at"]),
+            )
             names = tuple(str(d["event"]["type"]) for d in timed)
             if step.advance is not None and step.event is None and step.replay is None:
                 if fired:
@@ -260,7 +266,9 @@ def run_live(
                         StepResult(
                             index,
                             step.expect,
-                            _timer_event(ledger, op, str(stored["event"]["id"]))
+                            _timer_event(
+                                ledger, str(stored["operation_id"]), str(stored["event"]["id"])
+                            )
                             if stored
                             else _sim_event(last),
                             stored,
@@ -288,6 +296,7 @@ def run_live(
                     30,
                     f"case {case.name}: the parent operation to be opened",
                 )
+            op = event.operation_id
             before = len(ledger.decisions(op))
             clock.set(now)
             publisher.publish(event)
@@ -317,7 +326,8 @@ def run_live(
     assert not thread.is_alive(), f"the controller of case {case.name} did not stop"
     assert not relay_thread.is_alive(), f"the relay of case {case.name} did not stop"
     assert not errors, errors
-    return LiveRun(case, tuple(steps), tuple(ledger.decisions(op)))
+    decisions = tuple(d for op in operations for d in ledger.decisions(op))
+    return LiveRun(case, tuple(steps), decisions)
 
 
 def _timer_event(ledger: Ledger, op: str, event_id: str) -> Event:

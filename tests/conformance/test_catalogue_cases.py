@@ -193,12 +193,23 @@ def test_case_runs_end_to_end_through_controller_and_relay(
         seen.add(command.command_id)
     assert wanted <= seen, f"{what}: commands missing from the topic: {sorted(wanted - seen)}"
 
-    chain, _ = ledger.audit_chain(case.operation.id)
+    chain = [r for o in (case.operation, *case.operations) for r in ledger.audit_chain(o.id)[0]]
     conflicts = sum(s.stored is None and s.simulated_outcome == "conflict" for s in run.steps)
     assert sum(r.kind == "event-conflict" for r in chain) == conflicts, f"{what}: conflict audit"
     if conflicts:
         dead = read_until(kafka_bootstrap, topics.dlq, set(), at_least=conflicts)
         assert len(dead) >= conflicts, f"{what}: the reused event id was not dead-lettered"
+    # SPEC 10: every record of an operation's chain names its runtime (envelope v6).
+    runtimes = {o.id: o.runtime for o in (case.operation, *case.operations)}
+    opened = [r for r in chain if r.kind == "operation-opened"]
+    assert [r.record["runtime"] for r in opened] == [runtimes[r.operation_id] for r in opened], what
+    unnamed = [
+        f"{r.operation_id}:{r.sequence}"
+        for r in chain
+        if r.kind != "operation-opened"
+        and r.record["identity"]["runtime"] != runtimes[r.operation_id]
+    ]
+    assert not unnamed, f"{what}: audit records {unnamed} do not name the runtime"
     decision_hashes = {r.hash for r in chain if r.kind == "decision"}
     assert len(decision_hashes) == len(run.decisions), f"{what}: a decision has no audit record"
     audit_ids = {f"audit:{r.operation_id}:{r.sequence}" for r in chain}

@@ -65,7 +65,7 @@ class _Incident:
         self._n = 0
         self.now = _NOW
 
-    def feed(self, event_type: str, **extra: object) -> Decision:
+    def feed(self, event_type: str, producer: str = "demo", **extra: object) -> Decision:
         self._n += 1
         event = Event(
             event_type=event_type,
@@ -76,7 +76,7 @@ class _Incident:
             machine_version=self.machine.version,
             event_time=self.now,
             evidence_ref="r",
-            producer="demo",
+            producer=producer,
             lineage=self.lineage,
             **extra,  # type: ignore[arg-type]
         )
@@ -127,12 +127,13 @@ class _Incident:
             self.feed(
                 _VERIFY[str(result.evidence.outcome)],
                 # The client library names the reporting worker as the verifier.
+                "demo-worker",
                 evidence=replace(result.evidence, verifier="demo-worker"),
                 causation=command_id,
             )
         else:
             success, failure = RESULT_EVENTS[kind]
-            self.feed(success if result.succeeded else failure, causation=command_id)
+            self.feed(success if result.succeeded else failure, "demo-worker", causation=command_id)
 
     def decide_as_human(self, verdict: str, target: str) -> None:
         decision = sign_decision(

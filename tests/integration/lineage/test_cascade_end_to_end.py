@@ -86,12 +86,14 @@ class Revocations:
             self.stops[command.command_id] = command.operation_id
         return ActionResult(succeeded=True)
 
-    def revoke(self, command: CapabilityCommand) -> None:
+    def revoke(self, command: CapabilityCommand) -> ActionResult:
+        # Reported like the stop: a containment is complete when both have answered.
         with self.lock:
             self.commands[command.command_id] = (
                 command.operation_id,
                 tuple(command.lineage.delegated_credentials),
             )
+        return ActionResult(succeeded=True)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from consumer import DecidedBatch, Intake, decide_batch
-from consumer.batch import operation_ids, positions_for
+from consumer.batch import claim_keys, operation_ids, positions_for
 from ledger import Batch, MemoryLedger, batch_rows
 from machines import CATALOGUE, Event, EvidencePayload, load_catalogue, load_registry
 from machines.event import DeclaredFacts
@@ -53,14 +53,17 @@ def _plan(intake: Intake, ledger: MemoryLedger, events: list[Event], first: int)
     raws = [encoded(e, first + n) for n, e in enumerate(events)]
     outcomes = [intake.examine(r) for r in raws]
     epochs = {(c.topic, c.partition): c.epoch for c in ledger.claim(GROUP, TOPIC, [0], "me")}
+    views = ledger.load_views(operation_ids(outcomes))
     return decide_batch(
         outcomes,
-        ledger.load_views(operation_ids(outcomes)),
+        views,
         rules,
         group=GROUP,
         controller=CONTROLLER,
         positions=positions_for(raws, epochs),
         now=NOW,
+        # As the controller does: the stored owners of the keys new operations declare.
+        claims=ledger.key_claims(claim_keys(outcomes, views)),
     )
 
 

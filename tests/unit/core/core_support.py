@@ -316,7 +316,8 @@ def checkpoint_event(
     event_id: str = "c1",
     machine_digest: str | None = None,
 ) -> Event:
-    """A STEP_COMPLETED event reporting a checkpoint and its validation."""
+    """A STEP_COMPLETED event reporting a checkpoint and its validation, produced by its
+    validator when validated (a validation is the validator's own report)."""
     report = CheckpointReport(
         checkpoint_id=checkpoint_id,
         saved_at=saved_at,
@@ -326,7 +327,10 @@ def checkpoint_event(
         validated_machine_digest=machine_digest or (mach or machine()).digest,
         validated_policy_digest=(pol or policy()).digest,
     )
-    return event("STEP_COMPLETED", event_id, evidence=EvidencePayload(checkpoint=report))
+    producer = validator if validated else "tool-integration"
+    return event(
+        "STEP_COMPLETED", event_id, producer=producer, evidence=EvidencePayload(checkpoint=report)
+    )
 
 
 def classified(

@@ -95,13 +95,24 @@ def test_resume_with_everything_in_place_counts_a_recovery_attempt():
     assert apply(v, d).recovery_attempts == 1
 
 
-def test_checkpoint_validation_relayed_by_the_affected_agent_is_not_trusted():
+def test_checkpoint_validation_relayed_by_the_affected_agent_is_refused():
+    # A validation is the validator's own signed report: relayed by anyone else (here the
+    # affected agent) the event is refused as intake refuses it, and nothing is stored.
     from dataclasses import replace
 
     from core_support import AGENT
 
     e = replace(checkpoint_event("cp-a", T0), producer=AGENT, payload_digest="")
-    v = _feed(view("resume-pending"), e)
+    d = decide(machine(), view("resume-pending"), e, policy(), registry(), T0)
+    assert d.outcome is Outcome.REFUSED
+    assert [n.code for n in d.refusals] == ["identity-mismatch"]
+    assert apply(view("resume-pending"), d).checkpoints == ()
+
+
+def test_checkpoint_the_affected_agent_validates_itself_is_not_trusted():
+    from core_support import AGENT
+
+    v = _feed(view("resume-pending"), checkpoint_event("cp-a", T0, validator=AGENT))
     assert v.checkpoints[0].validated is False
 
 

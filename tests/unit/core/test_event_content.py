@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import fields, is_dataclass
+from dataclasses import fields, is_dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
 from types import MappingProxyType
 from typing import Any
@@ -37,6 +37,12 @@ def _reference(event: Event) -> dict[str, Any]:
     for optional in ("facts", "scope", "payload"):
         if data[optional] is None:
             del data[optional]
+    # Envelope v6's fields enter the content only when set, so events without them keep
+    # their digests.
+    if data["lineage"]["runtime"] is None:
+        del data["lineage"]["runtime"]
+    if data.get("facts") is not None and data["facts"]["arguments_digest"] is None:
+        del data["facts"]["arguments_digest"]
     return data
 
 
@@ -63,6 +69,14 @@ SAMPLES = {
             "payload": MappingProxyType(
                 {"t": ("a", 1, 2.5, None), "m": MappingProxyType({"k": [True]}), "at": T}
             ),
+            "payload_digest": "",
+        }
+    ),
+    "a runtime and an arguments digest (v6)": Event(
+        **{f.name: getattr(full_event(), f.name) for f in fields(Event) if f.init}
+        | {
+            "lineage": replace(full_event().lineage, runtime="langgraph-7"),
+            "facts": replace(FACTS, arguments_digest="sha256:" + "ab" * 32),
             "payload_digest": "",
         }
     ),

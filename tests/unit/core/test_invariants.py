@@ -163,9 +163,15 @@ def test_forbidden_capability_is_refused():
     assert d.refusals[0].code == "capability-forbidden"
 
 
+def _verified_applied():  # type: ignore[no-untyped-def]
+    # A compensation needs authoritative evidence of the effect first (SPEC 7.5).
+    v = view(mach=RECKLESS)
+    return apply(v, _decide(v, verification("VERIFICATION_FOUND")))
+
+
 def test_policy_listed_capability_needs_approval():
     d = _decide(
-        view(mach=RECKLESS),
+        _verified_applied(),
         event("STEP_FAILED"),
         pol=policy(approval_required_capabilities=["tool.compensate"]),
     )
@@ -174,9 +180,33 @@ def test_policy_listed_capability_needs_approval():
 
 def test_material_capability_needs_approval_when_policy_says_so():
     d = _decide(
-        view(mach=RECKLESS), event("STEP_FAILED"), pol=policy(require_approval_for_material=True)
+        _verified_applied(), event("STEP_FAILED"), pol=policy(require_approval_for_material=True)
     )
     assert d.refusals[0].code == "approval-required"
+
+
+def test_compensation_without_evidence_is_refused_whatever_the_machine_says():
+    d = _decide(view(mach=RECKLESS), event("STEP_FAILED"))
+    assert d.outcome is Outcome.REFUSED
+    assert [n.code for n in d.refusals] == ["compensation-unverified"]
+    assert d.capabilities == ("operator.escalate",)
+
+
+def test_material_routes_and_completion_are_refused_on_conflicting_evidence():
+    pol = policy(trusted_verifiers=["verifier-1", "verifier-2"])
+    v = view(mach=RECKLESS, pol=pol)
+    for e in (
+        verification("VERIFICATION_FOUND"),
+        verification("VERIFICATION_NOT_FOUND", "v2", verifier="verifier-2"),
+    ):
+        v = apply(v, _decide(v, e, pol=pol))
+    assert v.current_outcomes() == {"applied", "not_applied"}
+    # A compensation, a resume and a completion (TOOL_FAILED ends in a final state).
+    for e in (event("STEP_FAILED"), event("RESUME_REQUESTED"), event("TOOL_FAILED")):
+        d = _decide(v, e, pol=pol)
+        assert d.outcome is Outcome.REFUSED, e.event_type
+        assert [n.code for n in d.refusals] == ["evidence-unsettled"]
+        assert d.capabilities == ("operator.escalate",)
 
 
 def test_affected_agent_cannot_supply_verification_about_itself():

@@ -38,9 +38,12 @@ from machines.guards import (
     STANDARD_GUARDS,
     GuardContext,
     GuardResult,
+    evidence_unsettled,
     retry_permitted,
     valid_approval,
+    verified,
 )
+from machines.invariants import result_family
 from machines.model import CapabilityKind, Transition
 from machines.policy import Policy, parse_policy
 from machines.timers import RETRY_EVENT, due_timers, timer_event
@@ -81,7 +84,7 @@ POLICY: Policy = parse_policy(
                 },
             },
         },
-        "trusted_verifiers": ["verifier-1"],
+        "trusted_verifiers": ["verifier-1", "verifier-2"],
         "approvers": [
             {
                 "id": a,
@@ -113,10 +116,20 @@ EVENTS = (
     "RESUME_REQUESTED",
     "DUPLICATE_DETECTED",
     "AUTHORIZATION_DENIED",
+    "VALIDATION_DENIED",
+    "POLICY_DENIED",
     "UNKNOWN_EVENT",
     "RESUME_NOW",
 )
-PRODUCERS = ("tool-integration", "verifier-1", "untrusted-verifier", AGENT, PARENT, "approver-1")
+PRODUCERS = (
+    "tool-integration",
+    "verifier-1",
+    "verifier-2",
+    "untrusted-verifier",
+    AGENT,
+    PARENT,
+    "approver-1",
+)
 APPROVAL_KINDS = (
     "valid",
     "forged",
@@ -128,6 +141,7 @@ APPROVAL_KINDS = (
     "unreviewed",
 )
 
+_MATERIAL = (CapabilityKind.RETRY, CapabilityKind.COMPENSATE, CapabilityKind.RESUME)
 AUTO = "<auto>"  # the plausible choice for the current state (weighted heavily)
 
 move = st.fixed_dictionaries(
@@ -137,9 +151,11 @@ move = st.fixed_dictionaries(
         "producer": st.sampled_from((AUTO,) * 20 + PRODUCERS),
         "advance": st.sampled_from((0, 1, 1, 1, 1, 5, 5, 5, 30, 60, 700, 4000)),
         "outcome": st.sampled_from((AUTO,) * 8 + (None, "applied", "not_applied", "unknown")),
-        "verifier": st.sampled_from(("verifier-1",) * 8 + ("untrusted-verifier", AGENT)),
+        "verifier": st.sampled_from(
+            ("verifier-1",) * 6 + ("verifier-2",) * 2 + ("untrusted-verifier", AGENT)
+        ),
         "checkpoint": st.sampled_from(
-            ("eligible", None, "eligible", "other-policy", "unvalidated")
+            ("eligible", None, "eligible", "other-policy", "unvalidated", "relayed")
         ),
         "approval": st.sampled_from(("valid",) * 10 + APPROVAL_KINDS),
         "target": st.sampled_from((AUTO,) * 8 + tuple(range(8))),
@@ -264,12 +280,23 @@ class Driver:
         self.timers.update((t.timer_id, t) for t in view.timers)
 
     def _causation(self, m: dict[str, Any]) -> str | None:
-        # Verifications answer an open command half of the time, possibly one sent
-        # before a retry (a late answer), so the epoch binding is exercised.
+        # Verifications and action results answer an open command half of the time,
+        # possibly one sent before a retry (a late answer), so the epoch binding is
+        # exercised, or one of another kind (a result for the wrong command).
+        family = result_family(m["event"])
         open_commands = sorted(self.view.open_commands)
-        if not m["event"].startswith("VERIFICATION_") or not open_commands or m["pick"] % 2:
+        if family is None or not open_commands or m["pick"] % 2:
             return None
-        return open_commands[(m["pick"] // 2) % len(open_commands)]
+        if m["pick"] % 4 == 0:
+            # Mostly a command of the result's own kind, the way a worker answers.
+            open_commands = [c for c in open_commands if self._kind(c) in family]
+            if not open_commands:
+                return None
+        return open_commands[(m["pick"] // 4) % len(open_commands)]
+
+    def _kind(self, command_id: str) -> str | None:
+        capability = self.view.command_capability(command_id)
+        return None if capability is None else str(REGISTRY.capabilities[capability].kind)
 
     def _resolve(self, m: dict[str, Any]) -> dict[str, Any]:
         m = dict(m)
@@ -314,11 +341,16 @@ class Driver:
     def _evidence(self, m: dict[str, Any], index: int) -> EvidencePayload | None:
         checkpoint = None
         if m["checkpoint"] is not None:
+            # A validation is the validator's own report: verifier-1 validates the
+            # checkpoints it reports; one "relayed" by another producer is refused.
+            validated = m["checkpoint"] == "relayed" or (
+                m["checkpoint"] != "unvalidated" and m["producer"] == "verifier-1"
+            )
             checkpoint = CheckpointReport(
                 checkpoint_id=f"cp-{index}",
                 saved_at=self.now,
                 reference=f"cp://{index}",
-                validated=m["checkpoint"] != "unvalidated",
+                validated=validated,
                 validator="verifier-1",
                 validated_machine_digest=self.machine.digest,
                 validated_policy_digest=POLICY.digest
@@ -397,6 +429,50 @@ def _paths_to(machine: Machine, goal: str) -> dict[str, str]:
     return toward
 
 
+def _check_fail_closed(
+    machine: Machine,
+    before: OperationView,
+    event: Event,
+    d: Decision,
+    ctx: GuardContext,
+    registry: Any,
+) -> None:
+    """Issue 30's classes on one decision: evidence is its producer's own, a result
+    answers a command of its kind, and no material route or completion is taken on
+    unsettled evidence (nor a compensation without authoritative evidence)."""
+    verification, checkpoint = d.evidence.verification, d.evidence.checkpoint
+    # The evidence's verifier (or validator) is the event's producer, as on the wire.
+    assert verification is None or verification.verifier == event.producer
+    assert checkpoint is None or not checkpoint.validated or checkpoint.validator == event.producer
+    if d.outcome is not Outcome.TRANSITIONED:
+        return
+    family = result_family(event.event_type)
+    if event.causation is not None and family:
+        # A result moves the operation only as the answer to a command of its kind.
+        capability = before.command_capability(event.causation)
+        assert capability is not None
+        assert str(registry.capabilities[capability].kind) in family
+    if family and event.event_type.endswith("_SUCCEEDED"):
+        # SPEC 7.3: a success moves the state only once every command it awaits of the
+        # result's family has answered (a result naming none: at most one awaited).
+        waiting = [
+            c
+            for c in before.awaiting & before.open_commands
+            if str(registry.capabilities[before.command_capability(c) or ""].kind) in family
+        ]
+        others = [c for c in waiting if c != event.causation]
+        assert not others or (event.causation is None and len(waiting) == 1), "moved early"
+    # SPEC 7.5: no material route, and no completion but a human's, on unknown or
+    # conflicting evidence; no compensation without authoritative evidence.
+    kinds = [i.kind for i in d.invocations]
+    material = any(i.material or i.kind in _MATERIAL for i in d.invocations)
+    completes = machine.states[d.state_after].final and d.evidence.approval is None
+    if material or completes:
+        assert not evidence_unsettled(ctx.view), "material route on unsettled evidence"
+    if CapabilityKind.COMPENSATE in kinds:
+        assert verified(ctx), "compensation without authoritative evidence"
+
+
 def _check(
     machine: Machine,
     before: OperationView,
@@ -413,14 +489,30 @@ def _check(
     state = machine.states[before.state]
     if state.final:
         assert d.state_after == before.state
-        assert d.invocations == ()
+        # Nothing, but the revocation of credentials a finished descendant still holds
+        # when an ancestor is contained (CONFORMANCE L5.3).
+        assert all(
+            (i.origin, i.kind) in (("containment", "revoke"), ("escalation", "escalate"))
+            for i in d.invocations
+        )
         # A timer's event after the end is stale: recorded, ignored.
-        assert d.outcome in (Outcome.FINAL, Outcome.DUPLICATE, Outcome.CONFLICT, Outcome.STALE)
+        assert d.outcome in (
+            Outcome.FINAL,
+            Outcome.DUPLICATE,
+            Outcome.CONFLICT,
+            Outcome.REFUSED,
+            Outcome.STALE,
+        )
     if d.outcome is not Outcome.TRANSITIONED:
         assert d.state_after == before.state
         # What a paced retry's timer releases is what its transition held back.
         released = d.outcome is Outcome.FIRED and event.event_type == RETRY_EVENT
-        assert released or all(i.origin == "escalation" for i in d.invocations)
+        assert released or all(i.origin in ("escalation", "containment") for i in d.invocations)
+        assert (
+            released
+            or event.event_type == "ANCESTOR_CONTAINED"
+            or all(i.origin == "escalation" for i in d.invocations)
+        )
     if (
         d.outcome is Outcome.TRANSITIONED
         and before.lineage.includes(event.producer)
@@ -438,9 +530,11 @@ def _check(
     kinds = [i.kind for i in d.invocations]
     target = d.transition_target or before.state
     ctx = GuardContext(trusted, POLICY, now, Transition(before.state, event.event_type, 0, target))
+    _check_fail_closed(machine, before, event, d, ctx, registry)
     if CapabilityKind.RETRY in kinds:
         assert kinds.count(CapabilityKind.RETRY) == 1
         assert retry_permitted(ctx).value, "retry without retry.permitted"
+        assert not trusted.denials, "a denied call retried unchanged"
         assert trusted.current_outcomes() == {"not_applied"}
         assert trusted.facts.idempotency_key
         assert not trusted.facts.key_declared_late, "retry on a key minted after the failure"

@@ -4,6 +4,7 @@ and a digest that moves exactly when what the reviewer sees moves."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -210,3 +211,80 @@ def test_policy_without_approval_roles_shows_the_refusal(
     assert approve["outcome"] == "refused"
     assert approve["state_after"] == "unresolved"
     assert [r["code"] for r in approve["refusals"]] == ["approval-role-not-permitted"]
+
+
+def test_packet_shows_which_containment_actions_are_still_unanswered(
+    email: Machine, registry: Registry
+) -> None:
+    # SPEC 7.3: a containment waits for its stop and its revocation; after the stop's
+    # success the packet names the revocation as unanswered, and the stop as answered.
+    policy = Policy(id="default")
+    view = open_view(
+        email, policy, OperationSetup(operation_id=OP, agent="agent-9", state="containing"), T0
+    )
+    view = replace(
+        view,
+        open_commands=frozenset({f"{OP}:1:0", f"{OP}:1:1"}),
+        awaiting=frozenset({f"{OP}:1:0", f"{OP}:1:1"}),
+        command_capabilities=(
+            (f"{OP}:1:0", "agent.stop-task"),
+            (f"{OP}:1:1", "credentials.revoke-delegation"),
+        ),
+        version=1,
+    )
+    stopped = replace(_event(email, "CONTAINMENT_SUCCEEDED", "evt-2", T0), causation=f"{OP}:1:0")
+    decision = decide(email, view, stopped, policy, registry, T0)
+    assert decision.outcome.value == "awaiting"
+    view = apply(view, decision)
+    issued = {
+        "operation_id": OP,
+        "sequence": 1,
+        "outcome": "transitioned",
+        "state_before": "unresolved",
+        "state_after": "containing",
+        "decided_at": T0.isoformat(),
+        "guards": [],
+        "refusals": [],
+        "event": {
+            "id": "evt-1",
+            "type": "HUMAN_REJECTED",
+            "producer": "approver-1",
+            "evidence_ref": "r",
+            "causation": None,
+        },
+        "invocations": [
+            {
+                "command_id": f"{OP}:1:0",
+                "capability": "agent.stop-task",
+                "kind": "stop",
+                "params": {},
+            },
+            {
+                "command_id": f"{OP}:1:1",
+                "capability": "credentials.revoke-delegation",
+                "kind": "revoke",
+                "params": {},
+            },
+        ],
+    }
+    packet = review_packet(
+        machine=email,
+        policy=policy,
+        registry=registry,
+        view=view,
+        operation=_operation(),
+        events=[stopped.to_dict()],
+        decisions=[issued, decision.to_dict()],
+        now=T0,
+    )
+    assert packet.content["current_state"]["awaiting"] == [
+        {"command_id": f"{OP}:1:1", "capability": "credentials.revoke-delegation", "kind": "revoke"}
+    ]
+    answered = {
+        c["command_id"]: (c["answered_by"], c["result"])
+        for c in packet.content["downstream"]["commands"]
+    }
+    assert answered == {
+        f"{OP}:1:0": ("evt-2", "CONTAINMENT_SUCCEEDED"),
+        f"{OP}:1:1": (None, None),
+    }

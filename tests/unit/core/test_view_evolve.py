@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from machines.view import LineageStatus, OperationView, Timer, ToolFacts, evolve
+from machines.view import KeyClaim, LineageStatus, OperationView, Timer, ToolFacts, evolve
 
 BASE = OperationView(
     operation_id="op-1",
@@ -64,7 +64,16 @@ NEW: dict[str, Any] = {
     "tool": "stripe",
     "environment": "staging",
     "command_capabilities": (),
-    "opened_by": "tool-2",
+    "denials": ("e-5",),
+    "awaiting": frozenset({"op-2:1:0"}),
+    "principal": "bob",
+    "task": "task-2",
+    "runtime": "runtime-2",
+    "key_owner": KeyClaim("op-9", "sha256:ff"),
+    "credentials": ("cred-9",),
+    "revoked": True,
+    "stopped": True,
+    "opened_by": "tool-9",
     "agent_proof": "call-context:runtime-1",
     "timers": (
         Timer(

@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 from ledger import (
+    Batch,
     EventIdReused,
     FencedError,
     Ledger,
@@ -23,6 +24,7 @@ from ledger import (
     VersionConflict,
 )
 from ledger.deadletters import DeadLetter, intake_chain_id
+from machines import ClaimKey, KeyClaim
 from tests.unit.ledger.ledger_support import (
     GROUP,
     TOPIC,
@@ -410,11 +412,59 @@ class LedgerContract(abc.ABC):
         with ledger.lease_outbox(10) as lease:
             assert {r.key for r in lease.records} == {"op-1"}
 
-    def test_batch_without_a_known_runtime_stores_none(self, ledger: Ledger) -> None:
+    def test_an_operation_opened_without_a_runtime_stores_none(self, ledger: Ledger) -> None:
         (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
-        batch = decide_batch(ledger, sequence("op-1"), epoch=claim.epoch)
-        ledger.commit(replace(batch, runtime=None))
+        feed(ledger, [event("op-1", 0, "TOOL_TIMEOUT", runtime=None)], epoch=claim.epoch)
         assert ledger.operation("op-1").runtime is None
+
+    def test_every_audit_record_names_the_operations_runtime(self, ledger: Ledger) -> None:
+        # SPEC 10: principal, agent, runtime and task, from the envelope that opened it.
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, sequence("op-1"), epoch=claim.epoch)
+        records, _ = ledger.audit_chain("op-1")
+        assert [r.kind for r in records] == ["operation-opened"] + ["decision"] * 3
+        opened, *decided = records
+        assert (opened.record["runtime"], opened.record["agent"]) == ("runtime-1", "agent-1")
+        for record in decided:
+            assert record.record["identity"] == {
+                "initiating_principal": "alice",
+                "agent": "agent-1",
+                "runtime": "runtime-1",
+                "task": "task-1",
+            }
+
+    # -- idempotency-key claims ----------------------------------------------------------
+
+    def test_an_opened_operation_claims_its_declared_key_once(self, ledger: Ledger) -> None:
+        # machines.claims: the first operation declaring a key for a principal and
+        # capability owns it; a batch deciding another owner later is refused.
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        assert ledger.key_claims([KEY]) == {}
+        ledger.commit(_claiming(decide_batch(ledger, sequence("op-1"), epoch=claim.epoch), "op-1"))
+        assert ledger.key_claims([KEY, replace(KEY, principal="bob")]) == {
+            KEY: KeyClaim("op-1", DIGEST)
+        }
+        # Decided before op-1's claim was stored (another partition's controller), the
+        # second owner of the same key is refused whole, so it is decided again.
+        late = _claiming(
+            decide_batch(ledger, sequence("op-2"), epoch=claim.epoch, first_offset=3), "op-2"
+        )
+        with pytest.raises(VersionConflict, match="claimed by operation op-1"):
+            ledger.commit(late)
+        with pytest.raises(UnknownOperation):
+            ledger.operation("op-2")
+        assert ledger.key_claims([KEY]) == {KEY: KeyClaim("op-1", DIGEST)}
+
+    def test_two_new_operations_of_one_batch_cannot_both_own_a_key(self, ledger: Ledger) -> None:
+        (claim,) = ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        batch = decide_batch(
+            ledger,
+            [event("op-1", 0, "TOOL_TIMEOUT"), event("op-2", 1, "TOOL_TIMEOUT")],
+            epoch=claim.epoch,
+        )
+        with pytest.raises(VersionConflict):
+            ledger.commit(_claiming(_claiming(batch, "op-1"), "op-2"))
+        assert ledger.key_claims([KEY]) == {}
 
     # -- approvals --------------------------------------------------------------------------
 
@@ -435,3 +485,21 @@ class LedgerContract(abc.ABC):
             ledger.commit(replay)
         assert ledger.load_views(["op-2"]) == {}
         assert ledger.offsets(GROUP, TOPIC) == {0: 1}
+
+
+KEY = ClaimKey("alice", "demo.write", "key-shared")
+DIGEST = "sha256:" + "5" * 64
+
+
+def _claiming(batch: Batch, op: str) -> Batch:
+    """`batch` with operation `op` (which it opens) declaring `KEY` when it was opened,
+    as the fold opens it from an event whose `facts` declare the key."""
+    view = batch.views[op]
+    facts = replace(
+        view.facts,
+        idempotency_key=KEY.idempotency_key,
+        arguments_digest=DIGEST,
+        declared_by="tool-integration",
+    )
+    claiming = replace(view, facts=facts, principal=KEY.principal, capability=KEY.capability)
+    return replace(batch, views={**batch.views, op: claiming}, folded=None)

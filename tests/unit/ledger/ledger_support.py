@@ -43,6 +43,7 @@ def event(
     event_id: str | None = None,
     parent: str | None = None,
     producer: str = "tool-integration",
+    runtime: str | None = "runtime-1",
 ) -> Event:
     """A well-formed event for operation `op`; `outcome` adds a trusted verification."""
     machine, _ = core()
@@ -67,6 +68,7 @@ def event(
             initiating_principal="alice",
             parent_operation=parent,
             origin_operation=parent,
+            runtime=runtime,
         ),
         evidence=evidence,
     )
@@ -136,7 +138,6 @@ def decide_batch(
         positions=(position,),
         views={op: v for op, v in base.items() if v is not None},
         entries=tuple(entries),
-        runtime="runtime-1",
     )
 
 

@@ -5,6 +5,7 @@ containment cascade through the outbox, containment on arrival, and the lineage 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -78,6 +79,31 @@ class LineageContract:
         view = ledger.load_views(["child"])["child"]
         assert view.lineage.includes("research-orchestrator")
         assert not view.lineage.contained_ancestors
+
+    def test_a_child_refused_a_link_stays_unlinked_and_is_never_linked_later(
+        self, ledger: Ledger
+    ) -> None:
+        # The batch that opens the parent names a child reported first whose opener may
+        # not speak for the parent's agents (machines.may_link): it is not linked, the
+        # refusal is audited on the parent, and no later link of the parent's own
+        # ancestors brings it in.
+        epoch = self._claim(ledger)
+        feed(ledger, [tree_event("child", 0, "STEP_FAILED", parent="mid")], epoch=epoch)
+        opening = decide_batch(
+            ledger,
+            [tree_event("mid", 0, "STEP_FAILED", parent="root")],
+            epoch=epoch,
+            first_offset=1,
+        )
+        ledger.commit(replace(opening, unlinked={"mid": frozenset({"child"})}))
+        assert ledger.lineage("child").ancestors == ()
+        assert ledger.lineage("mid").descendant_agents == ()
+        records, _ = ledger.audit_chain("mid")
+        assert [r.record["kind"] for r in records if r.kind == "lineage"] == ["link-refused"]
+        feed(ledger, [tree_event("root", 0, "STEP_FAILED")], epoch=epoch, first_offset=2)
+        assert ledger.lineage("mid").ancestors == ("root",)
+        assert ledger.lineage("child").ancestors == ()
+        assert ledger.lineage("root").descendant_agents == ("agent-mid",)
 
     def test_parent_first_links_children_and_grandchildren_at_once(self, ledger: Ledger) -> None:
         epoch = self._claim(ledger)

@@ -47,7 +47,7 @@ def test_every_shipped_schema_fingerprint_agrees_with_fastavro() -> None:
 def test_the_catalogue_reads_the_highest_version_as_the_current_reader() -> None:
     catalog = default_catalog()
     assert catalog.names() == (CAPABILITY_COMMAND, DEAD_LETTER, EVENT_ENVELOPE, EVIDENCE_EVENT)
-    assert catalog.current(EVENT_ENVELOPE).version == 5
+    assert catalog.current(EVENT_ENVELOPE).version == 6
 
 
 def test_encoded_records_start_with_the_marker_and_the_writer_fingerprint(
@@ -98,8 +98,8 @@ def test_a_record_written_with_schema_v1_is_read_with_the_current_reader(
 
 def test_each_envelope_version_differs_from_the_last_only_by_the_added_fields() -> None:
     versions = [v for v in default_catalog().versions().values() if v.name == EVENT_ENVELOPE]
-    v1, v2, v3, v4, v5 = sorted(versions, key=lambda v: v.version)
-    assert len({v.fingerprint for v in (v1, v2, v3, v4, v5)}) == 5
+    v1, v2, v3, v4, v5, v6 = sorted(versions, key=lambda v: v.version)
+    assert len({v.fingerprint for v in (v1, v2, v3, v4, v5, v6)}) == 6
     v3_fields = [f["name"] for f in json.loads(v3.canonical_form)["fields"]]
     v2_fields = [f["name"] for f in json.loads(v2.canonical_form)["fields"]]
     v1_fields = [f["name"] for f in json.loads(v1.canonical_form)["fields"]]
@@ -117,7 +117,40 @@ def test_each_envelope_version_differs_from_the_last_only_by_the_added_fields() 
 
     assert decision_fields(v4) == [*decision_fields(v3), "reviewed_digest", "for_resume"]
     # v5 adds the free-form payload (JSON text) for auditors.
-    assert [f["name"] for f in json.loads(v5.canonical_form)["fields"]] == [*v3_fields, "payload"]
+    v5_fields = [f["name"] for f in json.loads(v5.canonical_form)["fields"]]
+    assert v5_fields == [*v3_fields, "payload"]
+    # v6 changes no top-level field: the lineage gains the runtime, the facts the digest
+    # of the call's arguments.
+    assert [f["name"] for f in json.loads(v6.canonical_form)["fields"]] == v5_fields
+
+    def block_fields(version, name):  # type: ignore[no-untyped-def]
+        (field,) = (f for f in json.loads(version.canonical_form)["fields"] if f["name"] == name)
+        record = field["type"] if isinstance(field["type"], dict) else field["type"][1]
+        return [f["name"] for f in record["fields"]]
+
+    assert block_fields(v6, "lineage") == [*block_fields(v5, "lineage"), "runtime"]
+    assert block_fields(v6, "facts") == [*block_fields(v5, "facts"), "arguments_digest"]
+
+
+def test_a_record_written_with_schema_v5_reads_without_runtime_or_arguments_digest(
+    codec: AvroSingleObjectCodec,
+) -> None:
+    v5 = next(
+        v
+        for v in default_catalog().versions().values()
+        if v.version == 5 and v.name == EVENT_ENVELOPE
+    )
+    event = full_event()
+    record = event_to_record(event)
+    record["lineage"].pop("runtime")
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, v5.parsed, record)
+    name, decoded = codec.decode(b"\xc3\x01" + v5.fingerprint + buffer.getvalue())
+    assert name == EVENT_ENVELOPE
+    assert decoded["lineage"]["runtime"] is None
+    read = record_to_event(decoded)
+    assert read == event
+    assert read.payload_digest == event.payload_digest  # v6 leaves old digests alone
 
 
 def test_encoding_refuses_a_record_with_an_unknown_field(codec: AvroSingleObjectCodec) -> None:

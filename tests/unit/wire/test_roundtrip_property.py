@@ -48,6 +48,7 @@ lineages = st.builds(
     origin_operation=maybe_id,
     parent_operation=maybe_id,
     delegated_credentials=st.lists(text, max_size=3).map(tuple),
+    runtime=maybe_id,
 )
 checkpoints = st.builds(
     CheckpointReport,
