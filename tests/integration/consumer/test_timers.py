@@ -210,7 +210,9 @@ def test_the_gauges_count_what_waits_and_what_is_overdue(
     topics = _topics(topic_factory, 1)
     tool = Tool(kafka_bootstrap, topics.events)
     for op in ("op-w1", "op-w2"):
-        tool.event(MACHINE, op, "TOOL_TIMEOUT", facts=KEYED)
+        # A key of its own each: one key on two operations is a duplicate (issue 30).
+        facts = DeclaredFacts(idempotency_key=f"req-{op}", status_api=True)
+        tool.event(MACHINE, op, "TOOL_TIMEOUT", facts=facts)
     tool.close()
     reader = InMemoryMetricReader()
     telemetry = Telemetry(NoOpTracerProvider(), MeterProvider(metric_readers=[reader]))
