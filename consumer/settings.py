@@ -191,8 +191,9 @@ class ControllerSettings(RulesSettings):
         default=500,
         ge=1,
         le=10_000,
-        description="At most this many due timers fired per look, between two batches: "
-        "a backlog of due timers drains slice by slice and never holds live events back.",
+        description="At most this many due timers fired per look, between two batches; "
+        "no more while this many fired timer events wait undecided: a backlog of due "
+        "timers drains slice by slice and never crowds out live events.",
     )
     timer_overdue_after_s: float = Field(
         default=60.0,
