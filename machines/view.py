@@ -269,8 +269,8 @@ class OperationView:
     # does not stop a task its own containment already stopped.
     stopped: bool = False
     # The authenticated producer of the event that opened the operation: another
-    # producer's event in another conversation is an incident (`machines.opening`), and
-    # the grants a link of it below a parent reported later is checked against
+    # producer's event in another conversation is an incident (`machines.opening`), and a
+    # link of it below a parent reported later is checked against its grants
     # (`may_link`). None for a view stored before it was kept.
     opened_by: str | None = None
     # How the affected agent (`lineage.agent`) was proven when the operation opened:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -31,6 +31,10 @@ from machines import (
 from machines.producer_roles import DEFAULT_EVENT_ROLES
 from schemas import DEFAULT_CONTROLLER_ID, RecordSigner
 from tests.support.keys import controller_key
+
+# A controller whose policy holds this roster runs in demo mode: the roster speaks for
+# any agent (`all_grants`), which a controller refuses outside it.
+DEMO_ENV: Final[Mapping[str, str]] = {"RECOVERY_DEMO_MODE": "1"}
 
 # Every producer id a test or a catalogue case publishes as.
 TEST_PRODUCERS: tuple[str, ...] = (

@@ -31,6 +31,7 @@ from tests.integration.consumer.harness import (
 )
 from tests.support.db import with_user
 from tests.support.kafka import TopicFactory
+from tests.support.producers import DEMO_ENV
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -95,6 +96,7 @@ def test_sigterm_stops_python_m_consumer_cleanly_after_committing(
         "RECOVERY_CONTROLLER_GROUP_ID": group,
         "RECOVERY_CONTROLLER_BATCH_MAX_WAIT_MS": "50",
         "RECOVERY_CONTROLLER_POLICY_PATH": str(policy),
+        **DEMO_ENV,
     }
     process = subprocess.Popen(
         [sys.executable, "-m", "consumer"],

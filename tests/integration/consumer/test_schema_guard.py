@@ -23,7 +23,7 @@ def test_controller_refuses_a_ledger_without_its_migrations_and_names_them(
     empty_database: str,
 ) -> None:
     settings = ControllerSettings(
-        bootstrap="127.0.0.1:9", database_url=empty_database, policy_path=POLICY
+        bootstrap="127.0.0.1:9", database_url=empty_database, policy_path=POLICY, demo_mode=True
     )
 
     with pytest.raises(ControllerError, match=r"lacks migrations 0001_ledger.*db migrate"):
@@ -39,7 +39,7 @@ def test_controller_refuses_a_ledger_missing_only_the_newest_migration(
     with psycopg.connect(empty_database, autocommit=True) as conn:
         conn.execute("DELETE FROM ledger_migrations WHERE version = %s", (newest.version,))
     settings = ControllerSettings(
-        bootstrap="127.0.0.1:9", database_url=empty_database, policy_path=POLICY
+        bootstrap="127.0.0.1:9", database_url=empty_database, policy_path=POLICY, demo_mode=True
     )
 
     label = f"{newest.version:04d}_{newest.name}"

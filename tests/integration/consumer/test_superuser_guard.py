@@ -20,6 +20,7 @@ from consumer.settings import ControllerSettings
 from tests.integration.consumer.harness import write_policy
 from tests.support.db import with_user
 from tests.support.kafka import TopicFactory
+from tests.support.producers import DEMO_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -83,6 +84,7 @@ def test_python_m_consumer_as_superuser_runs_only_with_the_override(
         "RECOVERY_CONTROLLER_POLICY_PATH": str(
             write_policy(tmp_path, Ed25519PrivateKey.generate())
         ),
+        **DEMO_ENV,
     }
     if allow:
         env["RECOVERY_CONTROLLER_ALLOW_SUPERUSER"] = "1"
@@ -118,6 +120,7 @@ def test_python_m_consumer_as_the_controller_role_starts_without_a_warning(
         "RECOVERY_CONTROLLER_POLICY_PATH": str(
             write_policy(tmp_path, Ed25519PrivateKey.generate())
         ),
+        **DEMO_ENV,
     }
     process = _start(env)
     try:

@@ -21,7 +21,7 @@ from tests.integration.humans.test_review_and_approve import recoveryctl
 from tests.integration.lineage.children import Child
 from tests.support.commands import worker_roster
 from tests.support.kafka import TopicFactory
-from tests.support.producers import key_of, roster_document, signers
+from tests.support.producers import DEMO_ENV, key_of, roster_document, signers
 from tests.support.worker import fresh_store
 
 pytestmark = pytest.mark.integration
@@ -64,6 +64,7 @@ def deployment(
         "RECOVERY_CONTROLLER_GROUP_ID": f"drill-{uuid.uuid4().hex[:8]}",
         "RECOVERY_CONTROLLER_POLICY_PATH": str(policy),
         "RECOVERY_CONTROLLER_BATCH_MAX_WAIT_MS": "50",
+        **DEMO_ENV,
         **{
             f"RECOVERY_TOPIC_{s.upper()}": getattr(topics, s)
             for s in ("events", "commands", "evidence", "audit", "dlq")
