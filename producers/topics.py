@@ -62,6 +62,13 @@ def check_message_limits(
             "relay's principal needs DescribeConfigs on them (`recoveryctl topics create` "
             "grants it)"
         ) from exc
+    except TimeoutError as exc:
+        # A broker that is restarting, or too busy to answer in time, is an outage the
+        # relay waits out (`OutboxRelay.run`), not a reason for it to exit.
+        raise ProducersError(
+            f"cannot read the recovery topics' max.message.bytes on {bootstrap}: no answer "
+            f"within {timeout:g}s"
+        ) from exc
     small = {name: size for name, size in limits.items() if size < MIN_TOPIC_MESSAGE_BYTES}
     if small:
         raise TopicLimitError(
