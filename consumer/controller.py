@@ -86,6 +86,7 @@ from ledger import (
     RetryableConflict,
 )
 from machines import (
+    Decision,
     Grant,
     Machine,
     Outcome,
@@ -550,10 +551,7 @@ class Controller:
     ) -> None:
         for p in positions:
             self._next[(p.topic, p.partition)] = p.next_offset
-        timed = sum(1 for d in planned.decisions if is_timer_event(d.event_id))
-        if timed and self._in_flight:
-            self._in_flight = max(0, self._in_flight - timed)
-            self._in_flight_at = time.monotonic()
+        self._timers_decided(planned.decisions)
         if self._claimed_at:
             self._first_commits(positions)
         self.metrics.committed(planned, seconds)
@@ -687,6 +685,13 @@ class Controller:
             self._fence(consumer, (topic, partition))
         if fired.full:
             self._timers_at = 0.0
+
+    def _timers_decided(self, decisions: Sequence[Decision]) -> None:
+        """Count the timer events a committed batch decided off those in flight."""
+        timed = sum(1 for d in decisions if is_timer_event(d.event_id))
+        if timed and self._in_flight:
+            self._in_flight = max(0, self._in_flight - timed)
+            self._in_flight_at = time.monotonic()
 
     def _read_timer_gauges(self) -> None:
         settings = self.settings
