@@ -61,7 +61,10 @@ from consumer.intake import (
 from ledger import Batch, DeadLetter, Entry, Position, RowSigner, Source, batch_rows
 from machines import (
     CORRELATION_MISMATCH,
+    DEADLINE_EVENT,
     MIGRATION_APPROVED,
+    RETRY_EVENT,
+    STALLED_EVENT,
     Arrival,
     AuthenticationError,
     AuthRefusal,
@@ -75,6 +78,8 @@ from machines import (
     Outcome,
     Pins,
     Rules,
+    Timer,
+    TimerKind,
     check_event_role,
     check_opening,
     claim_key_of,
@@ -153,6 +158,40 @@ class DecidedBatch:
     def conflicts(self) -> int:
         """Events whose id was reused with another payload (dead-lettered by the ledger)."""
         return sum(d.outcome is Outcome.CONFLICT for d in self.decisions)
+
+    def timer_counts(self) -> dict[tuple[str, str], int]:
+        """What the batch's decisions did to timers, by (`armed`, `cancelled` or `stale`,
+        timer kind): a timer disarmed before its event was decided was cancelled."""
+        counts: dict[tuple[str, str], int] = {}
+        known: dict[str, Timer] = {
+            t.timer_id: t for view in self.batch.views.values() for t in view.timers
+        }
+
+        def count(what: str, kind: str) -> None:
+            counts[(what, kind)] = counts.get((what, kind), 0) + 1
+
+        for decision in self.decisions:
+            change = decision.timers
+            if decision.outcome is Outcome.STALE:
+                count("stale", _TIMER_KINDS.get(decision.event_type, TimerKind.STATE))
+            for timer in change.armed:
+                count("armed", timer.kind)
+                known[timer.timer_id] = timer
+            for timer_id in change.disarmed:
+                gone = known.get(timer_id)
+                if gone is not None and not gone.spent and timer_id != change.spent:
+                    count("cancelled", gone.kind)
+            if change.spent is not None and change.spent in known:
+                known[change.spent] = replace(known[change.spent], spent=True)
+        return counts
+
+
+# The kind of timer each of the controller's own timer events fires (else a state's).
+_TIMER_KINDS: Final = {
+    STALLED_EVENT: TimerKind.STALLED,
+    DEADLINE_EVENT: TimerKind.DEADLINE,
+    RETRY_EVENT: TimerKind.RETRY,
+}
 
 
 def operation_ids(results: Iterable[IntakeResult]) -> list[str]:

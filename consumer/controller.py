@@ -19,6 +19,17 @@ only inside `consume`/`close`, never while a batch is being planned or committed
 revocation always finds the previous batch committed or abandoned; an abandoned batch's
 transaction never committed, and the stored offsets make the next owner replay it.
 
+Timers (`machines.timers`, `ledger.timers`): between batches, every `timer_poll_ms` (at
+once again while the last slice came back full), the member fires up to `timer_slice`
+timers due on the partitions it owns, by its own clock, in a ledger transaction fenced
+by the same epochs as its batches; their events come back through `recovery.events` and
+are decided in order with everything else. A backlog of due timers drains slice by
+slice, a batch of live events between each two, and never runs ahead of deciding: while
+a slice's worth of the timer events it fired are not decided yet, the member fires no
+more (so at most about two slices wait in the topic, behind whatever live events came
+first). Every `timer_gauges_s` it reads the waiting and overdue gauges of its
+partitions.
+
 Failures: a `VersionConflict` replans the batch on reloaded views; a conflicting id the
 ledger names is dead-lettered and the batch replanned without it; `FencedError` drops the
 batch and pauses the partitions (another member owns them now); an unreachable database
@@ -33,7 +44,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from confluent_kafka import (
@@ -86,6 +97,7 @@ from ledger import (
     RetryableConflict,
 )
 from machines import (
+    Decision,
     Grant,
     Machine,
     Outcome,
@@ -95,6 +107,7 @@ from machines import (
     Role,
     Roster,
     Rules,
+    is_timer_event,
     public_key_text,
 )
 from schemas import OutboxSigner, RecordSigner, kafka_config, librdkafka_logger
@@ -110,6 +123,9 @@ TopicPartition = tuple[str, int]
 # the batch is rewound and retried after a backoff.
 _EXTRA_REPLANS: Final = 5
 _LAG_INTERVAL: Final = 1.0
+# How long `_fire_timers` waits for a slice's timer events to be decided before it fires
+# again anyway (they may have been decided by another member, or disarmed).
+_IN_FLIGHT_PATIENCE: Final = 30.0
 
 
 def consumer_config(settings: ControllerSettings) -> dict[str, Any]:
@@ -283,6 +299,14 @@ class Controller:
         self._claimed_at: dict[TopicPartition, float] = {}
         self._pending_at = 0.0
         self._lag_at = 0.0
+        # When to look for due timers next, and to read the timer gauges (monotonic).
+        self._timers_at = 0.0
+        self._gauges_at = 0.0
+        # Timer events this member fired that none of its batches has decided yet, and
+        # when that last changed (monotonic): `_fire_timers` holds off while a slice is
+        # in flight.
+        self._in_flight = 0
+        self._in_flight_at = 0.0
         self._stop = threading.Event()
         # When the loop last turned (monotonic), for the liveness probe.
         self.last_step = time.monotonic()
@@ -467,6 +491,10 @@ class Controller:
         records = self._records(messages)
         if records:
             self._process(consumer, records)
+        if time.monotonic() >= self._timers_at:
+            self._fire_timers(consumer)
+        if time.monotonic() >= self._gauges_at:
+            self._read_timer_gauges()
         if time.monotonic() >= self._lag_at:
             self._lag_at = time.monotonic() + _LAG_INTERVAL
             self._update_lag(consumer)
@@ -683,6 +711,7 @@ class Controller:
     ) -> None:
         for p in positions:
             self._next[(p.topic, p.partition)] = p.next_offset
+        self._timers_decided(planned.decisions)
         if self._claimed_at:
             self._first_commits(positions)
         self.metrics.committed(planned, seconds)
@@ -774,6 +803,69 @@ class Controller:
         self._pending.add(tp)
         self._pending_at = time.monotonic() + self.settings.session_timeout_ms / 1000
 
+    # -- timers -------------------------------------------------------------------------
+
+    def _fire_timers(self, consumer: Consumer) -> None:
+        """Fire one slice of the timers due on the owned partitions (module docstring);
+        look again at the next turn while slices come back full, else after
+        `timer_poll_ms`. A partition the ledger says a newer claim owns is fenced."""
+        settings = self.settings
+        now = time.monotonic()
+        if self._in_flight >= settings.timer_slice:
+            if now - self._in_flight_at < _IN_FLIGHT_PATIENCE:
+                # A storm of due timers must not crowd out live events: the next slice
+                # waits until this one's events are being decided (look every turn).
+                self._timers_at = 0.0
+                return
+            # Decided by another member, disarmed, or dead-lettered: stop waiting.
+            log.info("%d fired timer event(s) not seen decided; firing again", self._in_flight)
+            self._in_flight = 0
+        self._timers_at = now + settings.timer_poll_ms / 1000
+        if not self._epochs:
+            return
+        try:
+            fired = self.ledger.fire_timers(
+                settings.group_id,
+                dict(self._epochs),
+                self._clock(),
+                limit=settings.timer_slice,
+                topics=self._topics,
+                sign=self.signer,
+            )
+        except LedgerError as exc:
+            log.warning("firing due timers failed (they stay due, tried again): %s", exc)
+            return
+        self.metrics.timers_fired(fired)
+        if fired.fired:
+            log.debug("fired %d timer(s)", len(fired.fired))
+            self._in_flight += len(fired.fired)
+            self._in_flight_at = time.monotonic()
+        for topic, partition in fired.fenced:
+            log.error("timers not fired: %s[%d] is owned by a newer claim", topic, partition)
+            self._fence(consumer, (topic, partition))
+        if fired.full:
+            self._timers_at = 0.0
+
+    def _timers_decided(self, decisions: Sequence[Decision]) -> None:
+        """Count the timer events a committed batch decided off those in flight."""
+        timed = sum(1 for d in decisions if is_timer_event(d.event_id))
+        if timed and self._in_flight:
+            self._in_flight = max(0, self._in_flight - timed)
+            self._in_flight_at = time.monotonic()
+
+    def _read_timer_gauges(self) -> None:
+        settings = self.settings
+        self._gauges_at = time.monotonic() + settings.timer_gauges_s
+        now = self._clock()
+        try:
+            summary = self.ledger.timer_summary(
+                sorted(self._epochs), now, timedelta(seconds=settings.timer_overdue_after_s)
+            )
+        except LedgerError as exc:
+            log.debug("timer gauges not read: %s", exc)
+            return
+        self.metrics.set_timer_summary(summary, now)
+
     # -- rebalance ----------------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[KafkaPartition]) -> None:
@@ -860,6 +952,8 @@ class Controller:
             self._claimed_at.pop(tp, None)
             self._pending.discard(tp)
             self._watch.pop(tp, None)
+        # The timer events fired on them are another member's to decide now.
+        self._in_flight = 0
         log.info("%s %s", why, ", ".join(f"{p.topic}[{p.partition}]" for p in partitions))
 
     # -- lag ----------------------------------------------------------------------------

@@ -12,6 +12,14 @@ the Kafka error's name): offset commits to Kafka that failed. Those are advice o
 ledger's offsets are authoritative), so a failure loses nothing, but while they fail
 Kafka's tools show a stale lag.
 
+Time (`machines.timers`): `timers.armed`, `timers.fired`, `timers.cancelled` (disarmed
+before their event was decided: the state was left) and `timers.stale` (events of
+timers disarmed meanwhile), by `kind`; and, read from the ledger every
+`timer_gauges_s` for the partitions this member owns, the gauges `timers.pending`
+(armed, not decided), `timers.overdue` (not decided `timer_overdue_after_s` past their
+due time), `operations.waiting`, `operations.oldest_wait` (seconds) and
+`operations.stalled`, by `machine` and `state`.
+
 Counts are recorded only after the batch transaction commits, so a replayed batch is
 never counted twice.
 """
@@ -19,12 +27,14 @@ never counted twice.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from consumer.batch import DecidedBatch
+from ledger import FiredTimers, TimerSummary, WaitingState
 from machines import Outcome
 
 __all__ = ["ControllerMetrics"]
@@ -75,6 +85,29 @@ class ControllerMetrics:
             unit="{commit}",
             description="advisory offset commits to Kafka that failed (the ledger's stand)",
         )
+        self._timers = {
+            what: meter.create_counter(
+                f"recovery.controller.timers.{what}", unit="{timer}", description=text
+            )
+            for what, text in (
+                ("armed", "timers armed by committed decisions, by kind"),
+                ("fired", "timers whose event was written to the outbox, by kind"),
+                ("cancelled", "timers disarmed before their event was decided, by kind"),
+                ("stale", "timer events that arrived after their timer was disarmed"),
+            )
+        }
+        self._summary: TimerSummary | None = None
+        self._summary_at: datetime | None = None
+        for name, unit, text, callback in (
+            ("timers.pending", "{timer}", "timers armed and not decided yet", self._pending),
+            ("timers.overdue", "{timer}", "timers not decided long after due", self._overdue),
+            ("operations.waiting", "{operation}", "operations per state", self._waiting),
+            ("operations.oldest_wait", "s", "the longest wait per state", self._oldest),
+            ("operations.stalled", "{operation}", "stalled operations per state", self._stalled),
+        ):
+            meter.create_observable_gauge(
+                f"recovery.controller.{name}", callbacks=[callback], unit=unit, description=text
+            )
         self._lag_lock = threading.Lock()
         self._lag: dict[tuple[str, int], int] = {}
         meter.create_observable_gauge(
@@ -106,7 +139,57 @@ class ControllerMetrics:
                 kind = str(refusal.incident.get("kind"))
                 self._incidents.add(1, {**self._group, "kind": kind})
         self._batch_latency.record(seconds, self._group)
+        self.timers_committed(planned.timer_counts())
         self.batch("committed")
+
+    def timers_committed(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Count a committed batch's timers: (`armed`|`cancelled`|`stale`, kind) -> n."""
+        for (what, kind), n in counts.items():
+            self._timers[what].add(n, {**self._group, "kind": kind})
+
+    def timers_fired(self, fired: FiredTimers) -> None:
+        """Count the timers one firing wrote the events of."""
+        for timer in fired.fired:
+            self._timers["fired"].add(1, {**self._group, "kind": timer.kind})
+
+    def set_timer_summary(self, summary: TimerSummary, now: datetime) -> None:
+        """Replace what the timer and waiting gauges report (read at `now`)."""
+        with self._lag_lock:
+            self._summary, self._summary_at = summary, now
+
+    def _summary_now(self) -> tuple[TimerSummary, datetime] | None:
+        with self._lag_lock:
+            if self._summary is None or self._summary_at is None:
+                return None
+            return self._summary, self._summary_at
+
+    def _pending(self, _options: CallbackOptions) -> Iterable[Observation]:
+        found = self._summary_now()
+        if found is not None:
+            yield Observation(found[0].armed, self._group)
+
+    def _overdue(self, _options: CallbackOptions) -> Iterable[Observation]:
+        found = self._summary_now()
+        if found is not None:
+            yield Observation(found[0].overdue, self._group)
+
+    def _per_state(self, value: Callable[[WaitingState, datetime], float]) -> Iterable[Observation]:
+        found = self._summary_now()
+        if found is None:
+            return
+        summary, now = found
+        for w in summary.waiting:
+            labels = {**self._group, "machine": w.machine, "state": w.state}
+            yield Observation(value(w, now), labels)
+
+    def _waiting(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return self._per_state(lambda w, _now: w.operations)
+
+    def _oldest(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return self._per_state(lambda w, now: max(0.0, (now - w.oldest_since).total_seconds()))
+
+    def _stalled(self, _options: CallbackOptions) -> Iterable[Observation]:
+        return self._per_state(lambda w, _now: w.stalled)
 
     def advisory_commit_failed(self, reason: str) -> None:
         """One advisory offset commit to Kafka failed with the error named `reason`."""

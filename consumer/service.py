@@ -181,7 +181,7 @@ def checked_rules(machines: Mapping[str, Machine], registry: Registry, policy: P
     guard, action and machine the policy names exists. Raises `ControllerError`."""
     try:
         check_policy_against_registry(policy, registry)
-        check_policy_against_machines(policy, machines.values(), registry)
+        check_policy_against_machines(policy, machines.values(), registry, every=True)
     except (MachineError, PolicyError) as exc:
         raise ControllerError(f"policy {policy.id} does not fit the machines: {exc}") from exc
     return Rules(policy=policy, registry=registry)

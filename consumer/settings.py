@@ -186,6 +186,33 @@ class ControllerSettings(RulesSettings):
         "with full jitter.",
     )
     backoff_max_ms: int = Field(default=10_000, ge=1, description="The backoff's ceiling.")
+    timer_poll_ms: int = Field(
+        default=1_000,
+        ge=10,
+        le=60_000,
+        description="How often the controller looks for timers due on its partitions "
+        "(sooner while a slice came back full): a timer fires this late at most, plus the "
+        "round trip of its event (docs/controller.md, Timers).",
+    )
+    timer_slice: int = Field(
+        default=500,
+        ge=1,
+        le=10_000,
+        description="At most this many due timers fired per look, between two batches; "
+        "no more while this many fired timer events wait undecided: a backlog of due "
+        "timers drains slice by slice and never crowds out live events.",
+    )
+    timer_overdue_after_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="A timer not decided this long after its due time counts as overdue "
+        "(metric recovery_timers_overdue, `recoveryctl ops list --overdue`).",
+    )
+    timer_gauges_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="How often the waiting and overdue gauges are read from the ledger.",
+    )
     stall_after_s: float = Field(
         default=60.0,
         gt=0,

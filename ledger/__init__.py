@@ -34,6 +34,7 @@ from ledger.inspection import (
     OperationRecord,
     OperationSummary,
     OutboxEntry,
+    OverdueTimer,
     StoredEvent,
 )
 from ledger.interface import (
@@ -63,6 +64,7 @@ from ledger.roles import (
 from ledger.rowsign import RowSigner
 from ledger.schema import describe_schema, expected_schema
 from ledger.schema_check import pending_migrations, require_current_schema
+from ledger.timers import FiredTimer, FiredTimers, TimerSummary, WaitingState
 
 __all__ = [
     "LOGIN_ROLES",
@@ -78,6 +80,8 @@ __all__ = [
     "Entry",
     "EventIdReused",
     "FencedError",
+    "FiredTimer",
+    "FiredTimers",
     "HeldOutboxRow",
     "Incident",
     "Ledger",
@@ -96,6 +100,7 @@ __all__ = [
     "OutboxLease",
     "OutboxRecord",
     "OutboxWatch",
+    "OverdueTimer",
     "PartitionAttempt",
     "PartitionClaim",
     "Position",
@@ -105,8 +110,10 @@ __all__ = [
     "RowSigner",
     "Source",
     "StoredEvent",
+    "TimerSummary",
     "UnknownOperation",
     "VersionConflict",
+    "WaitingState",
     "available_migrations",
     "batch_rows",
     "create_database",

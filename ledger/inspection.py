@@ -1,4 +1,5 @@
-"""Operator reads of the Action Ledger: operations, one operation's record, dead letters.
+"""Operator reads of the Action Ledger: operations, one operation's record, dead letters,
+timers overdue and one operation's timers as fired.
 
 `LedgerInspector` is a `PostgresLedger` with the reads `recoveryctl ops`, `review`,
 `approve` and `dlq` need. Each read runs in one `REPEATABLE READ, READ ONLY`
@@ -35,6 +36,7 @@ __all__ = [
     "OperationRecord",
     "OperationSummary",
     "OutboxEntry",
+    "OverdueTimer",
     "StoredEvent",
 ]
 
@@ -149,6 +151,24 @@ class DeadLetterEntry:
     payload: Mapping[str, Any]
     created_at: datetime
     published_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class OverdueTimer:
+    """A timer not decided though due before the cut-off asked for (`recoveryctl ops
+    list --overdue`): unfired (no owner fired it yet) or fired with its event not
+    decided (the relay or the controller is behind, or stopped)."""
+
+    operation_id: str
+    timer_id: str
+    kind: str
+    state: str
+    event_type: str
+    armed_at: datetime
+    due_at: datetime
+    fired_at: datetime | None
+    machine_name: str
+    machine_version: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +346,25 @@ class LedgerInspector(PostgresLedger):
             return None if row is None else _dead_letter(row)
 
         return self._read(f"dead letter {record_id}", work)
+
+    def overdue_timers(self, before: datetime, limit: int = 1000) -> tuple[OverdueTimer, ...]:
+        """Timers not decided though due before `before`, oldest due first."""
+
+        def work(conn: Conn) -> tuple[OverdueTimer, ...]:
+            params = {"before": before, "limit": limit}
+            rows = conn.execute(INSPECTION["overdue_timers"], params).fetchall()
+            return tuple(OverdueTimer(*row) for row in rows)
+
+        return self._read("overdue timers", work)
+
+    def timers_fired(self, operation_id: str) -> dict[str, datetime | None]:
+        """When each of the operation's armed timers fired (None: not yet), by id."""
+
+        def work(conn: Conn) -> dict[str, datetime | None]:
+            rows = conn.execute(INSPECTION["timers_of"], {"id": operation_id}).fetchall()
+            return {str(timer_id): fired for timer_id, fired, _spent in rows}
+
+        return self._read(f"timers of {operation_id}", work)
 
     def incidents(self, operation_id: str | None = None) -> tuple[Incident, ...]:
         """Every security incident recorded (of one operation, or all), in chain order."""

@@ -14,6 +14,9 @@ core and the consumer), run the same abstract test suite. The consumer's loop is
    offsets. It is all-or-nothing, so after any error the batch is replayed from the
    stored offsets, never half-applied.
 
+Between batches the controller fires the timers due on its partitions (`fire_timers`,
+fenced by the same epochs; `ledger.timers`) and reads its gauges (`timer_summary`).
+
 The relay uses `lease_outbox` (and `OutboxLease.hold` for a row it cannot publish);
 `recoveryctl outbox` uses `held_outbox` / `release_outbox`; `recoveryctl audit verify`
 uses `verify_audit`.
@@ -25,7 +28,7 @@ import abc
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ledger.audit import (
@@ -36,8 +39,10 @@ from ledger.audit import (
     verify_chain,
     verify_subject,
 )
-from ledger.records import Batch
+from ledger.records import Batch, RowSigner
+from ledger.timers import FiredTimers, TimerSummary
 from machines import Arrival, ClaimKey, KeyClaim, Lineage, LineageRow, OperationView
+from schemas import DEFAULT_TOPICS, TopicNames
 
 __all__ = [
     "Arrival",
@@ -265,6 +270,31 @@ class Ledger(abc.ABC):
         `FencedError` (stale epoch), `VersionConflict` (a view moved on),
         `EventIdReused` / `NonceReused` (an id stored for something else), or
         `LedgerUnavailable` (the database stayed unreachable)."""
+
+    @abc.abstractmethod
+    def fire_timers(
+        self,
+        group: str,
+        epochs: Mapping[tuple[str, int], int],
+        now: datetime,
+        *,
+        limit: int,
+        topics: TopicNames = DEFAULT_TOPICS,
+        sign: RowSigner | None = None,
+    ) -> FiredTimers:
+        """Fire up to `limit` timers due at `now` (the controller's clock) on the
+        partitions `epochs` maps (topic, partition) to the epoch claimed at, earliest
+        first, in one transaction: each one's event (`machines.timer_event`, signed by
+        `sign`) written to the outbox for `topics.events`, keyed by its operation, and
+        the timer marked fired. Fenced like `commit`: a partition a newer claim owns
+        fires nothing and is named in `FiredTimers.fenced`."""
+
+    @abc.abstractmethod
+    def timer_summary(
+        self, partitions: Sequence[tuple[str, int]], now: datetime, overdue_after: timedelta
+    ) -> TimerSummary:
+        """The operations waiting per machine and state, the armed timers and the overdue
+        ones (not decided though due before `now - overdue_after`) of `partitions`."""
 
     @abc.abstractmethod
     def offsets(self, group: str, topic: str) -> dict[int, int]:

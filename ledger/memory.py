@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ledger.audit import (
@@ -64,11 +64,22 @@ from ledger.records import (
     BatchRows,
     OperationRow,
     OutboxRow,
+    RowSigner,
+    TimerRow,
+    TimerRows,
     audit_bodies,
     batch_rows,
     command_lineage,
     finish_outbox,
     heads_row,
+)
+from ledger.timers import (
+    DueTimer,
+    FiredTimer,
+    FiredTimers,
+    TimerSummary,
+    WaitingState,
+    firing_rows,
 )
 from machines import (
     Arrival,
@@ -79,6 +90,7 @@ from machines import (
     arrival_of,
     with_lineage,
 )
+from schemas import DEFAULT_TOPICS, TopicNames
 
 __all__ = ["MemoryLedger"]
 
@@ -101,6 +113,13 @@ class _Outbox:
 
 
 @dataclass(slots=True)
+class _Timer:
+    row: TimerRow
+    fired_at: datetime | None = None
+    spent: bool = False
+
+
+@dataclass(slots=True)
 class _State:
     operations: dict[str, _Operation] = field(default_factory=dict)
     events: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (op, digest)
@@ -115,6 +134,7 @@ class _State:
     leased_keys: set[str] = field(default_factory=set)
     chains: dict[str, ChainHead] = field(default_factory=dict)  # intake chain heads
     lineage: dict[str, LineageRow] = field(default_factory=dict)
+    timers: dict[str, _Timer] = field(default_factory=dict)
     claims: dict[ClaimKey, KeyClaim] = field(default_factory=dict)
 
 
@@ -349,6 +369,7 @@ class MemoryLedger(Ledger):
             )
             info = self._stored_info(row, existing, depths[row.operation_id])
             s.operations[row.operation_id] = _Operation(info, row.view, head)
+        self._write_timers(plan.timers)
         for event in plan.events:
             s.events[event.event_id] = (event.operation_id, event.payload_digest)
         for decision in plan.decisions:
@@ -383,6 +404,96 @@ class MemoryLedger(Ledger):
             outbox_rows=len(outbox) + cascaded + letters[1] + (heads is not None),
             dead_letters=len(batch.dead_letters),
         )
+
+    def _write_timers(self, timers: TimerRows) -> None:
+        """The batch's changes to the timers, as `ledger.postgres_commit` writes them."""
+        table = self._s.timers
+        for timer_id in timers.disarmed:
+            table.pop(timer_id, None)
+        for timer_id in timers.spent:
+            if timer_id in table:
+                table[timer_id].spent = True
+        for row in timers.armed:
+            table.setdefault(row.timer.timer_id, _Timer(row, spent=row.timer.spent))
+
+    def fire_timers(
+        self,
+        group: str,
+        epochs: Mapping[tuple[str, int], int],
+        now: datetime,
+        *,
+        limit: int,
+        topics: TopicNames = DEFAULT_TOPICS,
+        sign: RowSigner | None = None,
+    ) -> FiredTimers:
+        """See `Ledger.fire_timers`: the same slice, rows and fencing as PostgreSQL."""
+        with self._lock:
+            s = self._s
+            fenced = tuple(
+                tp
+                for tp in sorted(epochs)
+                if s.epochs.get((group, *tp), (None, ""))[0] != epochs[tp]
+            )
+            live = set(epochs) - set(fenced)
+            due = sorted(
+                (
+                    t
+                    for t in s.timers.values()
+                    if t.fired_at is None
+                    and t.row.timer.due_at <= now
+                    and (t.row.topic, t.row.partition) in live
+                ),
+                key=lambda t: t.row.timer.due_at,
+            )[: max(limit, 0)]
+            items = [self._due(t.row) for t in due]
+            stored = {item.row.record_id for item in s.outbox}
+            for out in firing_rows(items, topics, sign, now):
+                if out.record_id not in stored:  # as ON CONFLICT DO NOTHING
+                    s.outbox.append(_Outbox(len(s.outbox) + 1, out))
+            for t in due:
+                t.fired_at = now
+            fired = tuple(
+                FiredTimer(t.row.timer.timer_id, t.row.operation_id, t.row.timer.kind,
+                           t.row.timer.due_at, now)
+                for t in due
+            )  # fmt: skip
+            return FiredTimers(fired, fenced, full=limit > 0 and len(due) >= limit)
+
+    def _due(self, row: TimerRow) -> DueTimer:
+        info = self._s.operations[row.operation_id].info
+        return DueTimer(
+            row.timer,
+            row.operation_id,
+            info.correlation_id,
+            info.machine_name,
+            info.machine_version,
+            info.lineage,
+        )
+
+    def timer_summary(
+        self, partitions: Sequence[tuple[str, int]], now: datetime, overdue_after: timedelta
+    ) -> TimerSummary:
+        """See `Ledger.timer_summary`."""
+        wanted = set(partitions)
+        with self._lock:
+            rows = [t for t in self._s.timers.values() if (t.row.topic, t.row.partition) in wanted]
+        groups: dict[tuple[str, str], list[_Timer]] = {}
+        for t in rows:
+            if t.row.timer.kind in ("state", "stalled"):
+                groups.setdefault((t.row.machine_name, t.row.timer.state), []).append(t)
+        waiting = tuple(
+            WaitingState(
+                machine,
+                state,
+                len(ts),
+                min(t.row.timer.armed_at for t in ts),
+                sum(t.row.timer.kind == "stalled" and t.spent for t in ts),
+            )
+            for (machine, state), ts in sorted(groups.items())
+        )
+        before = now - overdue_after
+        overdue = sum(not t.spent and t.row.timer.due_at < before for t in rows)
+        return TimerSummary(waiting, len(rows), overdue)
 
     def _insert_at(self, index: int, row: OutboxRow | None) -> None:
         """Insert `row` (the batch's chain-heads record) where PostgreSQL puts it: after

@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
 import psycopg
@@ -49,6 +49,7 @@ from ledger.jsonutil import loads
 from ledger.postgres_arrays import ADAPTERS
 from ledger.postgres_commit import read_claims, write_batch
 from ledger.postgres_lineage import lineage_row
+from ledger.postgres_timers import fire_due, summary
 from ledger.queries import QUERIES
 from ledger.records import (
     Batch,
@@ -56,6 +57,7 @@ from ledger.records import (
 )
 from ledger.retention import PurgeCandidate, PurgeResult, purge_candidates, purge_operation
 from ledger.rowsign import RowSigner
+from ledger.timers import FiredTimers, TimerSummary
 from machines import (
     Arrival,
     ClaimKey,
@@ -65,7 +67,7 @@ from machines import (
     arrival_of,
     with_lineage,
 )
-from schemas import TopicNames
+from schemas import DEFAULT_TOPICS, TopicNames
 
 __all__ = ["PostgresLedger"]
 
@@ -320,6 +322,36 @@ class PostgresLedger(Ledger):
         return self._run(
             f"commit batch of {len(batch.entries)} events for group {batch.group}",
             lambda conn: write_batch(conn, batch, plan),
+        )
+
+    # -- timers (`ledger.timers`) --------------------------------------------------------
+
+    def fire_timers(
+        self,
+        group: str,
+        epochs: Mapping[tuple[str, int], int],
+        now: datetime,
+        *,
+        limit: int,
+        topics: TopicNames = DEFAULT_TOPICS,
+        sign: RowSigner | None = None,
+    ) -> FiredTimers:
+        """See `Ledger.fire_timers` (`ledger.postgres_timers.fire_due`)."""
+        if not epochs or limit <= 0:
+            return FiredTimers()
+        return self._run(
+            f"fire timers of group {group}",
+            lambda conn: fire_due(conn, group, epochs, now, limit, topics, sign),
+        )
+
+    def timer_summary(
+        self, partitions: Sequence[tuple[str, int]], now: datetime, overdue_after: timedelta
+    ) -> TimerSummary:
+        """See `Ledger.timer_summary`."""
+        if not partitions:
+            return TimerSummary((), 0, 0)
+        return self._run(
+            "timer summary", lambda conn: summary(conn, partitions, now, overdue_after)
         )
 
     # -- reads ----------------------------------------------------------------------------

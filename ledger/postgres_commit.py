@@ -14,11 +14,13 @@ never deadlock):
 3. One pipelined round trip of set-based writes: the operations the batch opens (with
    their lineage columns), the folded views of those it continues, the lineage columns
    of other rows the step changed, the intake chain heads, the offsets.
-4. In the same pipeline, the append-only rows (events, decisions, evidence, approvals,
-   audit records, outbox rows): one INSERT over `unnest`ed column arrays per table, at
-   every batch size. Then the cascade events the step planned (kept when stored), and
-   the dead letters that follow them. A batch that opens no operation and cascades
-   nothing sends COMMIT in step 3's round trip too: two round trips in all.
+4. In the same pipeline, the timers the decisions armed, disarmed and spent
+   (`ledger.records.TimerRows`, migration 0014), and the append-only rows (events,
+   decisions, evidence, approvals, audit records, outbox rows): one INSERT over
+   `unnest`ed column arrays per table, at every batch size. Then the cascade events
+   the step planned (kept when stored), and the dead letters that follow them. A batch
+   that opens no operation and cascades nothing sends COMMIT in step 3's round trip
+   too: two round trips in all.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from ledger.records import (
     EventRow,
     OperationRow,
     OutboxRow,
+    TimerRows,
     audit_bodies,
     command_lineage,
     finish_outbox,
@@ -136,6 +139,7 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchRows) -> CommitResult:
                 opened = _insert_opened(conn, plan, chained, lineage)
                 claimed = _insert_claims(conn, plan)
                 _update_operations(conn, plan, heads, chained)
+                _write_timers(conn, plan.timers)
                 write_lineage(conn, plan, lineage)
                 intake_writes(conn, intake)
                 _store_offsets(conn, batch)
@@ -513,6 +517,27 @@ def _update_operations(
         )
 
 
+def _write_timers(conn: Conn, timers: TimerRows) -> None:
+    """Queue the batch's changes to the timers table: disarmed rows deleted, decided
+    ones spent, armed ones inserted (`ledger.records.TimerRows`)."""
+    if not timers:
+        return
+    if timers.disarmed:
+        conn.execute(QUERIES["delete_timers"], {"ids": TextArray(timers.disarmed)})
+    if timers.spent:
+        conn.execute(QUERIES["spend_timers"], {"ids": TextArray(timers.spent)})
+    if timers.armed:
+        rows = [
+            (
+                *(t.timer.timer_id, t.operation_id, t.timer.kind, t.machine_name, t.timer.state),
+                *(t.timer.armed_version, _aware(t.timer.armed_at), _aware(t.timer.due_at)),
+                *(t.timer.event_type, t.topic, t.partition, t.timer.spent),
+            )
+            for t in timers.armed
+        ]
+        _insert_tables(conn, [("timers", rows)])
+
+
 def _store_offsets(conn: Conn, batch: Batch) -> None:
     if batch.positions:
         conn.execute(
@@ -540,6 +565,11 @@ _TABLE_TYPES: Final[Mapping[str, Sequence[str]]] = {
     ),
     "audit_records": ("text", "int8", "text", "text", "text", "text"),
     "outbox": ("text", "text", "text", "text", "bytea", "int8", "bytea"),
+    "timers": (
+        *("text", "text", "text", "text", "text", "int8", "timestamptz", "timestamptz"),
+        *("text", "text", "int4", "bool"),
+    ),
+    "timer_events": ("text", "text", "text", "text", "bytea", "bytea"),
 }
 
 

@@ -38,6 +38,7 @@ from machines import (
     KeyClaim,
     OperationView,
     Outcome,
+    Timer,
     ToolFacts,
     apply,
     claimed_by,
@@ -63,6 +64,8 @@ __all__ = [
     "Position",
     "RowSigner",
     "Source",
+    "TimerRow",
+    "TimerRows",
     "audit_bodies",
     "batch_rows",
     "command_lineage",
@@ -261,6 +264,32 @@ class OutboxRow:
 
 
 @dataclass(frozen=True, slots=True)
+class TimerRow:
+    """A timer a batch arms (`machines.timers`), with the partition its operation's
+    events arrive on: only that partition's owner fires it."""
+
+    operation_id: str
+    machine_name: str
+    timer: Timer
+    topic: str | None
+    partition: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class TimerRows:
+    """What a batch does to the timers table: the timers its decisions armed, the ids
+    they disarmed (their state was left, or the operation ended) and the ids whose
+    events they decided (spent)."""
+
+    armed: tuple[TimerRow, ...] = ()
+    disarmed: tuple[str, ...] = ()
+    spent: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.armed or self.disarmed or self.spent)
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimRow:
     """An idempotency key an operation the batch opens claims (`machines.claims`)."""
 
@@ -287,6 +316,7 @@ class BatchRows:
     cascade: tuple[OutboxRow, ...] = ()
     # `recovery.EvidenceEvent` rows: the trusted evidence each decision accepted.
     published_evidence: tuple[OutboxRow, ...] = ()
+    timers: TimerRows = TimerRows()
     # The idempotency keys the operations the batch opens claim; the commit writes them
     # under a unique key and refuses the batch when another operation got one first.
     claims: tuple[ClaimRow, ...] = ()
@@ -331,9 +361,11 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
     commands: list[OutboxRow] = []
     published: list[OutboxRow] = []
     containments: list[Containment] = []
+    sources: dict[str, Source | None] = {}
     for entry in batch.entries:
         event, decision = entry.event, entry.decision
         op = _check_entry(batch, entry)
+        sources[op] = entry.source or sources.get(op)
         if op not in firsts:
             firsts[op] = event
             opened_at[op] = decision.decided_at
@@ -399,7 +431,40 @@ def batch_rows(batch: Batch, topics: TopicNames | None = None) -> BatchRows:
         new_event_ids=frozenset(e.event_id for e in events),
         containments=tuple(containments),
         published_evidence=tuple(published),
+        timers=_timer_rows(operations, batch.views, sources),
     )
+
+
+def _timer_rows(
+    operations: Sequence[OperationRow],
+    base: Mapping[str, OperationView],
+    sources: Mapping[str, Source | None],
+) -> TimerRows:
+    """The timers table's changes: each written operation's timers after the batch
+    against those it was loaded with (the table holds exactly a view's timers)."""
+    armed: list[TimerRow] = []
+    disarmed: list[str] = []
+    spent: list[str] = []
+    for row in operations:
+        before = {t.timer_id: t for t in base[row.operation_id].timers}
+        after = row.view.timers
+        if not before and not after:
+            continue
+        source = sources.get(row.operation_id)
+        kept = set()
+        for timer in after:
+            kept.add(timer.timer_id)
+            earlier = before.get(timer.timer_id)
+            if earlier is None:
+                topic = None if source is None else source.topic
+                partition = None if source is None else source.partition
+                armed.append(
+                    TimerRow(row.operation_id, row.view.machine_name, timer, topic, partition)
+                )
+            elif timer.spent and not earlier.spent:
+                spent.append(timer.timer_id)
+        disarmed.extend(t for t in before if t not in kept)
+    return TimerRows(tuple(armed), tuple(disarmed), tuple(spent))
 
 
 def _identity(view: OperationView, event: Event) -> dict[str, str | None]:

@@ -7,10 +7,11 @@ ledger stores and the lineage it gives the operations the batch opens;
 property tests, the replay checks). Per event, in order:
 
 - the operation's view as folded so far; an operation not seen yet is opened
-  (`open_view`: the event's lineage agent is the affected agent, the policy's budget and
-  deadline from the event time) with the lineage it arrives with: what the ledger gives
-  it (`arrivals`), extended below a parent, and above children, opened earlier in the
-  same fold (`machines.containment.arrival_of`, the rule the ledger links with);
+  (`open_view`: the event's lineage agent is the affected agent, the policy's budget,
+  the deadline from the controller's clock, never the event's time) with the lineage it
+  arrives with: what the ledger gives it (`arrivals`), extended below a parent, and
+  above children, opened earlier in the same fold (`machines.containment.arrival_of`,
+  the rule the ledger links with);
 - `decide`, then `apply` unless the event was a duplicate or a conflict;
 - whether an operation opened in the fold is containing after the decision, so a child
   opened below it later is decided as contained from its first event (L5.5).
@@ -170,9 +171,13 @@ class BatchFold:
         """The operation's view as folded so far, or as stored; None if neither."""
         return self.current.get(operation_id) or self.stored.get(operation_id)
 
-    def view_of(self, event: Event, machine: Machine, agent_proof: str = "") -> OperationView:
-        """The view `event` is decided on; opens its operation if it is new, with
-        `agent_proof` (how its opening proved the agent, `check_opening`)."""
+    def view_of(
+        self, event: Event, machine: Machine, now: datetime, agent_proof: str = ""
+    ) -> OperationView:
+        """The view `event` is decided on at `now`; opens its operation if it is new,
+        with `agent_proof` (how its opening proved the agent, `check_opening`) and its
+        deadline counted from `now`: time is the controller's clock, never an event's
+        `event_time` (a far-future one would put the deadline out of reach)."""
         op = event.operation_id
         if op not in self.current:
             view = self.stored.get(op)
@@ -207,7 +212,7 @@ class BatchFold:
                     opened_by=event.producer,
                     agent_proof=agent_proof,
                 )
-                opened = open_view(machine, self.rules.policy, setup, event.event_time)
+                opened = open_view(machine, self.rules.policy, setup, now)
                 view = self._owned_elsewhere(arrival.applied_to(opened), event)
                 self.opened[op] = (event, arrival)
             self.base[op] = view
@@ -227,7 +232,7 @@ class BatchFold:
         wrap the call in a span or a timer). With `target`, the event is a signed
         migration of the operation from `machine` to that version
         (`machines.migration.decide_migration`)."""
-        view = self.view_of(event, machine, agent_proof)
+        view = self.view_of(event, machine, now, agent_proof)
         rules = self.rules
         if target is not None:
             return lambda: decide_migration(machine, target, view, event, rules.policy, now)

@@ -3,8 +3,10 @@
 A case states an operation's declared facts, policy overrides, approvers (signed with
 deterministic test keys), optional guard fault injection, and a sequence of steps. Each
 step builds one event (verification evidence, a signed human decision, a checkpoint, a
-classifier proposal, or an exact replay of an earlier step) and states what must hold
-after it: outcome, state, capabilities invoked, guard results, refusal and error codes.
+classifier proposal, or an exact replay of an earlier step), or only moves the clock
+(`advance`), and states what must hold after it: outcome, state, capabilities invoked,
+guard results, refusal and error codes, the timers that fired. Time passes between
+steps: before each step, every timer due by its time fires (`Simulation.advance`).
 `run_case` feeds the steps through `Simulation`, the fold the controller runs too, and
 returns every expected-vs-actual mismatch. docs/decision-core.md documents the format.
 """
@@ -43,6 +45,7 @@ from machines.policy import (
     PolicyError,
     check_policy_against_machines,
     check_policy_against_registry,
+    parse_duration,
     parse_policy,
 )
 from machines.simulation import Simulation
@@ -163,11 +166,16 @@ class ExpectSpec(BaseModel):
     refusals: tuple[str, ...] | None = None
     errors: tuple[str, ...] | None = None
     approval_consumed: bool | None = None
+    # The event types of the timers that fired at this step (before its event), in order.
+    fired: tuple[str, ...] | None = None
 
 
 class StepSpec(BaseModel):
     model_config = _STRICT
     event: str | None = None
+    # Only move the clock this long (`30s`, `10m`, or seconds): the timers due by then
+    # fire, and `expect` is checked against the last of their decisions.
+    advance: int | None = None
     id: str | None = None
     at: int | None = None  # seconds after the case start; default previous + 1
     producer: str | None = None
@@ -179,9 +187,15 @@ class StepSpec(BaseModel):
     causation: str | None = None
     correlation_id: str | None = None  # default: the operation's
     facts: FactsSpec | None = None  # a `facts` block on this step's envelope
+    payload: dict[str, Any] | None = None  # the envelope's free-form payload
     operation: str | None = None  # one of `operations` (default: the case's operation)
     replay: str | None = None  # resend the exact event of this earlier step id
     expect: ExpectSpec = ExpectSpec()
+
+    @field_validator("advance", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return None if value is None else parse_duration(value)
 
 
 class CaseSpec(BaseModel):
@@ -248,13 +262,19 @@ class Mismatch:
 
 @dataclass(frozen=True, slots=True)
 class CaseResult:
-    """The outcome of one case: its mismatches and the decisions it produced."""
+    """The outcome of one case: its mismatches and the decisions each step produced (the
+    timers that fired before it, then its event's)."""
 
     path: str
     name: str
     scenarios: tuple[str, ...]
     mismatches: tuple[Mismatch, ...]
-    decisions: tuple[Decision, ...]
+    steps: tuple[tuple[Decision, ...], ...]
+
+    @property
+    def decisions(self) -> tuple[Decision, ...]:
+        """Every decision of the case, in order."""
+        return tuple(d for step in self.steps for d in step)
 
     @property
     def passed(self) -> bool:
@@ -345,13 +365,19 @@ class _Runner:
                 runtime=op.runtime,
                 credentials=op.credentials,
             ),
-            EPOCH,
+            # The operation opens at its first step's time, as the controller opens it
+            # when its first event is decided: the policy's deadline counts from there.
+            EPOCH + timedelta(seconds=_seconds_of(case.steps[0], 0)),
         )
         self.sent: dict[str, Event] = {}
         self.clock = 0
 
+    def tick(self, step: StepSpec) -> datetime:
+        """Move the case clock to `step`'s time and return it."""
+        self.clock = _seconds_of(step, self.clock)
+        return EPOCH + timedelta(seconds=self.clock)
+
     def event_for(self, index: int, step: StepSpec) -> Event:
-        self.clock = step.at if step.at is not None else self.clock + 1
         if step.replay is not None:
             if step.replay not in self.sent:
                 raise CaseError(f"case {self.case.name} step {index}: no step {step.replay}")
@@ -391,6 +417,7 @@ class _Runner:
             classifier=self._classifier(step),
             causation=step.causation,
             facts=None if facts is None else DeclaredFacts(**facts.model_dump()),
+            payload=step.payload,
             scope=self.scope,
         )
         self.sent[event_id] = event
@@ -488,8 +515,33 @@ class _Runner:
         )
 
 
-def compare(index: int, label: str, expect: ExpectSpec, decision: Decision) -> list[Mismatch]:
-    """Every way `decision` differs from `expect` (fields left out are not checked)."""
+def _seconds_of(step: StepSpec, clock: int) -> int:
+    """The case time of `step` after `clock`: its `at`, else `clock` plus its `advance`,
+    else a second on."""
+    if step.at is not None:
+        return step.at
+    return clock + (step.advance if step.advance is not None else 1)
+
+
+def compare(
+    index: int,
+    label: str,
+    expect: ExpectSpec,
+    decision: Decision | None,
+    fired: tuple[Decision, ...] = (),
+) -> list[Mismatch]:
+    """Every way `decision` differs from `expect` (fields left out are not checked), and
+    the timers `fired` at the step from `expect.fired`; None: the step decided nothing."""
+    out: list[Mismatch] = []
+    if expect.fired is not None and list(expect.fired) != [d.event_type for d in fired]:
+        out.append(
+            Mismatch(index, label, "fired", list(expect.fired), [d.event_type for d in fired])
+        )
+    if decision is None:
+        checked = {k for k, v in expect.model_dump().items() if v is not None and k != "fired"}
+        if checked:
+            out.append(Mismatch(index, label, "fired", "a timer due by now", []))
+        return out
     actual: dict[str, Any] = {
         "outcome": str(decision.outcome),
         "state": decision.state_after,
@@ -498,7 +550,6 @@ def compare(index: int, label: str, expect: ExpectSpec, decision: Decision) -> l
         "errors": [n.code for n in decision.errors],
         "approval_consumed": decision.approval_consumed,
     }
-    out: list[Mismatch] = []
     for field, got in actual.items():
         want = getattr(expect, field)
         if want is None:
@@ -521,15 +572,22 @@ def run_case(path: Path, case: CaseSpec, machine: Machine, registry: Registry) -
     except PolicyError as exc:
         raise CaseError(f"case file {path}: {exc}") from exc
     mismatches: list[Mismatch] = []
-    decisions: list[Decision] = []
+    steps: list[tuple[Decision, ...]] = []
     for index, step in enumerate(case.steps, start=1):
+        now = runner.tick(step)
+        fired = tuple(runner.sim.advance(now))
+        if step.advance is not None and step.event is None and step.replay is None:
+            label = f"advance {step.advance}s"
+            last = fired[-1] if fired else None
+            mismatches.extend(compare(index, label, step.expect, last, fired))
+            steps.append(fired)
+            continue
         event = runner.event_for(index, step)
-        now = EPOCH + timedelta(seconds=runner.clock)
         decision = runner.sim.feed(event, now)
-        decisions.append(decision)
+        steps.append((*fired, decision))
         label = f"{event.event_type} {event.event_id}"
-        mismatches.extend(compare(index, label, step.expect, decision))
-    return CaseResult(str(path), case.name, case.scenario, tuple(mismatches), tuple(decisions))
+        mismatches.extend(compare(index, label, step.expect, decision, fired))
+    return CaseResult(str(path), case.name, case.scenario, tuple(mismatches), tuple(steps))
 
 
 @dataclass(frozen=True, slots=True)

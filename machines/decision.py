@@ -29,9 +29,16 @@ from machines.evidence import (
     evidence_changes,
     with_evidence,
 )
-from machines.guards import STANDARD_GUARDS, GuardContext, GuardFn, valid_approval
+from machines.guards import (
+    STANDARD_GUARDS,
+    GuardContext,
+    GuardFn,
+    retry_permitted,
+    valid_approval,
+)
 from machines.invariants import (
     ANSWERED_KINDS,
+    RETRY_AFTER_DENIAL,
     Notice,
     action_refusal,
     authority_refusal,
@@ -42,7 +49,23 @@ from machines.invariants import (
 )
 from machines.model import ActionRef, CapabilityKind, CapabilitySpec, Machine, Registry, Transition
 from machines.policy import Policy
-from machines.view import Approval, OperationView, checkpoint_digest, evolve
+from machines.timers import (
+    NO_TIMER_CHANGE,
+    TimerChange,
+    TimerKind,
+    holds_retry,
+    is_timer_event,
+    plan_timers,
+    retry_after_seconds,
+)
+from machines.view import (
+    Approval,
+    HeldAction,
+    OperationView,
+    Timer,
+    checkpoint_digest,
+    evolve,
+)
 
 CORRELATION_MISMATCH = "correlation-mismatch"
 ESCALATION_SUPPRESSED = "escalation-suppressed"
@@ -67,6 +90,12 @@ class Outcome(StrEnum):
     AWAITING = "awaiting"  # a result recorded; the state waits for its other actions (§7.3)
     DUPLICATE = "duplicate"  # same event id, same payload: already decided
     CONFLICT = "conflict"  # same event id, different payload: dead-letter it
+    # A timer's event did what the timer does without a transition: a stalled or
+    # deadline timer escalated, a paced retry's timer commanded what it held back.
+    FIRED = "fired"
+    # A timer's event arrived after its timer was disarmed (its state was left): recorded
+    # and ignored (`machines.timers`).
+    STALE = "stale"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +167,8 @@ class Decision:
     # `{"from": {version, digest}, "to": {version, digest}, "states": {old: new}}`; the
     # decision names the version it moved the operation to.
     migration: Mapping[str, Any] | None = None
+    # The timers this decision armed, disarmed and spent (`machines.timers`).
+    timers: TimerChange = NO_TIMER_CHANGE
 
     @property
     def capabilities(self) -> tuple[str, ...]:
@@ -191,6 +222,7 @@ class Decision:
             "escalation": None
             if self.escalation is None
             else {"condition": self.escalation, "suppressed": self.escalation_suppressed},
+            "timers": self.timers.to_dict(),
         }
         if self.migration is not None:
             record["migration"] = dict(self.migration)
@@ -211,10 +243,12 @@ class _Draft:
         "escalation_suppressed",
         "evidence",
         "guards",
+        "held",
         "invocations",
         "outcome",
         "refusals",
         "sequence",
+        "spent",
         "state_after",
         "transition",
     )
@@ -235,6 +269,9 @@ class _Draft:
         self.condition_scope = ""
         self.escalation: str | None = None
         self.escalation_suppressed = False
+        # A paced retry's commands, held back on a timer; the timer this event fired.
+        self.held: tuple[HeldAction, ...] = ()
+        self.spent: str | None = None
 
 
 def decide(
@@ -253,7 +290,15 @@ def decide(
     every refusal and error is recorded in the decision instead. `guard_table` maps the
     registry's implementation names to guards; tests pass a table with faults in it."""
     draft = _Draft(view)
-    _draft_decision(draft, machine, view, event, policy, registry, now, guard_table)
+    # A timer's event (`machines.timers`) once it is new and its envelope is this
+    # operation's; everything else, and a timer's duplicate, the usual way.
+    timed = (
+        is_timer_event(event.event_id)
+        and event.event_id not in view.seen_events
+        and _envelope_refusal(machine, view, event) is None
+    )
+    draft_one = _decide_timer if timed else _draft_decision
+    draft_one(draft, machine, view, event, policy, registry, now, guard_table)
     return _finish(draft, machine, view, event, policy, now)
 
 
@@ -561,6 +606,26 @@ def _finish(
     now: datetime,
 ) -> Decision:
     transition = draft.transition
+    timers = NO_TIMER_CHANGE
+    if draft.outcome not in (Outcome.DUPLICATE, Outcome.CONFLICT, Outcome.STALE):
+        # Only what the core accepted may ask a retry to wait (never a refused event).
+        asked = (
+            retry_after_seconds(event.payload)
+            if draft.outcome in (Outcome.TRANSITIONED, Outcome.REJECTED)
+            else None
+        )
+        timers = plan_timers(
+            machine,
+            policy,
+            view,
+            sequence=draft.sequence,
+            state_after=draft.state_after,
+            entered=transition is not None,
+            now=now,
+            held=draft.held,
+            spent=draft.spent,
+            retry_after=asked,
+        )
     return Decision(
         operation_id=view.operation_id,
         sequence=draft.sequence,
@@ -593,6 +658,7 @@ def _finish(
         escalation=draft.escalation,
         escalation_suppressed=draft.escalation_suppressed,
         named_version=None if event.machine_version == machine.version else event.machine_version,
+        timers=timers,
     )
 
 
@@ -633,6 +699,8 @@ def _select(
     policy: Policy,
     registry: Registry,
     now: datetime,
+    *,
+    escalate: bool = False,
 ) -> None:
     trusted = with_evidence(view, draft.evidence)
     evaluations: list[GuardEvaluation] = []
@@ -679,10 +747,134 @@ def _select(
         f"state {view.state}: no accepted transition"
         + (" (every guard was false)" if candidates else ""),
     )
-    if policy.escalate_rejected_events:
+    if policy.escalate_rejected_events or escalate:
         _withhold(draft, Outcome.REJECTED, notice, view, policy, registry)
     else:
         draft.refusals = (*draft.refusals, notice)
+
+
+def _decide_timer(
+    draft: _Draft,
+    machine: Machine,
+    view: OperationView,
+    event: Event,
+    policy: Policy,
+    registry: Registry,
+    now: datetime,
+    guard_table: Mapping[str, GuardFn],
+) -> None:
+    """Decide a timer's event (`machines.timers`): stale unless its timer is armed and
+    unspent; a state timeout's event is selected among the state's transitions like any
+    other (the evidence rule of `_select` included), and escalated if none takes it
+    whatever the policy says of rejections (the timeout must not end in silence); a
+    stalled or deadline timer escalates once; a retry timer commands what its transition
+    held back. A timer's event is the controller's own (intake takes it from nobody
+    else) and carries no evidence, causation, facts or classifier block: `_admission`
+    has nothing to admit, and the armed timer its id names is what it is checked
+    against."""
+    timer = view.timer(event.event_id)
+    if timer is None or timer.spent or timer.event_type != event.event_type:
+        draft.outcome = Outcome.STALE
+        draft.refusals = (
+            Notice(
+                "timer-stale",
+                f"operation {view.operation_id}: {event.event_type} {event.event_id} fires "
+                f"a timer no longer armed in state {view.state} (the state it was armed in "
+                "was left, or the operation ended); recorded, nothing changes",
+            ),
+        )
+        return
+    draft.spent = timer.timer_id
+    if timer.kind == TimerKind.STATE:
+        draft.condition_scope = event.event_type
+        compiled = compile_machine(machine, registry, guard_table)
+        candidates = compiled.get((view.state, event.event_type), ())
+        finals = _finals_of(machine)
+        _select(draft, candidates, finals, view, event, policy, registry, now, escalate=True)
+    elif timer.kind == TimerKind.RETRY:
+        _release(draft, timer, view, policy, registry, now)
+    else:
+        _withhold(draft, Outcome.FIRED, _waited(timer, view, policy), view, policy, registry)
+
+
+def _waited(timer: Timer, view: OperationView, policy: Policy) -> Notice:
+    """Why a stalled or deadline timer escalates."""
+    if timer.kind == TimerKind.DEADLINE:
+        return Notice(
+            "deadline-passed",
+            f"operation {view.operation_id} passed its deadline "
+            f"{timer.due_at.isoformat()} in state {view.state}, which is not final "
+            "(policy deadline_seconds); escalated once",
+        )
+    return Notice(
+        "stalled",
+        f"operation {view.operation_id} has waited in state {view.state} since "
+        f"{timer.armed_at.isoformat()} ({policy.timeouts.stalled_after}s, policy "
+        "timeouts.stalled_after) with nothing moving it; escalated once, it shows as "
+        "stalled until an event moves it",
+    )
+
+
+def _release(
+    draft: _Draft,
+    timer: Timer,
+    view: OperationView,
+    policy: Policy,
+    registry: Registry,
+    now: datetime,
+) -> None:
+    """Command what a paced retry's transition held back, in order, if the retry is
+    still permitted now (the evidence, deadline, budget and lineage may have moved
+    since): anything refused withholds them all and escalates. What the transition was
+    checked for when it was taken (approvals, which it spent) is not asked again."""
+    transition = Transition(view.state, timer.event_type, -1, view.state)
+    work = view
+    invocations: list[Invocation] = []
+    for held in timer.held:
+        spec = registry.capabilities.get(held.capability)
+        action = ActionRef(held.capability, MappingProxyType(dict(held.params)))
+        refusal = _release_refusal(action, spec, GuardContext(work, policy, now, transition))
+        if refusal is not None:
+            _withhold(draft, Outcome.REFUSED, refusal, view, policy, registry)
+            return
+        assert spec is not None  # _release_refusal refuses unregistered capabilities
+        action = _bound(action, spec, work, now)
+        counted = _counters(work, (spec.kind,))
+        if counted:
+            work = evolve(work, counted)
+        invocations.append(
+            _invocation(view, draft.sequence, len(invocations), action, spec, held.origin)
+        )
+    draft.outcome = Outcome.FIRED
+    draft.invocations = tuple(invocations)
+
+
+def _release_refusal(
+    action: ActionRef, spec: CapabilitySpec | None, ctx: GuardContext
+) -> Notice | None:
+    if spec is None or action.capability in ctx.policy.forbidden_capabilities:
+        return Notice(
+            "capability-forbidden" if spec is not None else "capability-unregistered",
+            f"held {action.capability} not commanded: it is no longer registered or is "
+            "forbidden by policy",
+        )
+    if spec.kind is CapabilityKind.RETRY and ctx.view.denials:
+        return Notice(
+            RETRY_AFTER_DENIAL,
+            f"paced retry {action.capability} not commanded when its timer fired: "
+            f"operation {ctx.view.operation_id}'s call was denied meanwhile "
+            f"({', '.join(ctx.view.denials)}); a permanent denial is not retried unchanged",
+        )
+    if spec.kind is CapabilityKind.RETRY and not retry_permitted(ctx).value:
+        return Notice(
+            "retry-not-permitted",
+            f"paced retry {action.capability} not commanded when its timer fired: "
+            "retry.permitted is false now (evidence, attempts, deadline, budget, "
+            "lineage or the key's owner moved since it was scheduled)",
+        )
+    # The evidence rule (SPEC §7.5) as when the route was taken: unknown or conflicting
+    # evidence reported since holds every material command back.
+    return route_refusal((spec,), False, ctx)
 
 
 def _blocked_routes(
@@ -729,6 +921,7 @@ def _take(
     approval = valid_approval(ctx) if candidate.uses_approval else None
     consumed = False
     invocations: list[Invocation] = []
+    planned: list[HeldAction] = []
     work = trusted
     for origin, action in candidate.planned:
         spec = registry.capabilities.get(action.capability)
@@ -744,6 +937,7 @@ def _take(
             # A material action spends the approval: one approval, one resumption.
             approval = approval or valid_approval(ctx)
             consumed = True
+        planned.append(HeldAction(action.capability, dict(action.params), origin))
         action = _bound(action, spec, work, now)
         counted = _counters(work, (spec.kind,))
         if counted:
@@ -755,6 +949,10 @@ def _take(
     draft.transition = transition
     draft.state_after = transition.target
     draft.invocations = tuple(invocations)
+    if any(i.kind == CapabilityKind.RETRY for i in invocations) and holds_retry(policy, view, now):
+        # A paced retry (agent-failure-recovery practice §2): the transition is recorded
+        # now; its commands go out when the retry timer fires (`_release`).
+        draft.held, draft.invocations = tuple(planned), ()
     draft.approval_used = approval.event_id if approval is not None else None
     draft.approval_consumed = consumed and approval is not None
 
@@ -977,6 +1175,7 @@ def apply(view: OperationView, decision: Decision) -> OperationView:
         changes["escalations"] = escalations
     if decision.invocations or view.command_capabilities:
         changes["command_capabilities"] = _command_capabilities(view, decision)
+    changes.update(decision.timers.applied_to(view))
     kinds = {i.kind for i in decision.invocations}
     if kinds & _CONTAINED_KINDS:
         # A stop or revocation holds until a resumption gives the task back its run and

@@ -16,6 +16,10 @@ an accepted event is stored or published, intake replaces the event by
    `{"omitted": true, "category": ..., "digest": "sha256:..."}`, the digest of the
    redacted payload, so a copy kept elsewhere can still be matched.
 
+One field is protocol, not content: a failure report's top-level `retry_after_seconds`
+(`machines.timers`, the delay a rate-limited API asked for, which can only postpone a
+retry) stays beside the reference, unless `audit.redact` names it.
+
 The event's `payload_digest` is then computed over the minimized content, so the ledger
 holds no digest of a redacted value either. Redelivery of the same record minimizes to
 the same event and is a duplicate, as before; a reuse of an event id that changes only a
@@ -31,6 +35,7 @@ from typing import Any, Final
 
 from machines.event import Event, sha256_digest
 from machines.model import AuditSpec
+from machines.timers import RETRY_AFTER_FIELD, retry_after_seconds
 
 __all__ = [
     "OMITTED",
@@ -107,7 +112,15 @@ def minimize_payload(audit: AuditSpec, event: Event) -> Mapping[str, Any] | None
     category = payload_category(event)
     if category in audit.record:
         return redacted
-    return {OMITTED: True, "category": category, "digest": sha256_digest(redacted)}
+    reference: dict[str, Any] = {
+        OMITTED: True,
+        "category": category,
+        "digest": sha256_digest(redacted),
+    }
+    kept = redacted.get(RETRY_AFTER_FIELD)
+    if retry_after_seconds(redacted) is not None:
+        reference[RETRY_AFTER_FIELD] = kept
+    return reference
 
 
 def minimize_event(audit: AuditSpec, event: Event) -> Event:
@@ -123,4 +136,5 @@ def minimize_event(audit: AuditSpec, event: Event) -> Event:
 
 
 def _is_reference(payload: Mapping[str, Any]) -> bool:
-    return payload.get(OMITTED) is True and set(payload) == {OMITTED, "category", "digest"}
+    keys = set(payload) - {RETRY_AFTER_FIELD}
+    return payload.get(OMITTED) is True and keys == {OMITTED, "category", "digest"}

@@ -12,13 +12,22 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 from jsonschema import Draft202012Validator
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from machines.errors import Problem
 from machines.event import sha256_digest
@@ -122,6 +131,70 @@ class ClassifierPolicy(BaseModel):
         return value
 
 
+_DURATION = re.compile(r"([0-9]{1,9})(s|m|h|d)")
+_UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# The longest duration a policy may name: a timer further out than this is no bound.
+MAX_DURATION_SECONDS: Final = 366 * 86400
+
+
+def parse_duration(value: Any) -> int:
+    """Seconds from a policy duration: `30s`, `10m`, `24h`, `7d`, or a whole number of
+    seconds. Raises `ValueError` naming the forms accepted."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is written 30s, 10m, 24h or 7d")
+    if isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str) and (found := _DURATION.fullmatch(value.strip())):
+        seconds = int(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+    else:
+        raise ValueError(f"{value!r} is not a duration; write 30s, 10m, 24h or 7d")
+    if not 0 <= seconds <= MAX_DURATION_SECONDS:
+        raise ValueError(f"{value!r} is outside 0s .. {MAX_DURATION_SECONDS // 86400}d")
+    return seconds
+
+
+# A duration in a policy file, held as whole seconds.
+Duration = Annotated[int, BeforeValidator(parse_duration)]
+
+
+class StateTimeout(BaseModel):
+    """How long an operation may stay in one state of one machine, and the event its
+    timer delivers when it does (decided like any other event of that state)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    after: Duration = Field(gt=0)
+    event: str = Field(pattern=r"^[A-Z][A-Z0-9_]{0,127}$")
+
+
+class Timeouts(BaseModel):
+    """The state timeouts (CONFORMANCE L3.7: stricter than the machine). Every non-final
+    state of every machine has a timer: its own from `states` (machine name -> state ->
+    timeout), else `stalled_after`, whose firing escalates once with reason `stalled`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stalled_after: Duration = Field(default=3600, gt=0)
+    states: dict[str, dict[str, StateTimeout]] = Field(default_factory=dict)
+
+    def of(self, machine: str, state: str) -> StateTimeout | None:
+        """The timeout of `state` in `machine`, if the policy names one."""
+        return self.states.get(machine, {}).get(state)
+
+
+class RetryPacing(BaseModel):
+    """When a permitted retry is commanded (agent-failure-recovery practice §2): after a
+    delay drawn with full jitter from 0 .. min(`cap`, `base` * 2**attempt), never past
+    the operation's deadline, and not before a `retry_after_seconds` the failure report
+    asked for, honoured up to `max_retry_after`. `base` 0s commands retries at once."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base: Duration = 1
+    cap: Duration = Field(default=300, gt=0)
+    max_retry_after: Duration = 900
+
+
 class Policy(BaseModel):
     """A validated operator policy. Immutable; `digest` binds checkpoints and audits to it."""
 
@@ -145,6 +218,8 @@ class Policy(BaseModel):
     approvers: tuple[Approver, ...] = ()
     approval_roles: tuple[str, ...] = ("recovery-approver",)
     classifier: ClassifierPolicy = ClassifierPolicy()
+    timeouts: Timeouts = Timeouts()
+    retry_pacing: RetryPacing = RetryPacing()
     producers: tuple[ProducerEntry, ...] = Field(
         default=(),
         description="the producer roster (machines.roster): who may write which records",
@@ -312,13 +387,19 @@ _CLASSIFIER_FORBIDDEN_KINDS = frozenset(
 
 
 def check_policy_against_machines(
-    policy: Policy, machines: Iterable[Machine], registry: Registry
+    policy: Policy, machines: Iterable[Machine], registry: Registry, *, every: bool = False
 ) -> None:
     """Refuse a policy whose `classifier.allowed_events` would let a classifier's
     proposal complete an operation (a transition into a final state), or retry, resume
     or compensate (a planned action of that kind, the target's entry actions included)
     in any of `machines` (SPEC §11: a classifier may start recovery or raise urgency,
-    nothing more). Raises `PolicyError` naming each machine, state and event."""
+    nothing more), or whose `timeouts` do not fit them (`timeout_problems`; with
+    `every`, `machines` are all the controller runs and a timeout naming another
+    machine is refused too). Raises `PolicyError` naming each machine, state and event."""
+    machines = tuple(machines)
+    timeouts = timeout_problems(policy, machines, registry, every=every)
+    if timeouts:
+        raise PolicyError(f"policy {policy.id}: timeouts: " + "; ".join(timeouts))
     allowed = set(policy.classifier.allowed_events)
     problems: list[str] = []
     for machine in machines:
@@ -338,6 +419,52 @@ def check_policy_against_machines(
             + "; ".join(problems)
             + "; remove those events from classifier.allowed_events"
         )
+
+
+def timeout_problems(
+    policy: Policy, machines: Iterable[Machine], registry: Registry, *, every: bool = False
+) -> list[str]:
+    """What is wrong with the policy's state timeouts against `machines` (CONFORMANCE
+    L3.7): each names a machine (of `machines`, when `every`), a state of it that is not
+    final, and an event that state accepts; and that event, delivered by a timer, may
+    only escalate or re-verify: no transition it can take completes the operation or
+    retries, resumes or compensates (time passing is no evidence of an effect)."""
+    by_name = {m.name: m for m in machines}
+    problems: list[str] = []
+    for name, states in sorted(policy.timeouts.states.items()):
+        machine = by_name.get(name)
+        if machine is None:
+            if every:
+                problems.append(
+                    f"machine {name} is not one the controller runs "
+                    f"({', '.join(sorted(by_name)) or 'none'})"
+                )
+            continue
+        for state_name, timeout in sorted(states.items()):
+            problems.extend(_timeout_problems(machine, state_name, timeout, registry))
+    return problems
+
+
+def _timeout_problems(
+    machine: Machine, state_name: str, timeout: StateTimeout, registry: Registry
+) -> list[str]:
+    where = f"{machine.name} {state_name}"
+    state = machine.states.get(state_name)
+    if state is None:
+        return [f"{where}: no such state (states: {', '.join(sorted(machine.states))})"]
+    if state.final:
+        return [f"{where}: a final state waits for nothing; remove its timeout"]
+    transitions = state.on.get(timeout.event)
+    if transitions is None:
+        return [
+            f"{where}: the state does not accept {timeout.event} "
+            f"(it accepts {', '.join(sorted(state.on)) or 'nothing'})"
+        ]
+    return [
+        f"{where} --{timeout.event}--> {t.target} {why}; a timeout may only escalate or re-verify"
+        for t in transitions
+        if (why := _classifier_overreach(machine, t, registry))
+    ]
 
 
 def _classifier_overreach(machine: Machine, transition: Transition, registry: Registry) -> str:

@@ -32,16 +32,19 @@ code `role-not-permitted`, `identity-mismatch` or `agent-unproven`.
   and `evidence.verifier` must be the producer; `RETRY_*`, `COMPENSATION_*`,
   `CONTAINMENT_*`: `worker` for the capability of the command they answer (the
   causation); `ANCESTOR_CONTAINED` and `LINEAGE_*`: `controller`, or `orchestrator`
-  for the agent; `HUMAN_*`: `approver`, held by the approver or by the service that
-  forwards decisions signed elsewhere (the reviewer console, `recoveryctl approve` as
-  a deployment's approval service): the decision's own signature proves the human and
-  is checked against the policy's approvers by the core, so the record's signer need
-  not be the approver; `MIGRATION_APPROVED` (`machines.migration`): `approver`, on the
-  same terms; `RESUME_REQUESTED`: `approver`, `orchestrator` (agent) or `tool`. An event
-  with a `classifier` block needs `classifier` whatever its type; `AUTHORIZATION_DENIED`,
-  `VALIDATION_DENIED` and `POLICY_DENIED`: `tool`, or `worker` for the capability of
-  the command they answer (a retry the worker found denied); and a validated
-  checkpoint needs `validator` for the agent, its `validator` being the producer.
+  for the agent; a timer's event (an id `timer:...`, and the types `STATE_STALLED`,
+  `DEADLINE_PASSED`, `RETRY_DUE` of `machines.timers`): `controller` only, whatever its
+  type, so nobody else fires or forges a timer; `HUMAN_*`: `approver`, held by the
+  approver or by the service that forwards decisions signed elsewhere (the reviewer
+  console, `recoveryctl approve` as a deployment's approval service): the decision's
+  own signature proves the human and is checked against the policy's approvers by the
+  core, so the record's signer need not be the approver; `MIGRATION_APPROVED`
+  (`machines.migration`): `approver`, on the same terms; `RESUME_REQUESTED`:
+  `approver`, `orchestrator` (agent) or `tool`. An event with a `classifier` block needs
+  `classifier` whatever its type; `AUTHORIZATION_DENIED`, `VALIDATION_DENIED` and
+  `POLICY_DENIED`: `tool`, or `worker` for the capability of the command they answer
+  (a retry the worker found denied); and a validated checkpoint needs `validator` for
+  the agent, its `validator` being the producer.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from typing import Final
 from machines.event import Event
 from machines.invariants import DENIAL_EVENTS
 from machines.roster import AuthenticationError, AuthRefusal, ProducerEntry, Role
+from machines.timers import TIMER_EVENTS, is_timer_event
 from machines.view import OperationView
 
 __all__ = [
@@ -68,6 +72,7 @@ _TOOL: Final = (Role.TOOL,)
 VOUCHED: Final = "call-context:"
 _WORKER: Final = (Role.WORKER,)
 _LINEAGE: Final = (Role.CONTROLLER, Role.ORCHESTRATOR)
+_TIMER: Final = (Role.CONTROLLER,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +115,7 @@ DEFAULT_EVENT_ROLES: Final = EventRoles(
             "RESUME_REQUESTED": (Role.APPROVER, Role.ORCHESTRATOR, Role.TOOL),
             # A signed migration to another machine version (`machines.migration`).
             "MIGRATION_APPROVED": (Role.APPROVER,),
+            **dict.fromkeys(TIMER_EVENTS, _TIMER),
             # A denial of the call comes from the tool; a denial of a retry from the
             # worker that executed it (scoped by the command it names).
             **{denial: (Role.TOOL, Role.WORKER) for denial in sorted(DENIAL_EVENTS)},
@@ -264,6 +270,10 @@ def check_event_role(
     `event` on `view`'s scope, and every identity the event claims is the producer's."""
     if event.classifier is not None:
         roles: tuple[Role, ...] = (Role.CLASSIFIER,)
+    elif is_timer_event(event.event_id):
+        # A timer's event delivers a state's timeout event (a verifier's type, say) in
+        # the controller's name: only the controller fires timers.
+        roles = _TIMER
     else:
         roles = table.roles_for(event.event_type)
     tried = []

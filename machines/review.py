@@ -4,7 +4,9 @@
 identities (principal, agent, runtime, task, lineage), the operation and correlation
 ids, the initiating request, the triggering event, the current state, the ledger
 history, the downstream references, the verification evidence, the proposed action,
-and the consequences of approving and of rejecting. Both consequences are computed by
+and the consequences of approving and of rejecting, and what the operation waits for (its
+timers: when a timeout, the stall bound or the deadline fires, and a retry scheduled for
+later). Both consequences are computed by
 deciding a hypothetical HUMAN_APPROVED and HUMAN_REJECTED through the core
 (`machines.decision.decide`) on the current view: the state each leads to and the
 commands each would produce. Nothing is written and no clock is read.
@@ -43,6 +45,7 @@ from machines.digest import digest_of
 from machines.event import Event, HumanDecision, Lineage, Verdict
 from machines.model import CapabilityKind, Machine, Registry
 from machines.policy import Approver, Policy
+from machines.timers import waiting_on
 from machines.view import OperationView
 
 __all__ = [
@@ -203,6 +206,9 @@ def review_packet(
         "history": [_history_entry(d) for d in decisions],
         "downstream": _downstream(decisions, descendants),
         "verification": _verification(view),
+        # What the operation waits for (its timers: a timeout, the stall bound, the
+        # deadline, a scheduled retry and when it fires), `machines.timers.waiting_on`.
+        "waiting": waiting_on(view),
         "proposed_action": _proposals(rules),
         "consequences": {
             "approve": _consequence(rules, "HUMAN_APPROVED"),

@@ -6,21 +6,30 @@ ledger: it stores no events, decisions or audit records, only each operation's v
 folded so far. It runs one `machines.batch.BatchFold` over the whole stream, the fold
 the live controller runs over each consumed batch, so an operation is opened and its
 decisions folded exactly as in the controller; no clock (each call passes `now`), no
-I/O.
+I/O. `advance(now)` moves the clock: every timer due by then fires, earliest first, as
+the controller fires it (`machines.timers.timer_event`), each decided at its due time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Final
 
 from machines.batch import BatchFold, OperationSetup, Rules, open_view
 from machines.decision import Decision
-from machines.event import Event
+from machines.event import Event, Lineage
 from machines.guards import STANDARD_GUARDS, GuardFn
 from machines.model import Machine, Registry
 from machines.policy import Policy
+from machines.timers import due_timers, timer_event
 from machines.view import OperationView
+
+# Who a simulation's timer events name as their producer (the controller's roster id
+# live) and how many timers one `advance` fires at most (a guard against a policy whose
+# timers re-arm each other without end; time moves on with each, so none does).
+SIMULATED_CONTROLLER: Final = "recovery-controller"
+MAX_FIRINGS: Final = 10_000
 
 
 class SimulationError(ValueError):
@@ -44,6 +53,9 @@ class Simulation:
         self.policy = policy
         self.guard_table = guard_table
         self._fold = BatchFold({}, Rules(policy, registry, guard_table))
+        # The lineage of each operation's first event: what its timer events carry, as
+        # the controller takes them from the operation's row.
+        self._lineage: dict[str, Lineage] = {}
 
     @property
     def views(self) -> Mapping[str, OperationView]:
@@ -74,4 +86,35 @@ class Simulation:
         the core while it decides the event (`machines.facts.admit_facts`)."""
         decision = self._fold.decider(event, self.machine, now)()
         self._fold.fold(event, decision)
+        self._lineage.setdefault(event.operation_id, event.lineage)
         return decision
+
+    def advance(self, now: datetime) -> list[Decision]:
+        """Move the clock to `now`: fire every timer due by then, earliest first across
+        operations (ties by id), each decided at its due time, including timers those
+        decisions arm that fall due by `now`. Returns the decisions, in order."""
+        decisions: list[Decision] = []
+        for _ in range(MAX_FIRINGS):
+            due = [
+                (t.due_at, t.timer_id, op)
+                for op, v in self.views.items()
+                for t in due_timers(v, now)
+            ]
+            if not due:
+                return decisions
+            at, tid, op = min(due)
+            view = self.views[op]
+            timer = view.timer(tid)
+            assert timer is not None  # due_timers found it armed
+            event = timer_event(
+                timer,
+                operation_id=op,
+                correlation_id=view.correlation_id or op,
+                machine_name=self.machine.name,
+                machine_version=self.machine.version,
+                lineage=self._lineage.get(op) or Lineage(view.lineage.agent, op, op),
+                producer=SIMULATED_CONTROLLER,
+                at=at,
+            )
+            decisions.append(self.feed(event, at))
+        raise SimulationError(f"more than {MAX_FIRINGS} timers fell due by {now.isoformat()}")

@@ -128,6 +128,36 @@ def checkpoint_digest(checkpoint: Checkpoint) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldAction:
+    """An invocation a paced retry holds back until its timer fires: the capability, the
+    machine's params for it and where it came from (`transition` or `entry`)."""
+
+    capability: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    origin: str = "transition"
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    """A timer armed by a decision (`machines.timers`): `timer_id` is the id of the
+    event its firing emits, a function of the operation, the view version it was armed
+    at and its `kind` (`state`, `stalled`, `deadline`, `retry`); `state` the state it
+    was armed in; `event_type` what its event is; `held` the commands a retry timer
+    releases. It stays in the view until the state it was armed in is left (a deadline:
+    until the operation ends); deciding its event `spent` it."""
+
+    timer_id: str
+    kind: str
+    state: str
+    armed_version: int
+    armed_at: datetime
+    due_at: datetime
+    event_type: str
+    held: tuple[HeldAction, ...] = ()
+    spent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class KeyClaim:
     """The operation that owns an idempotency key (`machines.claims`), with the digest
     of the arguments it declared with it (None: it declared none)."""
@@ -252,6 +282,18 @@ class OperationView:
     # opened under, or the one a signed migration moved it to (`machines.migration`).
     # Empty for a view stored before it was kept (the operation row's version then).
     machine_version: str = ""
+    # The timers armed for this operation (`machines.timers`), in arming order, and the
+    # earliest time a retry may be commanded that a failure report asked for
+    # (`retry_after_seconds`, bounded by the policy).
+    timers: tuple[Timer, ...] = ()
+    retry_not_before: datetime | None = None
+
+    def timer(self, timer_id: str) -> Timer | None:
+        """The timer `timer_id` while it is armed (spent or not), else None."""
+        for timer in self.timers:
+            if timer.timer_id == timer_id:
+                return timer
+        return None
 
     def command_capability(self, command_id: str | None) -> str | None:
         """The capability of the open command `command_id`, if this operation issued it

@@ -48,6 +48,7 @@ from machines import (
     Role,
     Roster,
     insecure_test_key,
+    is_timer_event,
     load_locked_machines,
     load_policy,
     load_private_key,
@@ -135,12 +136,14 @@ class DemoError(OpsError):
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One decision of an operation, as the ledger recorded it."""
+    """One decision of an operation, as the ledger recorded it; `timer` when its event
+    was a timer's, fired by the controller (`machines.timers`)."""
 
     event_type: str
     state_before: str
     state_after: str
     outcome: str
+    timer: bool = False
 
 
 @dataclass(slots=True)
@@ -158,6 +161,9 @@ class OperationReport:
     commands: list[str] = field(default_factory=list)
     audit_records: int = 0
     audit_intact: bool = False
+    # What the audit chain records, in order: each record's kind, or its decision's
+    # event type (a timer's marked), as the demo prints it.
+    audit_chain: list[str] = field(default_factory=list)
 
     @property
     def path(self) -> tuple[str, ...]:
@@ -193,12 +199,17 @@ class OperationReport:
                     "from": s.state_before,
                     "to": s.state_after,
                     "outcome": s.outcome,
+                    "timer": s.timer,
                 }
                 for s in self.steps
             ],
             "commands": sorted(self.commands),
             "expected_commands": sorted(self.expected_commands),
-            "audit": {"records": self.audit_records, "intact": self.audit_intact},
+            "audit": {
+                "records": self.audit_records,
+                "intact": self.audit_intact,
+                "chain": self.audit_chain,
+            },
             "ok": self.ok,
         }
 
@@ -610,9 +621,21 @@ def _read_back(
                 str(d["state_before"]),
                 str(d["state_after"]),
                 str(d["outcome"]),
+                is_timer_event(str((d.get("event") or {}).get("id", ""))),
             )
             for d in ledger.decisions(item.operation_id)
         ]
         records, _head = ledger.audit_chain(item.operation_id)
         entry.audit_records = len(records)
+        entry.audit_chain = [_audited(r.kind, r.record) for r in records]
         entry.audit_intact = not ledger.verify_audit(item.operation_id)
+
+
+def _audited(kind: str, body: Mapping[str, Any]) -> str:
+    """An audit record as the demo names it: a decision by its event type (a timer's
+    marked), anything else by its kind."""
+    event = body.get("event") if kind == "decision" else None
+    if not isinstance(event, Mapping):
+        return kind
+    timer = " (timer)" if is_timer_event(str(event.get("id", ""))) else ""
+    return f"{event.get('type')}{timer}"

@@ -1,4 +1,4 @@
-"""The incident `recoveryctl demo` plays: eight failed agent operations, one per story.
+"""The incident `recoveryctl demo` plays: nine failed agent operations, one per story.
 
 Each `Scenario` says what the tool reports first, how the outside world reacts when the
 operation reaches a state (a signed human decision, a tool's follow-up report), and
@@ -11,9 +11,11 @@ Tools declare their facts (idempotency key, status API, compensation support) on
 event that opens the operation, and every tool event names its scope (capability,
 tool, environment) so the controller checks the machine's `applies_to`. Where a tool
 declares no idempotency key, a verified not-applied request is escalated rather than
-retried: the demo shows both. The paths below are what the pinned catalogue decides
-under those facts and `ops/demo_policy.yaml`; `tests/unit/test_demo_scenarios.py`
-replays them through the decision core.
+retried: the demo shows both. One verification is never answered (the status service
+of that request is down): the demo policy's timeout of `verifying` escalates it within
+the run, with the timer's event in its path and audit chain. The paths below are what
+the pinned catalogue decides under those facts and `ops/demo_policy.yaml`;
+`tests/unit/test_demo_scenarios.py` replays them through the decision core.
 """
 
 from __future__ import annotations
@@ -134,6 +136,21 @@ SCENARIOS: Final[tuple[Scenario, ...]] = (
         reactions=(Reaction("escalated", "approve", target="resume-pending"),),
     ),
     Scenario(
+        name="procurement-unanswered",
+        story=(
+            "a purchase request timed out and nobody answers its verification (the "
+            "status service is down): the timeout of `verifying` escalates it by itself"
+        ),
+        machine="procurement-request",
+        agent="procurement-agent",
+        capability="procurement.create-request",
+        tool="coupa",
+        facts=DeclaredFacts(idempotency_key="req-4713", status_api=True),
+        first_event="TOOL_TIMEOUT",
+        path=("failure-reported", "verifying", "escalated"),
+        commands=("procurement.verify-request", "human.escalate"),
+    ),
+    Scenario(
         name="email-timeout",
         story=(
             "an email send timed out (at-most-once: never retried); the outbox is "
@@ -231,11 +248,24 @@ def _failed_cancellation(_command: CapabilityCommand) -> ActionResult:
     return ActionResult(succeeded=False, evidence_ref="demo-payments:cancel-refused")
 
 
-# The example worker's handlers plus the two actions this incident needs: the
-# procurement retry succeeds, the refund cancellation fails.
+# The operations whose verification nobody answers (the `procurement-unanswered` story).
+UNANSWERED: Final = "-procurement-unanswered-"
+_VERIFY_REQUEST: Final = demo_handlers()["procurement.verify-request"]
+
+
+def _verify_request(command: CapabilityCommand) -> ActionResult | None:
+    if UNANSWERED in command.operation_id:
+        return None  # the status service is down: no answer, ever
+    return _VERIFY_REQUEST(command)
+
+
+# The example worker's handlers plus the actions this incident needs: the procurement
+# retry succeeds, one procurement verification is never answered, the refund
+# cancellation fails.
 DEMO_HANDLERS: Final[Mapping[str, Handler]] = MappingProxyType(
     {
         **demo_handlers(),
+        "procurement.verify-request": _verify_request,
         "procurement.create-request": _retry,
         "payment.cancel-refund": _failed_cancellation,
     }

@@ -8,7 +8,8 @@ changes. The scenarios are the demo's catalogue cases that need no human
 (`DRILL_SCENARIOS`: a timeout after a side effect, a timeout before one, a containment).
 
 What the deployment must do is computed here, purely: `predict` decides the drill's
-opening event and the workers' drill answers through the decision core
+opening event, the workers' drill answers and the paced retries' timers (fired when
+they fall due, as the controller fires them) through the decision core
 (`machines.Simulation`, under the controller's pinned machine and policy) and returns
 each step (event, state before and after, capabilities commanded). `compare` sets the
 steps read back from the ledger beside the prediction and the scenario's expected path
@@ -27,8 +28,10 @@ from machines import (
     EvidencePayload,
     Lineage,
     Machine,
+    OperationView,
     Rules,
     Simulation,
+    TimerKind,
 )
 from ops.demo_scenarios import SCENARIOS, Scenario
 from producers import RESULT_EVENTS, drill_answer
@@ -152,24 +155,41 @@ def predict(
     sim = Simulation(machine, rules.registry, rules.policy, guard_table=rules.guard_table)
     steps: list[DrillStep] = []
     pending: list[Event] = [opening]
-    while pending and len(steps) < 64:
-        event = pending.pop(0)
-        decision = sim.feed(event, event.event_time)
-        steps.append(
-            DrillStep(
-                event.event_type,
-                event.causation,
-                decision.state_before,
-                decision.state_after,
-                decision.capabilities,
+    while len(steps) < 64:
+        if not pending:
+            # A paced retry goes out when its timer fires (`machines.timers`); the
+            # drill waits for that, never for a state's timeout.
+            retry = _next_retry(sim.views.get(opening.operation_id))
+            if retry is None:
+                break
+            decisions = sim.advance(retry)
+        else:
+            event = pending.pop(0)
+            decisions = [sim.feed(event, event.event_time)]
+        for decision in decisions:
+            steps.append(
+                DrillStep(
+                    decision.event_type,
+                    decision.causation,
+                    decision.state_before,
+                    decision.state_after,
+                    decision.capabilities,
+                )
             )
-        )
-        answers = [
-            _answer_event(opening, i.command_id, i.kind, i.capability, reporters, rules)
-            for i in decision.invocations
-        ]
-        pending = [a for a in answers if a is not None] + pending
+            answers = [
+                _answer_event(opening, i.command_id, i.kind, i.capability, reporters, rules)
+                for i in decision.invocations
+            ]
+            pending = [a for a in answers if a is not None] + pending
     return tuple(steps)
+
+
+def _next_retry(view: OperationView | None) -> datetime | None:
+    """When the operation's paced retry timer is due, if it has one armed."""
+    if view is None:
+        return None
+    due = [t.due_at for t in view.timers if t.kind == TimerKind.RETRY and not t.spent]
+    return min(due, default=None)
 
 
 def _answer_event(

@@ -2,7 +2,8 @@
 reviewer console call these same functions, so they cannot drift apart.
 
 - `timeline`: one operation's history (events with their decisions, commands with
-  publication and answers, signed decisions, audit status);
+  publication and answers, signed decisions, audit status) and what it waits for now
+  (`awaited`: its timers, when each fires, whether one is overdue);
 - `waiting_for_human`: whether an operation's state waits for a human decision;
 - `review`: the review packet (SPEC §9) as the ledger holds the operation now, and,
   for a decision, the check that the packet the reviewer saw is still the one the
@@ -23,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -45,6 +46,7 @@ from machines import (
     mapping_refusal,
     migration_digest,
     public_key_b64,
+    waiting_on,
 )
 from machines import review_packet as build_packet
 from ops.context import LoadedRules, PinnedMachines
@@ -58,6 +60,7 @@ __all__ = [
     "Review",
     "approver_for",
     "await_decision",
+    "awaited",
     "plan_migration",
     "proposed_decision",
     "review",
@@ -163,11 +166,27 @@ def timeline(
             "records": sum(1 for o in record.outbox if o.record_id.startswith("audit:")),
             "breaks": [b.describe() for b in breaks],
         },
+        "waiting": awaited(inspector, record, datetime.now(UTC)),
     }
 
 
 def _registry(pinned: PinnedMachines | LoadedRules) -> Registry:
     return pinned.registry if isinstance(pinned, PinnedMachines) else pinned.rules.registry
+
+
+def awaited(inspector: LedgerInspector, record: OperationRecord, now: datetime) -> dict[str, Any]:
+    """What the operation waits for at `now` (`machines.waiting_on`): each timer with
+    when it fires (`due_in_seconds`, negative once due), whether its firing was
+    written (`fired_at`) and whether it is overdue (due and not decided yet)."""
+    found = waiting_on(record.view)
+    fired = inspector.timers_fired(record.view.operation_id) if found["timers"] else {}
+    for timer in found["timers"]:
+        due = datetime.fromisoformat(timer["due_at"])
+        at = fired.get(timer["id"])
+        timer["due_in_seconds"] = round((due - now).total_seconds(), 1)
+        timer["fired_at"] = None if at is None else at.isoformat()
+        timer["overdue"] = not timer["spent"] and due <= now
+    return found
 
 
 def _decision_json(decision: Mapping[str, Any]) -> dict[str, Any]:

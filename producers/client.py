@@ -560,6 +560,7 @@ class RecoveryClient:
         event_type: str | None = None,
         evidence_ref: str | None = None,
         event_time: datetime | None = None,
+        retry_after_seconds: int | None = None,
     ) -> Event:
         """The result event of `command`, built but not published (`report_action_result`
         publishes it). Its causation is the command id (SPEC §6.4: an action never
@@ -570,9 +571,21 @@ class RecoveryClient:
         event, which the controller dedupes instead of refusing it as an event-id
         conflict. Without `event_type`, the command's kind picks it (`RESULT_EVENTS`;
         verification by the evidence outcome); a kind without a convention must name
-        one. Raises `ProducersError` for an outcome with no result event and
-        `WireError` for an envelope the controller would refuse."""
+        one. `retry_after_seconds` (whole seconds, 0 or more) goes into the payload: the
+        controller commands the operation's next retry no sooner (docs/wire-protocol.md,
+        section 5). Raises `ProducersError` for an outcome with no result event or a bad
+        `retry_after_seconds`, and `WireError` for an envelope the controller would
+        refuse."""
         chosen = event_type or _result_event(command, succeeded, evidence)
+        if retry_after_seconds is not None and (
+            isinstance(retry_after_seconds, bool)
+            or not isinstance(retry_after_seconds, int)
+            or retry_after_seconds < 0
+        ):
+            raise ProducersError(
+                f"command {command.command_id}: retry_after_seconds {retry_after_seconds!r} "
+                "is not a whole number of seconds, 0 or more"
+            )
         if evidence is not None and evidence.outcome is not None:
             # The verifier is whoever reports (and signs) the verification.
             if evidence.verifier is None:
@@ -595,6 +608,9 @@ class RecoveryClient:
             event_time=event_time or command.issued_at,
             evidence=evidence,
             causation=command.command_id,
+            payload=None
+            if retry_after_seconds is None
+            else {"retry_after_seconds": retry_after_seconds},
         )
 
     def report_action_result(
@@ -606,6 +622,7 @@ class RecoveryClient:
         event_type: str | None = None,
         evidence_ref: str | None = None,
         event_time: datetime | None = None,
+        retry_after_seconds: int | None = None,
     ) -> Event:
         """Publish `action_result(...)` (see there: the same outcome of the same command
         is the same event); returns it (flush to confirm delivery). Raises as
@@ -617,6 +634,7 @@ class RecoveryClient:
             event_type=event_type,
             evidence_ref=evidence_ref,
             event_time=event_time,
+            retry_after_seconds=retry_after_seconds,
         )
         self.publisher.publish(event)
         return event

@@ -78,6 +78,7 @@ class StoredAnswer:
     event_type: str | None = None
     evidence_ref: str | None = None
     completed_at: datetime | None = None
+    retry_after_seconds: int | None = None
 
     def to_json(self) -> str:
         """The answer as the JSON text the store keeps."""
@@ -93,6 +94,7 @@ class StoredAnswer:
                 "completed_at": None
                 if self.completed_at is None
                 else self.completed_at.isoformat(),
+                "retry_after_seconds": self.retry_after_seconds,
             },
             sort_keys=True,
         )
@@ -110,6 +112,8 @@ class StoredAnswer:
             event_type=data.get("event_type"),
             evidence_ref=data.get("evidence_ref"),
             completed_at=None if completed is None else datetime.fromisoformat(completed),
+            # Absent from an answer stored before it was kept.
+            retry_after_seconds=data.get("retry_after_seconds"),
         )
 
 

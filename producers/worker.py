@@ -120,13 +120,16 @@ class ActionResult:
     `completed_at` (UTC) is when the effect completed, the result's event time (the
     command's `issued_at` when not given). A handler answering a repeated command from
     its store returns the stored values, `completed_at` included, so the report is the
-    same event as the first."""
+    same event as the first. `retry_after_seconds` (a failure's: what a rate-limited API
+    asked for) asks the controller to command the operation's next retry no sooner
+    (docs/wire-protocol.md, section 5); it never makes a retry happen."""
 
     succeeded: bool
     evidence: EvidencePayload | None = None
     event_type: str | None = None
     evidence_ref: str | None = None
     completed_at: datetime | None = None
+    retry_after_seconds: int | None = None
 
 
 # None means "nothing to report": the machine does not listen for this capability's
@@ -568,6 +571,7 @@ class CapabilityWorker:
                 event_type=answer.event_type,
                 evidence_ref=answer.evidence_ref,
                 event_time=answer.completed_at,
+                retry_after_seconds=answer.retry_after_seconds,
             )
         except (ProducersError, WireError) as exc:
             # The handler's answer fits no result event: retrying cannot fix it.
@@ -599,6 +603,7 @@ def _stored(result: ActionResult | None) -> StoredAnswer:
         event_type=result.event_type,
         evidence_ref=result.evidence_ref,
         completed_at=result.completed_at,
+        retry_after_seconds=result.retry_after_seconds,
     )
 
 

@@ -71,6 +71,10 @@ _ACTIVITY_NAMES: Final = {
 _OUTCOMES: Final[Mapping[str, tuple[int, int, int]]] = {
     "transitioned": (_ACTIVITY_UPDATE, 1, 1),
     "awaiting": (_ACTIVITY_UPDATE, 1, 1),
+    # A timer's event (machines.timers): it fired (escalated, released a paced retry),
+    # or came after its timer was disarmed and was recorded, changing nothing.
+    "fired": (_ACTIVITY_UPDATE, 1, 1),
+    "stale": (_ACTIVITY_UPDATE, 1, 1),
     "duplicate": (_ACTIVITY_UPDATE, 1, 1),
     "rejected": (_ACTIVITY_UPDATE, 2, 3),
     "final": (_ACTIVITY_UPDATE, 2, 1),

@@ -265,6 +265,8 @@ def check(verdicts: Sequence[EventVerdict], handlers: Handlers) -> list[str]:
     retries = list(handlers.deliveries)
     if list(handlers.deliveries.values()) != [1]:
         problems.append(f"retry handler calls {dict(handlers.deliveries)}, expected one, once")
+    # The results of the retry command (RETRY_DUE, the controller's timer that commanded
+    # it, paced, is no result: docs/decision-core.md, "Timers").
     results = [(v.event_type, v.event_id) for v in verdicts if v.event_id.startswith("result:")]
     if retries and ("RETRY_FAILED", f"result:{retries[0]}") not in results:
         problems.append(f"retry results {results}, expected one unknown outcome of {retries[0]}")

@@ -83,3 +83,19 @@ WHERE (%(agent)s::text IS NULL OR agent = %(agent)s::text)
        OR facts->>'idempotency_key' = %(term)s::text)
 ORDER BY updated_at DESC, operation_id
 LIMIT %(limit)s;
+
+-- name: overdue_timers
+-- Timers not decided yet though due before %(before)s, oldest due first
+-- (`recoveryctl ops list --overdue`): unfired (no owner fired them), or fired with the
+-- event not decided (the relay or the controller is behind, or stopped).
+SELECT t.operation_id, t.timer_id, t.kind, t.state, t.event_type, t.armed_at, t.due_at,
+       t.fired_at, o.machine_name, o.machine_version
+FROM timers AS t
+JOIN operations AS o ON o.operation_id = t.operation_id
+WHERE t.spent_at IS NULL AND t.due_at < %(before)s
+ORDER BY t.due_at, t.timer_id
+LIMIT %(limit)s;
+
+-- name: timers_of
+-- One operation's armed timers as the table holds them, fired or not (`ops show`).
+SELECT timer_id, fired_at, spent_at FROM timers WHERE operation_id = %(id)s;

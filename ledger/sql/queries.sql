@@ -581,3 +581,79 @@ VALUES (
     %(record_id)s, %(topic)s, %(key)s, %(headers)s::json, convert_to(%(payload)s, 'UTF8'),
     %(value)s
 );
+
+-- Timers (migration 0014; `ledger.timers`, `machines.timers`).
+
+-- name: insert_timers
+-- The timers a batch's decisions armed, in the batch's write pipeline (after the
+-- operations it opens): one binary array per column, as the append-only rows. A timer
+-- armed and spent in the same batch is stored spent.
+INSERT INTO timers (timer_id, operation_id, kind, machine_name, state, armed_version,
+                    armed_at, due_at, event_type, topic, partition, spent_at)
+SELECT u.timer_id, u.operation_id, u.kind, u.machine_name, u.state, u.armed_version,
+       u.armed_at, u.due_at, u.event_type, u.topic, u.partition,
+       CASE WHEN u.spent THEN now() END
+FROM unnest(
+    %(c0)b::text[], %(c1)b::text[], %(c2)b::text[], %(c3)b::text[], %(c4)b::text[],
+    %(c5)b::bigint[], %(c6)b::timestamptz[], %(c7)b::timestamptz[], %(c8)b::text[],
+    %(c9)b::text[], %(c10)b::integer[], %(c11)b::boolean[]
+) AS u (timer_id, operation_id, kind, machine_name, state, armed_version, armed_at, due_at,
+        event_type, topic, partition, spent)
+ON CONFLICT (timer_id) DO NOTHING;
+
+-- name: delete_timers
+-- The timers a batch disarmed: their state was left, or the operation ended.
+DELETE FROM timers WHERE timer_id = ANY(%(ids)s);
+
+-- name: spend_timers
+-- The timers whose events a batch decided.
+UPDATE timers SET spent_at = now() WHERE timer_id = ANY(%(ids)s) AND spent_at IS NULL;
+
+-- name: due_timers
+-- A slice of the timers due at %(now)s on the partitions of one topic this controller
+-- owns, earliest first, with their operations' identity for the events; locked, so a
+-- second firing in flight (a zombie's, fenced anyway) skips them. Read in due order from
+-- the partial index of unfired timers: each call reads about the slice, however many
+-- timers are due.
+SELECT t.timer_id, t.kind, t.state, t.armed_version, t.armed_at, t.due_at, t.event_type,
+       t.operation_id, o.correlation_id, o.machine_name, o.machine_version, o.agent, o.task,
+       o.initiating_principal, o.origin_operation, o.parent_operation,
+       o.delegated_credentials
+FROM timers AS t
+JOIN operations AS o ON o.operation_id = t.operation_id
+WHERE t.fired_at IS NULL AND t.due_at <= %(now)s
+  AND t.topic = %(topic)s AND t.partition = ANY(%(partitions)s)
+ORDER BY t.due_at
+LIMIT %(limit)s
+FOR UPDATE OF t SKIP LOCKED;
+
+-- name: insert_timer_events
+-- The fired timers' events, for the events topic, in due order (so each key's rows keep
+-- it). A row stored by an earlier firing of the same timer is kept.
+INSERT INTO outbox (record_id, topic, key, headers, payload, value)
+SELECT * FROM unnest(
+    %(c0)b::text[], %(c1)b::text[], %(c2)b::text[], %(c3)b::text[]::json[],
+    %(c4)b::bytea[], %(c5)b::bytea[]
+)
+ON CONFLICT (record_id) DO NOTHING;
+
+-- name: mark_fired
+UPDATE timers SET fired_at = %(at)s WHERE timer_id = ANY(%(ids)s) AND fired_at IS NULL;
+
+-- name: waiting_operations
+-- Operations waiting per machine and state on one topic's partitions: every operation
+-- in a state that is not final has that state's timer (a timeout or the stall bound)
+-- until it leaves, so the table answers without reading the operations.
+SELECT machine_name, state, count(*), min(armed_at),
+       count(*) FILTER (WHERE kind = 'stalled' AND spent_at IS NOT NULL)
+FROM timers
+WHERE kind IN ('state', 'stalled') AND topic = %(topic)s AND partition = ANY(%(partitions)s)
+GROUP BY machine_name, state
+ORDER BY machine_name, state;
+
+-- name: timer_counts
+-- Armed timers on one topic's partitions, and those overdue: not decided yet (unfired,
+-- or fired with the event not decided) though due before %(before)s.
+SELECT count(*), count(*) FILTER (WHERE spent_at IS NULL AND due_at < %(before)s)
+FROM timers
+WHERE topic = %(topic)s AND partition = ANY(%(partitions)s);

@@ -100,6 +100,9 @@ GRANT SELECT, INSERT ON events, decisions, evidence, approvals, audit_records, o
     idempotency_claims TO recovery_controller;
 GRANT SELECT, INSERT, UPDATE ON operations, audit_chains, consumer_offsets, partition_owners,
     partition_attempts TO recovery_controller;
+-- Timers (migration 0014) are the view's armed timers: armed, fired, spent and deleted
+-- with the state that armed them, never history.
+GRANT SELECT, INSERT, UPDATE, DELETE ON timers TO recovery_controller;
 GRANT USAGE ON SEQUENCE outbox_id_seq TO recovery_controller;
 -- The relay: reads unpublished rows with their audit records and the operations' lineage,
 -- and may change only the outbox columns it marks (published, held). LISTEN needs no

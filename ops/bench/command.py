@@ -82,6 +82,13 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "backlog: throughput and CPU per record by number of members (default: none)",
     )
     parser.add_argument(
+        "--timers",
+        type=int,
+        default=100_000,
+        metavar="N",
+        help="N timers due at once, drained with a fresh backlog (--quick: 300; 0: skip)",
+    )
+    parser.add_argument(
         "--profile",
         action="store_true",
         help="record py-spy profiles of the controller and relay during saturation and "
@@ -139,6 +146,7 @@ def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> Benc
             keep_on_failure=args.keep_on_failure,
             members=members,
             profile=args.profile,
+            timers=min(args.timers, 300),
         )
     if args.events < 1 or args.partitions < 1:
         raise ValueError("--events and --partitions must be at least 1")
@@ -153,6 +161,7 @@ def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> Benc
         keep_on_failure=args.keep_on_failure,
         members=members,
         profile=args.profile,
+        timers=args.timers,
     )
 
 
@@ -241,6 +250,7 @@ def _command_line(args: argparse.Namespace) -> str:
     parts += ["--rates", args.rates]
     if args.members.strip():
         parts += ["--members", args.members]
+    parts += ["--timers", str(args.timers)]
     if args.profile:
         parts.append("--profile")
     parts += ["--json-out", str(args.json_out)]

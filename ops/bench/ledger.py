@@ -13,7 +13,11 @@ figure, not a test: the target is at least 20,000 events' worth of rows per seco
 this machine.
 
 With `--signed` every outbox row is signed as the controller signs it
-(`schemas.OutboxSigner`, a key made for the run; its CPU is the writer's).
+(`schemas.OutboxSigner`, a key made for the run; its CPU is the writer's). With
+`--without-timers` the decisions and views are stripped of their timers before the
+commit (the benchmark's doing, not the controller's), so the timers table is never
+written: run with and without to read what arming and disarming timers costs a commit
+(issue #29).
 
 The server is the one RECOVERY_DATABASE_URL (or --database-url) names, as an
 administrative connection, or else a local one started for the run and stopped after.
@@ -29,7 +33,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
@@ -58,6 +62,7 @@ from machines import (
     OperationView,
     Policy,
     Registry,
+    TimerChange,
     ToolFacts,
     apply,
     decide,
@@ -76,6 +81,7 @@ from schemas import (
 )
 
 GROUP, TOPIC = "bench", "recovery.events"
+NO_TIMER_CHANGE = TimerChange()
 TARGET_EVENTS_PER_SECOND = 20_000
 POLICY = Policy(id="bench", trusted_verifiers=("verifier-1",))
 # (event type, verification outcome): the per-operation story of the benchmark.
@@ -107,10 +113,12 @@ def build_batches(
     batch_size: int,
     partition: int = 0,
     sign: OutboxSigner | None = None,
+    timers: bool = True,
 ) -> list[Batch]:
     """Batches of about `batch_size` events: each group of operations is opened by one
     batch (timeouts and verifications) and finished by the next (rejected events and
-    redelivered duplicates), so half the batches lock and update existing operations."""
+    redelivered duplicates), so half the batches lock and update existing operations.
+    Without `timers`, every decision and view is stripped of its timers."""
     per_group = max(1, batch_size // 2)
     batches: list[Batch] = []
     offset = 0
@@ -125,6 +133,8 @@ def build_batches(
                     kind, outcome = STORY[index]
                     event = bench_event(machine, op, index, kind, outcome, task=f"task-{op}")
                     decision = decide(machine, views[op], event, POLICY, registry, event.event_time)
+                    if not timers:
+                        decision = replace(decision, timers=NO_TIMER_CHANGE)
                     views[op] = apply(views[op], decision)
                     entries.append(Entry(event, decision, Source(TOPIC, partition, offset)))
                     offset += 1
@@ -210,6 +220,7 @@ def _writer(
     signed: bool,
     barrier: Barrier,
     results: Queue[tuple[float, float, int, _Totals]],
+    timers: bool = True,
 ) -> None:
     """One controller process owning one partition: build its batches with the core,
     warm up, wait for the others, commit every batch, report (start, end, batches)."""
@@ -219,7 +230,7 @@ def _writer(
     if signed:
         key = Ed25519PrivateKey.generate()
         sign = OutboxSigner(RecordSigner(DEFAULT_CONTROLLER_ID, key), DEFAULT_TOPICS)
-    batches = build_batches(machine, registry, operations, batch_size, partition, sign)
+    batches = build_batches(machine, registry, operations, batch_size, partition, sign, timers)
     # The prebuilt batches stand for the Kafka backlog, which a controller does not hold
     # as Python objects (it holds one batch, and freezes its startup objects out of the
     # collector, consumer/heap.py): without this, every full collection walks the
@@ -249,7 +260,12 @@ def _writer(
 
 
 def run(
-    admin_url: str, operations: int, batch_size: int, writers: int, signed: bool = False
+    admin_url: str,
+    operations: int,
+    batch_size: int,
+    writers: int,
+    signed: bool = False,
+    timers: bool = True,
 ) -> None:
     """Create a database, migrate it, commit every batch, print the figures, drop it.
     Each writer is a process owning one partition with its own connection, as one
@@ -270,7 +286,7 @@ def run(
         procs = [
             context.Process(
                 target=_writer,
-                args=(url, p, operations // writers, batch_size, signed, barrier, results),
+                args=(url, p, operations // writers, batch_size, signed, barrier, results, timers),
             )
             for p in range(writers)
         ]
@@ -331,15 +347,21 @@ def main() -> None:
     parser.add_argument(
         "--signed", action="store_true", help="sign every outbox row as the controller does"
     )
+    parser.add_argument(
+        "--without-timers",
+        action="store_true",
+        help="strip the decisions' timers first: what a commit costs without them",
+    )
     args = parser.parse_args()
+    timers = not args.without_timers
     if args.database_url:
-        run(args.database_url, args.operations, args.batch_size, args.writers, args.signed)
+        run(args.database_url, args.operations, args.batch_size, args.writers, args.signed, timers)
         return
     root = Path(tempfile.mkdtemp(prefix="bench-ledger-"))
     root.chmod(0o755)
     server = start_postgres(root / "postgres")
     try:
-        run(server.url, args.operations, args.batch_size, args.writers, args.signed)
+        run(server.url, args.operations, args.batch_size, args.writers, args.signed, timers)
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -238,6 +238,7 @@ def render_table(result: BenchResult, out: TextIO) -> None:
     lines += _scaling_lines(result.scaling)
     lines += _cpu_lines(result.scaling)
     lines += _profile_lines(result.profile)
+    lines += _timer_lines(result.timers)
     lines += ["", "targets (issue #20):"]
     for name, v in verdicts(result).items():
         over = f"  ({v['over']})" if "over" in v else ""
@@ -248,6 +249,23 @@ def render_table(result: BenchResult, out: TextIO) -> None:
     if result.notes:
         lines += ["", "notes:", *(f"  {note}" for note in result.notes)]
     out.write("\n".join(lines) + "\n")
+
+
+def _timer_lines(timers: dict[str, Any]) -> list[str]:
+    """The timer storm: how long the due timers took, and the live throughput meanwhile."""
+    if not timers:
+        return []
+    ratio = timers.get("live_ratio_to_saturation")
+    return [
+        "",
+        f"timer storm: {timers['timers']:,} timers due at once, with a live backlog of "
+        f"{timers['live_records']:,} records",
+        f"  {'all fired and decided':<32}{timers['drain_seconds']:>10.1f} s"
+        f"{timers['timers_per_second']:>12,.0f} timers/s",
+        f"  {'live backlog meanwhile':<32}{timers['live_seconds']:>10.1f} s"
+        f"{timers['live_events_per_second']:>12,.0f} ev/s"
+        + ("" if ratio is None else f"  ({ratio:.2f} of saturation)"),
+    ]
 
 
 def _scaling_lines(scaling: list[dict[str, Any]]) -> list[str]:
@@ -368,6 +386,7 @@ def write_json(
         "memory": result.memory,
         "scaling": result.scaling,
         "profile": result.profile,
+        "timers": result.timers,
         "verdicts": verdicts(result),
         "notes": result.notes,
     }

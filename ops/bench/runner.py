@@ -17,6 +17,10 @@
 6. **Scaling** (`members`): for each number of controllers, that many controller
    processes of the run's group (each a static member) and one relay join, then a
    fresh backlog of `events` records is produced and drained (`_scaling`).
+7. **Timer storm** (`timers`): that many timers due at once (`ops.bench.timers`) and a
+   fresh backlog of `events` records, drained together by one controller and one
+   relay: how long the timers took to fire and be decided, and the live backlog's
+   throughput meanwhile next to the saturation phase's (`_timer_storm`).
 
 Every drain (2, 5, 6) also reports the CPU each process kind used per record
 (`ops.bench.cpu`); with `profile`, the saturation drain is profiled
@@ -52,6 +56,7 @@ from ops.bench.baseline_sink import BaselineSink
 from ops.bench.cpu import CpuWatch, cpu_figures
 from ops.bench.profile import PySpy, StatementStats, py_spy_path
 from ops.bench.roles import BenchError, RoleProcess
+from ops.bench.timers import seed_due_timers, timers_fired, wait_fired
 from ops.bench.workload import (
     BENCH_POLICY,
     BenchRecord,
@@ -102,6 +107,8 @@ class BenchConfig:
     members: tuple[int, ...] = ()
     # py-spy and pg_stat_statements over the saturation phase (`--profile`).
     profile: bool = False
+    # Timers due at once in the timer-storm phase (`--timers`); 0: no such phase.
+    timers: int = 0
 
 
 @dataclass
@@ -117,6 +124,7 @@ class BenchResult:
     memory: list[dict[str, Any]] = field(default_factory=list)
     scaling: list[dict[str, Any]] = field(default_factory=list)
     profile: dict[str, Any] = field(default_factory=dict)
+    timers: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -302,6 +310,65 @@ def _phases(run: _Run, result: BenchResult) -> None:
         # partitions for a session timeout.
         for members in sorted(set(config.members)):
             result.scaling.append(_scaling(run, tail, members))
+        if config.timers:
+            result.timers = _timer_storm(run, tail, config.timers, result.saturation)
+
+
+def _timer_storm(
+    run: _Run, tail: TopicTail, count: int, saturation: dict[str, Any]
+) -> dict[str, Any]:
+    """`count` timers due at once and a fresh live backlog, drained together (module
+    docstring, phase 7): when the timers were all decided and when the live backlog's
+    commands were all readable, from the controller's first assignment."""
+    label = f"timers x{count:,}"
+    run.say(f"{label}: seeding {count:,} operations whose timers fall due together")
+    seeding = time.monotonic()
+    ops = seed_due_timers(run.url, run.run_id, count, run.topics.events, run.config.partitions)
+    seed_seconds = time.monotonic() - seeding
+    time.sleep(1.5)  # every seeded timer is due now
+    stats = WorkloadStats()
+    spec = WorkloadSpec(run.run_id, "tim", run.config.events, interleave=run.config.interleave)
+    expected = _load(run, generate(spec, stats), f"{label} live backlog")
+    run.start_roles(label)
+    started = _first_assigned(run, 120.0)
+    deadline = time.monotonic() + run.config.phase_timeout
+    live_done: float | None = None
+    while live_done is None and time.monotonic() < deadline:
+        _check_alive(run)
+        if not _missing(tail, expected):
+            live_done = time.time()
+        else:
+            run.say(f"{label}: {len(expected) - len(_missing(tail, expected)):,} live commands")
+            time.sleep(0.2)
+    prefix = ops[0].rsplit("-", 1)[0] + "-"
+    fired = wait_fired(run.url, prefix, count, max(1.0, deadline - time.monotonic()))
+    if live_done is None or fired is None:
+        raise BenchError(
+            f"{label}: not done within {run.config.phase_timeout:.0f}s (live backlog "
+            f"{'done' if live_done else 'not done'}, {timers_fired(run.url, prefix):,} "
+            f"of {count:,} timers decided); see the logs in {run.config.log_dir}"
+        )
+    roles = run.stop_roles()
+    live_seconds, timer_seconds = live_done - started, fired - started
+    live_rate = stats.records / max(live_seconds, 1e-9)
+    reference = saturation.get("events_per_second") or 0
+    run.say(
+        f"{label}: all decided in {timer_seconds:.1f}s ({count / timer_seconds:,.0f}/s); "
+        f"live backlog meanwhile {live_rate:,.0f} records/s",
+        keep=True,
+    )
+    return {
+        "timers": count,
+        "seed_seconds": round(seed_seconds, 2),
+        "drain_seconds": round(timer_seconds, 3),
+        "timers_per_second": round(count / timer_seconds, 1),
+        "live_records": stats.records,
+        "live_seconds": round(live_seconds, 3),
+        "live_events_per_second": round(live_rate, 1),
+        "saturation_events_per_second": reference,
+        "live_ratio_to_saturation": round(live_rate / reference, 3) if reference else None,
+        "peak_rss_mb": {name: role["peak_rss_mb"] for name, role in roles.items()},
+    }
 
 
 class _tail:

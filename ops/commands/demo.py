@@ -89,9 +89,10 @@ def render(report: DemoReport, out: TextIO) -> None:
         if op.path != op.expected_path:
             print(f"     expected: {' -> '.join(op.expected_path)}", file=out)
         for step in op.steps:
+            timer = " [timer]" if step.timer else ""
             print(
                 f"       {step.event_type:<24} {step.state_before} -> {step.state_after}"
-                f" ({step.outcome})",
+                f" ({step.outcome}){timer}",
                 file=out,
             )
         print(f"     commands: {', '.join(sorted(op.commands)) or '(none)'}", file=out)
@@ -99,6 +100,7 @@ def render(report: DemoReport, out: TextIO) -> None:
             print(f"     expected: {', '.join(sorted(op.expected_commands))}", file=out)
         chain = "verified" if op.audit_intact else "BROKEN"
         print(f"     audit:    {op.audit_records} chained records, chain {chain}", file=out)
+        print(f"               {' > '.join(op.audit_chain)}", file=out)
     for failure in report.failures:
         print(f"\nFAIL {failure}", file=out)
     if report.timed_out:

@@ -9,10 +9,15 @@ timeline, and moving one to another version of its machine (`ops/commands/migrat
   `--correlation` and `--idempotency-key` find the operations of one of those (exact
   values), `--search TERM` the ones where any of them, or the operation id, is TERM;
   then the most recently changed come first.
-- `show OPERATION_ID` prints the timeline: every event with the decision it got (the
-  guards evaluated with their evidence, refusals, the state before and after), every
-  command issued with whether the relay published it and which event answered it, the
-  signed human decisions, and whether the operation's audit chain verifies.
+- `list --overdue [--grace 60s]` lists instead the timers due longer ago than the grace
+  and not decided yet (nobody fired them, or their event waits in the outbox or the
+  events topic), oldest due first: what is stuck, for whatever reason.
+- `show OPERATION_ID` prints what the operation waits for (each armed timer: a state's
+  timeout, the stall bound, the deadline, a scheduled retry, when it fires and whether
+  it is overdue), then the timeline: every event with the decision it got (the guards
+  evaluated with their evidence, refusals, the state before and after), every command
+  issued with whether the relay published it and which event answered it, the signed
+  human decisions, and whether the operation's audit chain verifies.
 
 Everything is read from the ledger in one read-only snapshot (`ledger.LedgerInspector`;
 connect as `recovery_reader`). Each prints a table, or JSON with `--json`. Exit status:
@@ -24,10 +29,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ledger import OperationSummary
+from ledger import OperationSummary, OverdueTimer
 from ops.commands.db import add_ledger_options
 from ops.commands.migrate import register_migrate
 from ops.context import (
@@ -70,6 +75,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     search = listing.add_argument_group("search (exact values; most recent first)")
     for flag, field, what in _SEARCH:
         search.add_argument(flag, dest=field, metavar="VALUE", help=what)
+    listing.add_argument(
+        "--overdue",
+        action="store_true",
+        help="list the timers not decided though due longer ago than --grace instead",
+    )
+    listing.add_argument(
+        "--grace",
+        type=parse_duration,
+        default=timedelta(seconds=60),
+        metavar="DURATION",
+        help="with --overdue: how late a timer may be before it counts (default 60s)",
+    )
     listing.add_argument("--limit", type=int, default=1000, metavar="N", help="default 1000")
     add_ledger_options(listing, json_help="print the operations as JSON")
     add_rules_options(listing)
@@ -103,6 +120,8 @@ def _age(now: datetime, then: datetime) -> str:
 
 def _list(ctx: Context) -> int:
     """List operations; 0 listed (perhaps none). Reads no policy."""
+    if ctx.args.overdue:
+        return _list_overdue(ctx)
     args, pinned = ctx.args, ctx.machines
     name, _, version = (args.machine or "").partition("@")
     now = datetime.now(UTC)
@@ -159,6 +178,50 @@ def _list(ctx: Context) -> int:
     )
     ctx.say(f"{len(rows)} operation(s)")
     return 0
+
+
+def _list_overdue(ctx: Context) -> int:
+    """List the overdue timers (`ledger.OverdueTimer`); 0 listed (perhaps none)."""
+    now = datetime.now(UTC)
+    found = ctx.inspector().overdue_timers(now - ctx.args.grace, ctx.args.limit)
+    if ctx.json:
+        ctx.print_json({"overdue": [_overdue_json(t, now) for t in found]})
+        return 0
+    ctx.say(
+        table(
+            ("operation", "machine", "state", "timer", "event", "due", "late", "fired"),
+            [
+                (
+                    t.operation_id,
+                    f"{t.machine_name}@{t.machine_version}",
+                    t.state,
+                    t.kind,
+                    t.event_type,
+                    t.due_at.isoformat(timespec="seconds"),
+                    _age(now, t.due_at),
+                    "not yet" if t.fired_at is None else "yes, not decided",
+                )
+                for t in found
+            ],
+        )
+    )
+    ctx.say(f"{len(found)} overdue timer(s)")
+    return 0
+
+
+def _overdue_json(timer: OverdueTimer, now: datetime) -> dict[str, Any]:
+    return {
+        "operation_id": timer.operation_id,
+        "machine": {"name": timer.machine_name, "version": timer.machine_version},
+        "state": timer.state,
+        "timer_id": timer.timer_id,
+        "kind": timer.kind,
+        "event_type": timer.event_type,
+        "armed_at": timer.armed_at.isoformat(),
+        "due_at": timer.due_at.isoformat(),
+        "late_seconds": round((now - timer.due_at).total_seconds(), 1),
+        "fired_at": None if timer.fired_at is None else timer.fired_at.isoformat(),
+    }
 
 
 def _waiting(pinned: PinnedMachines, op: OperationSummary) -> bool | None:
@@ -223,6 +286,7 @@ def render_timeline(report: Mapping[str, Any]) -> str:
         + (f", descendants {', '.join(report['descendants'])}" if report["descendants"] else ""),
         f"  changed   {op['updated_at']} (opened {op['created_at']})",
         f"  awaiting  {_awaited(op['awaiting'])}",
+        *_waiting_lines(report["waiting"]),
         "",
         "events and decisions",
         table(
@@ -274,6 +338,42 @@ def render_timeline(report: Mapping[str, Any]) -> str:
     lines += ["", "audit chain: " + ("intact" if audit["intact"] else "BROKEN")]
     lines += [f"  {b}" for b in audit["breaks"]]
     return "\n".join(lines)
+
+
+def _waiting_lines(waiting: Mapping[str, Any]) -> list[str]:
+    """What the operation waits for: its timers, when each fires (issue #29)."""
+    timers = waiting["timers"]
+    if not timers:
+        return ["", "waiting: no timer armed"]
+    lines = [
+        "",
+        "waiting"
+        + (" (STALLED: escalated, until an event moves it)" if waiting["stalled"] else ""),
+    ]
+    lines.append(
+        table(
+            ("timer", "event", "due", "when", "does"),
+            [(t["kind"], t["event_type"], t["due_at"], _when(t), t["does"]) for t in timers],
+        )
+    )
+    return lines
+
+
+def _when(timer: Mapping[str, Any]) -> str:
+    if timer["spent"]:
+        return "fired, decided"
+    seconds = float(timer["due_in_seconds"])
+    if seconds > 0:
+        return f"in {_span(seconds)}"
+    fired = "fired, not decided" if timer["fired_at"] else "not fired"
+    return f"OVERDUE {_span(-seconds)} ({fired})"
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
 
 
 def _event_row(event: Mapping[str, Any]) -> Sequence[Any]:

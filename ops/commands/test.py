@@ -113,14 +113,15 @@ def _print_human(ctx: Context, suite: SuiteResult) -> None:
 def _print_context(ctx: Context, result: CaseResult) -> None:
     # The decisions of the failing steps explain the diff: what was refused and why.
     failing = {m.step for m in result.mismatches}
-    for index, decision in enumerate(result.decisions, start=1):
+    for index, decisions in enumerate(result.steps, start=1):
         if index not in failing:
             continue
-        notes = [f"{n.code}: {n.message}" for n in (*decision.refusals, *decision.errors)]
-        guards = ", ".join(f"{g.guard}={g.value}" for g in decision.guards)
-        ctx.say(
-            f"    step {index} decided {decision.outcome} {decision.state_before} -> "
-            f"{decision.state_after}; guards [{guards}]"
-        )
-        for note in notes:
-            ctx.say(f"      note {note}")
+        for decision in decisions:
+            notes = [f"{n.code}: {n.message}" for n in (*decision.refusals, *decision.errors)]
+            guards = ", ".join(f"{g.guard}={g.value}" for g in decision.guards)
+            ctx.say(
+                f"    step {index} decided {decision.event_type} {decision.outcome} "
+                f"{decision.state_before} -> {decision.state_after}; guards [{guards}]"
+            )
+            for note in notes:
+                ctx.say(f"      note {note}")

@@ -10,7 +10,10 @@ in-memory simulation is fed alongside only so that an approval signed "in the cu
 state" binds the state the case means. The controller's clock is set to each step's
 case time before its event is published, and the next step waits until the ledger has
 stored the consumer offset past it, so the steps are decided one at a time, in order,
-at the times the case states.
+at the times the case states. Timers fire as time passes: before each step, the driver
+moves the controller's clock to the due time of each timer the in-memory run fired
+(in order), and waits until the controller fired it, through the outbox and the events
+topic, and decided it; an `advance` step publishes nothing else.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
@@ -28,8 +31,8 @@ from confluent_kafka import Consumer, TopicPartition
 from consumer import Controller, ControllerSettings
 from ledger import Ledger
 from ledger.outbox_watch import OutboxWatch
-from machines import Machine, Registry, Roster, Rules
-from machines.casefile import EPOCH, CaseSpec, ExpectSpec, StepSpec, _Runner, faulted
+from machines import Decision, Machine, Registry, Roster, Rules
+from machines.casefile import CaseSpec, ExpectSpec, StepSpec, _Runner, faulted
 from machines.event import Event, Lineage
 from producers import EventPublisher
 from producers.relay import OutboxRelay
@@ -41,8 +44,9 @@ PARTITION = 0
 
 @dataclass(frozen=True, slots=True)
 class StepResult:
-    """One step: what the case expects, the event published, and the decision the
-    controller stored for it (None when it stored none: a redelivered event)."""
+    """One step: what the case expects, the event published (for an `advance` step, the
+    last timer's), the decision the controller stored for it (None when it stored none:
+    a redelivered event), and the event types of the timers that fired before it."""
 
     index: int
     expect: ExpectSpec
@@ -50,6 +54,7 @@ class StepResult:
     stored: Mapping[str, Any] | None
     simulated_outcome: str
     simulated: Mapping[str, Any]  # `actual_of` the in-memory runner's decision
+    fired: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +70,7 @@ class LiveRun:
 class _Clock:
     """The controller's clock, moved by the driver to each step's case time."""
 
-    now: datetime = EPOCH
+    now: datetime = datetime(2026, 1, 1, tzinfo=UTC)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __call__(self) -> datetime:
@@ -149,6 +154,8 @@ def _settings(bootstrap: str, database_url: str, topics: TopicNames) -> Controll
         topics=topics,
         batch_max_records=50,
         batch_max_wait_ms=20,
+        # Timers fire as soon as the driver's clock makes them due.
+        timer_poll_ms=20,
         session_timeout_ms=6000,
         backoff_initial_ms=50,
         backoff_max_ms=500,
@@ -217,9 +224,61 @@ def run_live(
     try:
         _wait(lambda: bool(controller.owned) or bool(errors), 30, "partition assignment")
         published = 0
+
+        def decided(n: int, what: str) -> None:
+            _wait(
+                lambda: (
+                    ledger.offsets(settings.group_id, topics.events).get(PARTITION, 0) >= n
+                    or bool(errors)
+                ),
+                30,
+                f"case {case.name} {what} to be decided",
+            )
+            assert not errors, errors
+
         for index, step in enumerate(case.steps, start=1):
+            now = runner.tick(step)
+            fired = runner.sim.advance(now)
+            earlier = {o: len(ledger.decisions(o)) for o in operations}
+            for timer in fired:
+                # Each timer at its due time, as the in-memory run decided it.
+                clock.set(timer.decided_at)
+                published += 1
+                decided(published, f"step {index}: timer {timer.event_id}")
+            # What the controller decided for them. Their ids may differ from the
+            # in-memory run's (a timer's id names the version it was armed at, and the
+            # live controller records no decision for an event intake refused).
+            timed = sorted(
+                (
+                    d
+                    for o in operations
+                    for d in ledger.decisions(o)[earlier[o] :]
+                    if d["event"]["id"].startswith("timer:")
+                ),
+                key=lambda d: str(d["decided_at"]),
+            )
+            names = tuple(str(d["event"]["type"]) for d in timed)
+            if step.advance is not None and step.event is None and step.replay is None:
+                if fired:
+                    last = fired[-1]
+                    stored = timed[-1] if timed else None
+                    steps.append(
+                        StepResult(
+                            index,
+                            step.expect,
+                            _timer_event(
+                                ledger, str(stored["operation_id"]), str(stored["event"]["id"])
+                            )
+                            if stored
+                            else _sim_event(last),
+                            stored,
+                            str(last.outcome),
+                            actual_of(last.to_dict()),
+                            names,
+                        )
+                    )
+                continue
             event = runner.event_for(index, step)
-            now = EPOCH + timedelta(seconds=runner.clock)
             simulated = runner.sim.feed(event, now)
             if index == 1 and opens_parent:
                 # Decided and committed before the case's first event, so that the child
@@ -243,15 +302,7 @@ def run_live(
             publisher.publish(event)
             publisher.flush(30)
             published += 1
-            _wait(
-                lambda n=published: (
-                    ledger.offsets(settings.group_id, topics.events).get(PARTITION, 0) >= n
-                    or bool(errors)
-                ),
-                30,
-                f"case {case.name} step {index} to be decided",
-            )
-            assert not errors, errors
+            decided(published, f"step {index}")
             stored = ledger.decisions(op)[before:]
             assert len(stored) <= 1, f"step {index} stored {len(stored)} decisions"
             steps.append(
@@ -262,6 +313,7 @@ def run_live(
                     stored[0] if stored else None,
                     str(simulated.outcome),
                     actual_of(simulated.to_dict()),
+                    names,
                 )
             )
         with OutboxWatch(database_url) as watch:
@@ -276,6 +328,40 @@ def run_live(
     assert not errors, errors
     decisions = tuple(d for op in operations for d in ledger.decisions(op))
     return LiveRun(case, tuple(steps), decisions)
+
+
+def _timer_event(ledger: Ledger, op: str, event_id: str) -> Event:
+    """A timer's event as the controller decided it (what an `advance` step reports)."""
+    stored = next(d for d in ledger.decisions(op) if d["event"]["id"] == event_id)
+    info = ledger.operation(op)
+    return Event(
+        event_type=stored["event"]["type"],
+        event_id=event_id,
+        operation_id=op,
+        correlation_id=info.correlation_id,
+        machine_name=info.machine_name,
+        machine_version=info.machine_version,
+        event_time=datetime.fromisoformat(stored["event"]["time"]),
+        evidence_ref=stored["event"]["evidence_ref"],
+        producer=stored["event"]["producer"],
+        lineage=info.lineage,
+    )
+
+
+def _sim_event(decision: Decision) -> Event:
+    """The in-memory run's timer event, for a step whose timer the controller missed."""
+    return Event(
+        event_type=decision.event_type,
+        event_id=decision.event_id,
+        operation_id=decision.operation_id,
+        correlation_id=decision.correlation_id,
+        machine_name=decision.machine_name,
+        machine_version=decision.machine_version,
+        event_time=decision.event_time,
+        evidence_ref=decision.evidence_ref,
+        producer=decision.producer,
+        lineage=Lineage(agent="-", task="-", initiating_principal="-"),
+    )
 
 
 def actual_of(stored: Mapping[str, Any]) -> dict[str, Any]:

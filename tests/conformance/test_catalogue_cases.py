@@ -168,6 +168,10 @@ def test_case_runs_end_to_end_through_controller_and_relay(
             continue
         live = actual_of(step.stored)
         problems.extend(f"{label}: {m}" for m in mismatches(step.expect, live))
+        if step.expect.fired is not None and list(step.expect.fired) != list(step.fired):
+            problems.append(
+                f"{label}: timers fired {list(step.fired)}, expected {step.expect.fired}"
+            )
         # Beyond what the case states: the live decision is the pure core's decision.
         problems.extend(
             f"{label}: live {key} {live[key]!r} differs from the in-memory run's "

@@ -28,7 +28,14 @@ wall-clock time; the clock is the only thing taken from the ledger). Then, per o
   decision refused as a forged approval or a foreign correlation id (decided *and*
   dead-lettered, `consumer.batch`) has a dead letter at its coordinates; no other;
 - **chains**: every audit chain verifies (`Ledger.verify_audit`), and the other output
-  topics match the outbox (`verify.outputs_complete`).
+  topics match the outbox (`verify.outputs_complete`);
+- **timers** (issue #29; the controller's own events on the events topic are its
+  timers' firings, not input): no timer fired twice (decided more than once, or two
+  copies of its event with different bytes, which a second firing would write), none
+  lost (every timer armed and not disarmed before it was decided, due longer than
+  `grace` before the history was read, was decided), none forged (a timer event
+  decided whose id no decision armed), and one decided stale only after its timer was
+  disarmed (its state left).
 
 A failed check does not stop the checker: each becomes an `Anomaly` (kind, operation,
 detail), and `CheckReport` holds the counts and every anomaly.
@@ -39,7 +46,8 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Final
 
 import psycopg
@@ -47,8 +55,9 @@ import psycopg
 from consumer.batch import FORGED_REFUSALS
 from consumer.intake import Accepted, Intake, Rejected
 from ledger import PostgresLedger
-from machines import CORRELATION_MISMATCH, Outcome, Simulation
-from schemas import HEADER_RECORD_ID, TopicNames
+from machines import CORRELATION_MISMATCH, Outcome, Simulation, is_timer_event
+from ops.bench.workload import BENCH_POLICY
+from schemas import DEFAULT_CONTROLLER_ID, HEADER_PRODUCER, HEADER_RECORD_ID, TopicNames
 from tests.faults.processes import FaultError
 from tests.faults.verify import (
     Consumed,
@@ -63,7 +72,20 @@ from tests.faults.verify import (
 # A decision refused for one of these is recorded *and* dead-lettered (consumer.batch).
 _DEAD_LETTERED: Final = FORGED_REFUSALS | {CORRELATION_MISMATCH}
 
-__all__ = ["Anomaly", "CheckReport", "History", "Replayed", "check", "gather", "replay"]
+__all__ = [
+    "Anomaly",
+    "CheckReport",
+    "History",
+    "Replayed",
+    "check",
+    "check_timers",
+    "gather",
+    "replay",
+]
+
+# How long before the history was read a timer must have fallen due to be owed a
+# decision (the firing poll, the relay and the batch that decides it take a moment).
+TIMER_GRACE: Final = timedelta(seconds=20)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +115,12 @@ class History:
     chain_breaks: Sequence[str] = ()
     chains: int = 0
     output_problems: Sequence[str] = ()
+    read_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    def own(self, record: Consumed) -> bool:
+        """Whether `record` is one the controller emitted (a timer's or a cascade's
+        event, signed by it), not input."""
+        return record.header(HEADER_PRODUCER) == DEFAULT_CONTROLLER_ID
 
 
 @dataclass(slots=True)
@@ -196,9 +224,12 @@ def check(history: History, expected: Replayed) -> CheckReport:
         report.add("chain-broken", None, problem)
     for problem in history.output_problems:
         report.add("outputs", None, problem)
+    timers = check_timers(history.decisions, history.read_at, report)
+    _check_timer_copies(history, report)
     report.counts = {
         "records produced": sum(history.produced.values()),
-        "records on the events topic": len(history.inputs),
+        "records on the events topic": sum(not history.own(r) for r in history.inputs),
+        "controller events on the topic": sum(history.own(r) for r in history.inputs),
         "refused (dead-lettered)": len(expected.refused),
         "redelivered duplicates": expected.duplicates,
         "event-id conflicts": len(expected.conflicts),
@@ -207,13 +238,81 @@ def check(history: History, expected: Replayed) -> CheckReport:
         "decisions in the ledger": sum(len(v) for v in history.decisions.values()),
         "commands expected": len(expected.commands),
         **report.counts,
+        **timers,
         "audit chains verified": history.chains,
     }
     return report
 
 
+def check_timers(
+    decisions: Mapping[str, Sequence[Mapping[str, Any]]],
+    read_at: datetime,
+    report: CheckReport,
+    grace: timedelta = TIMER_GRACE,
+) -> dict[str, int]:
+    """The timer checks of the module docstring over the stored decisions (per
+    operation, by sequence), read at `read_at`; adds an anomaly per problem and returns
+    the counts (armed, fired, stale, cancelled, not due yet)."""
+    counts = Counter[str]()
+    for op, stored in decisions.items():
+        armed, disarmed, decided = _timer_history(op, stored, report, counts)
+        counts["timers armed"] += len(armed)
+        for eid, n in decided.items():
+            if n > 1:
+                report.add("timer-fired-twice", op, f"timer {eid} decided {n} times")
+        for tid, timer in armed.items():
+            if tid in decided:
+                continue
+            if tid in disarmed:
+                counts["timers cancelled"] += 1
+            elif datetime.fromisoformat(str(timer["due_at"])) <= read_at - grace:
+                report.add("timer-lost", op, f"timer {tid} due {timer['due_at']} never decided")
+            else:
+                counts["timers not due yet"] += 1
+    return dict(counts)
+
+
+def _timer_history(
+    op: str, stored: Sequence[Mapping[str, Any]], report: CheckReport, counts: Counter[str]
+) -> tuple[dict[str, Mapping[str, Any]], set[str], Counter[str]]:
+    """One operation's timers as its decisions armed, disarmed and decided them, in
+    sequence order; a timer event decided out of turn is an anomaly."""
+    armed: dict[str, Mapping[str, Any]] = {}
+    disarmed: set[str] = set()
+    decided = Counter[str]()
+    for d in stored:
+        eid, outcome = str(d["event"]["id"]), d["outcome"]
+        if is_timer_event(eid) and outcome != "duplicate":
+            decided[eid] += 1
+            if eid not in armed:
+                report.add("timer-forged", op, f"timer event {eid} decided, never armed")
+            elif outcome == "stale" and eid not in disarmed:
+                report.add("timer-stale-armed", op, f"{eid} decided stale while armed")
+            elif outcome != "stale" and eid in disarmed:
+                report.add("timer-after-disarm", op, f"{eid} acted on after it was disarmed")
+            counts["timers stale" if outcome == "stale" else "timers fired"] += 1
+        change = d.get("timers") or {}
+        for timer in change.get("armed", ()):
+            armed[str(timer["id"])] = timer
+        disarmed.update(str(t) for t in change.get("disarmed", ()))
+    return armed, disarmed, decided
+
+
+def _check_timer_copies(history: History, report: CheckReport) -> None:
+    """Two copies of one timer's event with different bytes: it was fired twice."""
+    seen: dict[str, bytes] = {}
+    for record in history.inputs:
+        rid = record.header(HEADER_RECORD_ID)
+        if not history.own(record) or rid is None:
+            continue
+        first = seen.setdefault(rid, record.value)
+        if first != record.value:
+            op = None if record.key is None else record.key.decode(errors="replace")
+            report.add("timer-fired-twice", op, f"{rid} on the events topic with other bytes")
+
+
 def _check_input(history: History, report: CheckReport) -> None:
-    on_topic = Counter(r.header(HEADER_RECORD_ID) for r in history.inputs)
+    on_topic = Counter(r.header(HEADER_RECORD_ID) for r in history.inputs if not history.own(r))
     for rid, n in history.produced.items():
         if on_topic.get(rid, 0) < n:
             report.add(
@@ -335,10 +434,15 @@ def _chains(database_url: str) -> tuple[list[str], int]:
 
 
 def gather(
-    bootstrap: str, database_url: str, topics: TopicNames, produced: Iterable[str]
+    bootstrap: str,
+    database_url: str,
+    topics: TopicNames,
+    produced: Iterable[str],
+    stopped_at: datetime | None = None,
 ) -> History:
     """Read a finished run's history from its topics and database (`database_url`: an
-    administrative URL of the run's ledger)."""
+    administrative URL of the run's ledger); `stopped_at`, when the roles were stopped,
+    is the moment the timers are owed a decision by (default: now)."""
     try:
         outputs_complete(bootstrap, database_url, topics)
         problems: list[str] = []
@@ -356,14 +460,21 @@ def gather(
         chain_breaks=breaks,
         chains=chains,
         output_problems=problems,
+        read_at=stopped_at or datetime.now(UTC),
     )
 
 
 def check_run(
-    bootstrap: str, database_url: str, topics: TopicNames, produced: Iterable[str]
+    bootstrap: str,
+    database_url: str,
+    topics: TopicNames,
+    produced: Iterable[str],
+    policy: Path = BENCH_POLICY,
+    stopped_at: datetime | None = None,
 ) -> CheckReport:
-    """Gather a finished run's history and check it (module docstring)."""
-    history = gather(bootstrap, database_url, topics, produced)
-    intake, sims = replayer(bootstrap, database_url)
+    """Gather a finished run's history and check it (module docstring), replayed under
+    the `policy` its controller ran with."""
+    history = gather(bootstrap, database_url, topics, produced, stopped_at)
+    intake, sims = replayer(bootstrap, database_url, policy)
     expected, _ = replay(history, intake, sims)
     return check(history, expected)

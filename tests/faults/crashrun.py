@@ -19,6 +19,11 @@ while, at random moments drawn from a seeded RNG:
   black-holes the link for a while (bytes held, new connections parked), then refuses
   it (open connections reset, new ones reset on accept).
 
+The controllers run under `TIMERS_POLICY`: every operation left waiting stalls after
+8 s and reaches its deadline after 30 s, so timers fall due, fire and are decided
+throughout, across every fault; the drain waits until none is owed a decision, and the
+checker finds each fired once and none lost (`checker.check_timers`).
+
 The five other faults happen once each, one after another, each in its own slice of
 the feeding time; kills land anywhere, during them too. A role that exits by itself is
 an anomaly (and is restarted), except a start that gave up on an unreachable database,
@@ -43,6 +48,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -55,7 +61,7 @@ from ops.postgres import PostgresServer, start_postgres
 from tests.faults.checker import CheckReport, check_run
 from tests.faults.netproxy import NetProxy
 from tests.faults.processes import FaultError, RoleProcess, log_tail, wait_until
-from tests.faults.stream import FaultRun, Feeder, drain, workload
+from tests.faults.stream import TIMERS_POLICY, FaultRun, Feeder, drain, workload
 from tests.faults.verify import progress
 from tests.support.db import ensure_login_roles
 from tests.support.kafka import TopicFactory
@@ -500,7 +506,9 @@ def _crash_run(
     )
     bootstrap = services.broker.bootstrap
     topics = TopicFactory(bootstrap, "crashrun")
-    run = FaultRun(bootstrap, url, topics, log_dir, partitions=plan.partitions)
+    run = FaultRun(
+        bootstrap, url, topics, log_dir, partitions=plan.partitions, policy=TIMERS_POLICY
+    )
     del topics  # its admin client would log every broker disconnect; the folder goes
     state = _Run(plan, run, services, proxy, say)
     try:
@@ -512,11 +520,19 @@ def _crash_run(
         drain(run, produced, list(state.roles.values()), plan.drain_timeout, say)
         for process in state.roles.values():
             process.terminate()
+        stopped = datetime.now(UTC)
         state.close()
     finally:
         run.close()
     say("checking the history")
-    report = check_run(bootstrap, url, run.topics, (r.record_id for r in records))
+    report = check_run(
+        bootstrap,
+        url,
+        run.topics,
+        (r.record_id for r in records),
+        policy=TIMERS_POLICY,
+        stopped_at=stopped,
+    )
     return CrashResult(plan, state.faults, report, time.monotonic() - started, log_dir)
 
 

@@ -3,9 +3,10 @@
 `FaultRun` names the run's own topics (created through the test's `topic_factory`, so
 they are deleted afterwards) and the environment every role process gets: the test's
 broker and database, the run's topic names, the benchmark policy (which trusts the
-catalogue verifiers and the test approver the workload signs with), a consumer group of
-the run's own, and short timeouts so that a killed member leaves the group quickly
-(6 s, the broker's minimum session timeout).
+catalogue verifiers and the test approver the workload signs with; a run that fires
+timers passes `TIMERS_POLICY`, the same with time made short), a consumer group of the
+run's own, and short timeouts so that a killed member leaves the group quickly (6 s,
+the broker's minimum session timeout).
 
 The workload is `ops.bench.workload`'s: realistic operations of every catalogue machine,
 played through the decision core so that every result answers a command the controller
@@ -31,11 +32,13 @@ from tests.faults.verify import activity, progress
 from tests.support.kafka import TopicFactory
 from tests.support.producers import signers, write_roster
 
-__all__ = ["SESSION_TIMEOUT_MS", "FaultRun", "Feeder", "workload"]
+__all__ = ["SESSION_TIMEOUT_MS", "TIMERS_POLICY", "FaultRun", "Feeder", "workload"]
 
 # The broker's default group.min.session.timeout.ms: the fastest a SIGKILLed member's
 # partitions can move to another member.
 SESSION_TIMEOUT_MS: Final = 6000
+# The bench policy with stall bounds, deadlines and a timeout that fire during a run.
+TIMERS_POLICY: Final = Path(__file__).resolve().parent / "timers_policy.yaml"
 _STREAMS: Final = ("events", "commands", "evidence", "audit", "dlq")
 
 
@@ -64,8 +67,10 @@ class FaultRun:
         *,
         partitions: int = 4,
         extra_env: Mapping[str, str] | None = None,
+        policy: Path = BENCH_POLICY,
     ) -> None:
         self.bootstrap = bootstrap
+        self.policy = policy
         self.database_url = database_url
         self.log_dir = log_dir
         self.partitions = partitions
@@ -81,7 +86,7 @@ class FaultRun:
             "RECOVERY_KAFKA_BOOTSTRAP": self.bootstrap,
             "RECOVERY_DATABASE_URL": self.database_url,
             "RECOVERY_CONTROLLER_GROUP_ID": self.group,
-            "RECOVERY_CONTROLLER_POLICY_PATH": str(BENCH_POLICY),
+            "RECOVERY_CONTROLLER_POLICY_PATH": str(self.policy),
             # The bench policy is the demo's, with a public-name approver key.
             "RECOVERY_DEMO_MODE": "1",
             "RECOVERY_CONTROLLER_ROSTER_PATH": str(write_roster(self.log_dir)),
@@ -213,9 +218,11 @@ def drain(
     timeout: float,
     say: Callable[[str], None] = print,
 ) -> None:
-    """Wait until the stored offsets account for all `produced` records and every outbox
-    row is published, printing progress every 5 s (and the database's busy sessions when
-    nothing moved for 10 s). Raises if a process of `running` exits by itself."""
+    """Wait until the stored offsets account for all `produced` records and the
+    controller's own events on the events topic, every outbox row is published and no
+    timer is owed a decision, printing progress every 5 s (and the database's busy
+    sessions when nothing moved for 10 s). Raises if a process of `running` exits by
+    itself."""
     last_print = 0.0
     moved_at = time.monotonic()
     before = progress(run.database_url, run.group, run.topics.events)
@@ -231,7 +238,11 @@ def drain(
             say(f"draining: {now}")
             if time.monotonic() - moved_at > 10:
                 say(f"no progress for 10s; busy sessions:\n{activity(run.database_url)}")
-        return now.consumed >= produced and now.unpublished == 0
+        return (
+            now.consumed >= produced + now.own_events
+            and now.unpublished == 0
+            and now.timers_owed == 0
+        )
 
     wait_until(
         done,

@@ -28,6 +28,7 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Final
 
 import psycopg
@@ -148,17 +149,23 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Consum
 @dataclass(frozen=True, slots=True)
 class Progress:
     """How far the runtime got: records consumed (stored offsets), decisions stored,
-    outbox rows and how many of them are still unpublished."""
+    outbox rows and how many of them are still unpublished, the controller's own events
+    written for the events topic (timers' firings, cascades: records it consumes beyond
+    the input), and the timers owed a decision (due over 5 s ago, not decided)."""
 
     consumed: int
     decided: int
     outbox: int
     unpublished: int
+    own_events: int = 0
+    timers_owed: int = 0
 
     def __str__(self) -> str:
+        timers = f", {self.timers_owed:,} timers owed" if self.timers_owed else ""
         return (
             f"{self.consumed:,} records consumed, {self.decided:,} decisions, "
             f"{self.outbox - self.unpublished:,}/{self.outbox:,} outbox rows published"
+            f"{timers}"
         )
 
 
@@ -172,12 +179,15 @@ def progress(database_url: str, group: str, topic: str) -> Progress:
                  WHERE consumer_group = %s AND topic = %s),
                 (SELECT count(*) FROM decisions),
                 (SELECT count(*) FROM outbox),
-                (SELECT count(*) FROM outbox WHERE published_at IS NULL)
+                (SELECT count(*) FROM outbox WHERE published_at IS NULL),
+                (SELECT count(*) FROM outbox WHERE topic = %s),
+                (SELECT count(*) FROM timers
+                 WHERE spent_at IS NULL AND due_at < now() - interval '5 seconds')
             """,
-            (group, topic),
+            (group, topic, topic),
         ).fetchone()
     assert row is not None
-    return Progress(int(row[0]), int(row[1]), int(row[2]), int(row[3]))
+    return Progress(*(int(v) for v in row))
 
 
 def activity(database_url: str) -> str:
@@ -234,11 +244,13 @@ def as_stored(data: Mapping[str, Any]) -> Any:
     return json.loads(json.dumps(data, sort_keys=True, default=str))
 
 
-def replayer(bootstrap: str, database_url: str) -> tuple[Intake, dict[str, Simulation]]:
+def replayer(
+    bootstrap: str, database_url: str, policy: Path = BENCH_POLICY
+) -> tuple[Intake, dict[str, Simulation]]:
     """The controller's intake and one decision core per catalogue machine
-    (`name@version`), loaded as a fault run's controller loads them (the bench policy)."""
+    (`name@version`), loaded as a fault run's controller loads them (under `policy`)."""
     settings = ControllerSettings(
-        bootstrap=bootstrap, database_url=database_url, policy_path=BENCH_POLICY, demo_mode=True
+        bootstrap=bootstrap, database_url=database_url, policy_path=policy, demo_mode=True
     )
     machines, rules = load_rules(settings)
     intake = Intake(machines, roster=producer_roster(), max_record_bytes=settings.max_record_bytes)
@@ -386,8 +398,11 @@ class OutputReport:
 
 
 def outputs_complete(bootstrap: str, database_url: str, topics: TopicNames) -> OutputReport:
-    """Check the output topics against the outbox (module docstring)."""
-    streams = {getattr(topics, s): s for s in ("commands", "evidence", "audit", "dlq")}
+    """Check the output topics against the outbox (module docstring). The events topic
+    is one too, for the controller's own events (timers' firings, cascades): each of its
+    outbox rows must be on it, beside the input, which no outbox row holds."""
+    outputs = ("commands", "evidence", "audit", "dlq", "events")
+    streams = {getattr(topics, s): s for s in outputs}
     with psycopg.connect(database_url, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT record_id, topic, published_at IS NOT NULL FROM outbox"
@@ -409,6 +424,8 @@ def outputs_complete(bootstrap: str, database_url: str, topics: TopicNames) -> O
     restamped = [0]
     for topic, stream in streams.items():
         records = read_topic(bootstrap, topic)
+        if stream == "events":  # the input is not the outbox's
+            records = [r for r in records if r.header(HEADER_RECORD_ID) in expected[topic]]
         counts[stream] = len(records)
         duplicates += _check_topic(topic, stream, records, expected[topic], problems, restamped)
     if problems:

@@ -79,3 +79,14 @@ def test_demo_plays_the_incident_and_every_operation_matches(
         kinds[str(ocsf_kind(event))] += 1
     assert kinds["chain-heads"] > 0
     assert kinds["decision"] >= len(approvals)
+    # The verification nobody answers is escalated by its timeout within the run: the
+    # timer's event is in its path and its audit chain (issue #29).
+    quiet = by_name["procurement-unanswered"]
+    fired = [d for d in quiet["decisions"] if d["timer"]]
+    assert [(d["event"], d["from"], d["to"]) for d in fired] == [
+        ("VERIFICATION_UNAVAILABLE", "verifying", "escalated")
+    ]
+    assert "VERIFICATION_UNAVAILABLE (timer)" in quiet["audit"]["chain"]
+    # The retried request's retry went out when its timer fired.
+    retried = by_name["procurement-retried"]
+    assert [d["event"] for d in retried["decisions"] if d["timer"]] == ["RETRY_DUE"]

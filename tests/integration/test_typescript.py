@@ -231,15 +231,17 @@ def test_a_typescript_tool_and_worker_recover_a_timeout_once_across_a_kill(
     assert "reported TOOL_TIMEOUT evt-" in tool.stdout
 
     first.wait_for(f"verify {operation}:1:0: not_applied", 60)
-    first.wait_for(f"executed {operation}:2:0 with idempotency key req-{operation}", 60)
+    # The retry is paced: recorded at the second decision, commanded by the third, the
+    # controller's timer event RETRY_DUE (docs/decision-core.md, "Timers").
+    first.wait_for(f"executed {operation}:3:0 with idempotency key req-{operation}", 60)
     first.wait_for("hanging before recording", 10)
     os.kill(first.proc.pid, signal.SIGKILL)
     first.proc.wait(timeout=10)
 
     second = NodeProcess(worker_args, node_env, tmp_path / "w2.log")
     workers.append(second)
-    second.wait_for(f"{operation}:2:0 was in flight when a worker stopped", 60)
-    second.wait_for(f"verify {operation}:3:0: applied", 60)
+    second.wait_for(f"{operation}:3:0 was in flight when a worker stopped", 60)
+    second.wait_for(f"verify {operation}:4:0: applied", 60)
 
     deadline = time.monotonic() + 45
     state = None

@@ -91,7 +91,7 @@ def test_the_typescript_guide_runs_as_written(stack_home: Path) -> None:
     for line in (
         "tool: reported TOOL_TIMEOUT evt-",
         "worker: verify op-ts-1:1:0: not_applied",
-        "worker: executed op-ts-1:2:0 with idempotency key req-op-ts-1",
+        "worker: executed op-ts-1:3:0 with idempotency key req-op-ts-1",
         "  state     completed  (",
         "runtime procurement-runtime-3",
     ):

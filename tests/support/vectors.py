@@ -1151,6 +1151,43 @@ def _refusals() -> dict[str, Any]:
             ),
             "accepted",
         ),
+        (
+            "a tool's event with a timer's id, which only the controller fires",
+            [opening],
+            _raw(
+                replace(
+                    good,
+                    event_type="TOOL_FAILED",
+                    event_id="timer:op-vector-1:1:stalled",
+                    payload_digest="",
+                )
+            ),
+            "role-not-permitted",
+        ),
+        (
+            "a tool's event of a controller timer type",
+            [opening],
+            _raw(
+                replace(
+                    good, event_type="STATE_STALLED", event_id="evt-vector-0012", payload_digest=""
+                )
+            ),
+            "role-not-permitted",
+        ),
+        (
+            "a tool's failure report asking the next retry to wait (retry_after_seconds)",
+            [opening],
+            _raw(
+                replace(
+                    good,
+                    event_type="TOOL_FAILED",
+                    event_id="evt-vector-0013",
+                    payload={"retry_after_seconds": 120},
+                    payload_digest="",
+                )
+            ),
+            "accepted",
+        ),
     ]
     return {
         "topic": EVENTS_TOPIC,

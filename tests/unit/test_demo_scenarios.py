@@ -1,7 +1,7 @@
 """The demo's incident replayed through the decision core, without services: each
-scenario's first event, the example worker's answers and the approver's signed
-decisions drive the pinned catalogue machine under the demo policy along exactly the
-path and commands `recoveryctl demo` expects."""
+scenario's first event, the example worker's answers, the approver's signed decisions
+and the timers due as a minute passes drive the pinned catalogue machine under the demo
+policy along exactly the path and commands `recoveryctl demo` expects."""
 
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ class _Incident:
         self.decisions: list[Decision] = []
         self.commands: list[str] = []
         self._n = 0
+        self.now = _NOW
 
     def feed(self, event_type: str, producer: str = "demo", **extra: object) -> Decision:
         self._n += 1
@@ -73,19 +74,28 @@ class _Incident:
             correlation_id="c",
             machine_name=self.machine.name,
             machine_version=self.machine.version,
-            event_time=_NOW,
+            event_time=self.now,
             evidence_ref="r",
             producer=producer,
             lineage=self.lineage,
             **extra,  # type: ignore[arg-type]
         )
-        decision = self.sim.feed(event, _NOW)
+        decision = self.sim.feed(event, self.now)
+        self._took(decision)
+        return decision
+
+    def wait(self, seconds: int) -> None:
+        """Let `seconds` pass: the timers due by then fire, as the controller's would."""
+        self.now += timedelta(seconds=seconds)
+        for decision in self.sim.advance(self.now):
+            self._took(decision)
+
+    def _took(self, decision: Decision) -> None:
         self.decisions.append(decision)
         pending = list(decision.invocations)
         self.commands.extend(i.capability for i in pending)
         for invocation in pending:
             self._work(invocation.command_id, invocation.capability, invocation.kind)
-        return decision
 
     def _work(self, command_id: str, capability: str, kind: str) -> None:
         """What the example worker reports for one command."""
@@ -133,10 +143,10 @@ class _Incident:
                 state=self.state,
                 transition=target,
                 machine_digest=self.machine.digest,
-                expires_at=_NOW + timedelta(minutes=30),
+                expires_at=self.now + timedelta(minutes=30),
                 nonce=f"n-{self._n}",
                 decision="approved" if verdict == "approve" else "rejected",
-                reviewed_digest=review_digest(self.sim.views[self.op], target, _NOW),
+                reviewed_digest=review_digest(self.sim.views[self.op], target, self.now),
             ),
             insecure_test_key(APPROVER),
         )
@@ -162,6 +172,7 @@ def test_the_core_takes_each_demo_operation_along_its_expected_path(scenario: Sc
         first["evidence"] = EvidencePayload(ancestor_operation="op-parent")
     incident.feed(scenario.first_event, **first)
     for _ in range(len(scenario.reactions) + 1):
+        incident.wait(60)  # paced retries and the demo's short timeouts fall due
         for reaction in scenario.reactions:
             if reaction.when == incident.state:
                 if reaction.kind == "report":

@@ -68,9 +68,11 @@ def test_each_drill_is_predicted_along_its_scenario_path(name: str) -> None:
 def test_a_missing_a_differing_and_a_real_answer_are_each_named() -> None:
     scenario, machine, rules, opening = _setup("timeout-before-side-effect")
     predicted = predict(machine, rules, opening, {})
-    first, verify, retry = predicted
-    missing = compare(scenario, predicted, (first, verify), [])
-    assert any("step 3: no decision of RETRY_SUCCEEDED" in p for p in missing)
+    # The paced retry's timer fires (RETRY_DUE) between the verification and its answer.
+    first, verify, due, retry = predicted
+    assert (due.event_type, due.commands) == ("RETRY_DUE", ("procurement.create-request",))
+    missing = compare(scenario, predicted, (first, verify, due), [])
+    assert any("step 4: no decision of RETRY_SUCCEEDED" in p for p in missing)
     wrong = DrillStep(
         verify.event_type, verify.causation, "verifying", "escalated", ("human.escalate",)
     )

@@ -39,6 +39,13 @@ def test_every_dashboard_query_names_a_documented_series() -> None:
                 assert base in documented, f"panel {panel['title']!r} uses {name}"
                 used.add(base)
     assert {"recovery_controller_consumer_lag", "recovery_relay_published_total"} <= used
+    # Nothing waits forever unseen (issue #29): what waits, and the timers.
+    assert {
+        "recovery_controller_operations_waiting",
+        "recovery_controller_operations_stalled",
+        "recovery_controller_operations_oldest_wait_seconds",
+        "recovery_controller_timers_overdue",
+    } <= used
 
 
 def _series_in(expr: str) -> set[str]:
@@ -61,6 +68,9 @@ def test_every_alert_rule_parses_and_names_a_documented_series() -> None:
     # (a conflicting opening) page someone.
     assert "recovery_outbox_held" in alerts["RecoveryOutboxRowHeld"]
     assert "recovery_controller_security_incidents_total" in alerts["RecoverySecurityIncident"]
+    # A stalled operation is someone's ticket; timers nobody decides page.
+    assert "recovery_controller_operations_stalled" in alerts["RecoveryOperationsStalled"]
+    assert "recovery_controller_timers_overdue" in alerts["RecoveryTimersOverdue"]
 
 
 def _exported_series() -> dict[str, set[str]]:

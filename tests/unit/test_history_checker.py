@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.faults.checker import History, Replayed, check
+from tests.faults.checker import CheckReport, History, Replayed, check, check_timers
 from tests.faults.verify import Consumed
 
 TOPIC = "events"
@@ -118,3 +119,82 @@ def test_missing_or_unexpected_dead_letters_and_broken_chains_are_anomalies() ->
     ]
     broken = replace(history, chain_breaks=["op-1: record 3 does not chain"])
     assert _kinds(broken, expected) == ["chain-broken"]
+
+
+# -- timers (issue #29) -------------------------------------------------------------------
+
+T = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _timed(
+    sequence: int, event: str, outcome: str = "transitioned", **timers: Any
+) -> dict[str, Any]:
+    return {**_decision("op-1", sequence, event), "outcome": outcome, "timers": timers}
+
+
+def _armed(timer_id: str, due_minutes: int) -> dict[str, Any]:
+    return {"id": timer_id, "due_at": (T + timedelta(minutes=due_minutes)).isoformat()}
+
+
+STATE, STALL = "timer:op-1:1:state", "timer:op-1:2:stalled"
+
+
+def _timer_kinds(*decisions: dict[str, Any], read_minutes: int = 60) -> list[str]:
+    report = CheckReport()
+    check_timers({"op-1": list(decisions)}, T + timedelta(minutes=read_minutes), report)
+    return sorted(a.kind for a in report.anomalies)
+
+
+def test_timers_fired_once_cancelled_or_not_due_are_clean() -> None:
+    report = CheckReport()
+    counts = check_timers(
+        {
+            "op-1": [
+                _timed(1, "e1", armed=[_armed(STATE, 10)]),
+                _timed(2, STATE, "transitioned", armed=[_armed(STALL, 20)], disarmed=[STATE]),
+                _timed(3, "e3", disarmed=[STALL], armed=[_armed("timer:op-1:3:stalled", 90)]),
+                _timed(4, STALL, "stale"),
+            ]
+        },
+        T + timedelta(minutes=60),
+        report,
+    )
+    assert report.anomalies == []
+    assert counts == {
+        "timers fired": 1,
+        "timers stale": 1,
+        "timers armed": 3,
+        "timers not due yet": 1,
+    }
+
+
+def test_a_timer_decided_twice_is_fired_twice() -> None:
+    twice = _timer_kinds(
+        _timed(1, "e1", armed=[_armed(STATE, 10)]),
+        _timed(2, STATE, "fired"),
+        _timed(3, STATE, "fired"),
+    )
+    assert twice == ["timer-fired-twice"]
+
+
+def test_a_due_timer_never_decided_is_lost_unless_its_state_was_left() -> None:
+    assert _timer_kinds(_timed(1, "e1", armed=[_armed(STATE, 10)])) == ["timer-lost"]
+    assert _timer_kinds(_timed(1, "e1", armed=[_armed(STATE, 10)]), read_minutes=10) == []
+    left = _timed(2, "e2", disarmed=[STATE])
+    assert _timer_kinds(_timed(1, "e1", armed=[_armed(STATE, 10)]), left) == []
+
+
+def test_timer_events_out_of_turn_are_named() -> None:
+    assert _timer_kinds(_timed(1, "timer:op-1:9:state", "fired")) == ["timer-forged"]
+    armed = _timed(1, "e1", armed=[_armed(STATE, 10)])
+    assert _timer_kinds(armed, _timed(2, STATE, "stale")) == ["timer-stale-armed"]
+    left = _timed(2, "e2", disarmed=[STATE])
+    assert _timer_kinds(armed, left, _timed(3, STATE, "fired")) == ["timer-after-disarm"]
+
+
+def test_two_copies_of_a_timer_event_with_other_bytes_are_a_second_firing() -> None:
+    history, expected = _clean()
+    own = (("recovery-record-id", b"event:t"), ("recovery-producer", b"recovery-controller"))
+    copies = [Consumed(0, 10, b"op-1", b"fired at 1", own), Consumed(0, 11, b"op-1", b"at 2", own)]
+    kinds = _kinds(replace(history, inputs=[*history.inputs, *copies]), expected)
+    assert kinds == ["timer-fired-twice"]

@@ -10,7 +10,9 @@ import yaml
 from machines import (
     DEFAULT_REGISTRY,
     Policy,
+    check_policy_against_machines,
     check_policy_against_registry,
+    load_catalogue,
     load_policy,
     load_registry,
 )
@@ -25,6 +27,18 @@ def test_the_production_template_loads_and_names_only_registered_capabilities() 
     assert policy.digest.startswith("sha256:")
     assert policy.require_approval_for_material
     assert policy.deadline_seconds is not None
+
+
+def test_the_production_template_bounds_every_wait_of_the_catalogue() -> None:
+    # Time is never unbounded (issue #29): the stall bound is on, the timeouts fit the
+    # catalogue machines (states, accepted events, only escalating or re-verifying), and
+    # retries are paced.
+    policy = load_policy(TEMPLATE)
+    registry = load_registry(DEFAULT_REGISTRY)
+    check_policy_against_machines(policy, load_catalogue(registry).values(), registry, every=True)
+    assert 0 < policy.timeouts.stalled_after <= 24 * 3600
+    assert policy.timeouts.states
+    assert policy.retry_pacing.base > 0
 
 
 def test_the_production_template_sets_every_policy_field_with_a_comment() -> None:

@@ -220,6 +220,15 @@ export interface EventOptions {
   call_context?: string | null;
 }
 
+/** How `actionResult` builds a result beyond the command and its outcome. */
+export interface ResultOptions {
+  event_type?: string | null;
+  evidence_ref?: string | null;
+  event_time?: Micros | null;
+  /** A failure's: what a rate-limited API asked for (wire protocol, section 5). */
+  retry_after_seconds?: number | null;
+}
+
 /** What an approver decides and signs (`RecoveryClient.publishHumanDecision`). */
 export interface HumanDecisionOptions {
   /** The approver's Ed25519 private key; it signs the decision and is never stored. */
@@ -378,14 +387,20 @@ export class RecoveryClient {
    * The result event of `command`: causation the command id, event id
    * `result:<command id>`, event time the command's `issued_at` unless given, so the
    * same outcome of the same command is the same event, which the controller dedupes.
+   * `retry_after_seconds` (whole seconds, 0 or more) goes into the payload: the
+   * controller commands the operation's next retry no sooner (wire protocol, section 5).
    */
   actionResult(
     command: CapabilityCommand,
     succeeded: boolean,
     evidence: EvidencePayload | null = null,
-    options: { event_type?: string | null; evidence_ref?: string | null; event_time?: Micros | null } = {},
+    options: ResultOptions = {},
   ): Envelope {
     const chosen = options.event_type ?? resultEvent(command, succeeded, evidence);
+    const wait = options.retry_after_seconds ?? null;
+    if (wait !== null && !(Number.isSafeInteger(wait) && wait >= 0)) {
+      throw new Error(`command ${command.command_id}: retry_after_seconds ${String(wait)} is not a whole number of seconds, 0 or more`);
+    }
     let reported = evidence;
     if (evidence !== null && evidence.outcome) {
       if (evidence.verifier && evidence.verifier !== this.producer) {
@@ -404,6 +419,7 @@ export class RecoveryClient {
       event_time: options.event_time ?? command.issued_at,
       evidence: reported,
       causation: command.command_id,
+      payload: wait === null ? null : { retry_after_seconds: wait },
     });
   }
 
@@ -411,7 +427,7 @@ export class RecoveryClient {
     command: CapabilityCommand,
     succeeded: boolean,
     evidence: EvidencePayload | null = null,
-    options: { event_type?: string | null; evidence_ref?: string | null; event_time?: Micros | null } = {},
+    options: ResultOptions = {},
   ): Promise<Envelope> {
     const envelope = this.actionResult(command, succeeded, evidence, options);
     await this.publisher.publish(envelope);

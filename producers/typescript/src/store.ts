@@ -32,6 +32,8 @@ export interface StoredAnswer {
   readonly evidence_ref: string | null;
   /** Microseconds since the epoch; the result's event time when set. */
   readonly completed_at: number | null;
+  /** What the result asks the next retry to wait; absent in answers stored before. */
+  readonly retry_after_seconds?: number | null;
 }
 
 export interface Execution {

@@ -37,13 +37,16 @@ type Assigned = { topic: string; partition: number; offset?: number | string };
 export const DEADLINE_EXPIRED = 'deadline-expired';
 export const OUTCOME_UNKNOWN = 'outcome-unknown';
 
-/** What a handler did. `completed_at` is the result's event time (else `issued_at`). */
+/** What a handler did. `completed_at` is the result's event time (else `issued_at`).
+ * `retry_after_seconds` (a failure's: what a rate-limited API asked for) asks the
+ * controller to command the next retry no sooner; it never makes a retry happen. */
 export interface ActionResult {
   succeeded: boolean;
   evidence?: EvidencePayload | null;
   event_type?: string | null;
   evidence_ref?: string | null;
   completed_at?: Micros | null;
+  retry_after_seconds?: number | null;
 }
 
 /** A handler: null means nothing to report (the machine does not wait for it). */
@@ -399,6 +402,7 @@ export class CapabilityWorker {
       event_type: answer.event_type,
       evidence_ref: answer.evidence_ref,
       event_time: answer.completed_at,
+      retry_after_seconds: answer.retry_after_seconds ?? null,
     });
     await this.options.client.publisher.publish(envelope);
     this.stats.reported += 1;
@@ -416,6 +420,7 @@ function stored(result: ActionResult | null): StoredAnswer {
     event_type: result.event_type ?? null,
     evidence_ref: result.evidence_ref ?? null,
     completed_at: result.completed_at ?? null,
+    retry_after_seconds: result.retry_after_seconds ?? null,
   };
 }
 

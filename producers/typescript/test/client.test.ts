@@ -27,6 +27,7 @@ import {
   RecoveryClient,
   Roster,
   WorkerError,
+  type CapabilityCommand,
   type EnvelopeFields,
   type Lineage,
 } from '../src/index.js';
@@ -114,4 +115,22 @@ test('a key file its group or others may read is refused, naming the fix', () =>
   assert.throws(() => loadPrivateKey(path), (error: Error) => error instanceof KeyError && /readable by group and others \(mode 0644\).*chmod 600/.test(error.message));
   chmodSync(path, 0o600);
   assert.equal(keyId(loadPrivateKey(path)), keyId(key));
+});
+
+test('a failure asking the next retry to wait carries retry_after_seconds in its payload', () => {
+  const client = new RecoveryClient(publisher());
+  const retry: CapabilityCommand = {
+    command_id: 'op-1:3:0', capability: 'payment.create-refund', kind: 'retry', material: true, params: {},
+    origin: 'transition', operation_id: 'op-1', correlation_id: 'corr-1', causation_event_id: 'timer:op-1:2:retry',
+    machine_name: 'payment-refund', machine_version: '1.0.0', machine_digest: 'sha256:' + 'ab'.repeat(32), sequence: 3,
+    lineage: { agent: 'agent-1', task: 'task-1', initiating_principal: 'alice', origin_operation: null, parent_operation: null, delegated_credentials: [] },
+    issued_at: now, deadline: null, idempotency_key: 'rf-1',
+  };
+  const limited = client.actionResult(retry, false, null, { retry_after_seconds: 120 });
+  assert.equal(limited.fields.event_type, 'RETRY_FAILED');
+  assert.deepEqual(limited.fields.payload, { retry_after_seconds: 120 });
+  assert.equal(client.actionResult(retry, false).fields.payload ?? null, null);
+  for (const bad of [-1, 1.5, Number.NaN]) {
+    assert.throws(() => client.actionResult(retry, false, null, { retry_after_seconds: bad }), /retry_after_seconds/);
+  }
 });

@@ -31,10 +31,13 @@ VERIFIER = "verifier-1"
 
 
 def write_policy(folder: Path, approver_key: Ed25519PrivateKey) -> Path:
-    """A policy trusting `verifier-1` and the approver `approver-1` with `approver_key`."""
+    """A policy trusting `verifier-1` and the approver `approver-1` with `approver_key`.
+    Its retries are commanded at once: these tests run no relay, which a paced retry's
+    timer event needs to come back (tests/integration/consumer/test_timers.py does)."""
     public = approver_key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     policy = {
         "id": "controller-tests",
+        "retry_pacing": {"base": "0s"},
         "trusted_verifiers": [VERIFIER],
         "producers": roster_document(),
         "approvers": [

@@ -1,13 +1,15 @@
 """No record can stop the group, against the real broker and PostgreSQL: a far-future
-event time is refused at intake, an event whose opening raises (its deadline overflows)
-is dead-lettered as `record-failed` naming the stage, and every other record is decided
-and the offset moves past them all."""
+event time is refused at intake, one inside intake's window is decided on the
+controller's clock (its deadline and timers count from the controller's time, not the
+event's: the reported crash was that deadline overflowing), and the offset moves past
+them all. A record whose handling raises is dead-lettered as `record-failed` naming the
+stage (tests/unit/consumer/test_poison.py makes every stage raise)."""
 
 from __future__ import annotations
 
 import json
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +32,9 @@ from tests.unit.consumer.support import event
 
 pytestmark = pytest.mark.integration
 
-# About 7,900 years: an opening at 2026 fits under `datetime.max`, one at 2150 (inside
-# intake's window) overflows, the way 9999-12-31 overflowed the default hour.
+# About 7,900 years: counted from the event's time (2150, inside intake's window) it
+# overflowed `datetime.max` the way 9999-12-31 overflowed the default hour; counted from
+# the controller's clock, as every deadline and timer now is, it fits.
 DEADLINE_SECONDS = 250_000_000_000
 
 
@@ -48,7 +51,7 @@ def _json(operation: str, at: datetime) -> bytes:
     return json.dumps(data, default=str).encode("utf-8")
 
 
-def test_records_that_make_a_stage_raise_are_dead_lettered_and_the_rest_decided(
+def test_far_future_event_times_are_refused_or_decided_on_the_controllers_clock(
     kafka_bootstrap: str, topic_factory: TopicFactory, database_url: str, ledger: Ledger,
     tmp_path: Path,
 ) -> None:  # fmt: skip
@@ -78,21 +81,20 @@ def test_records_that_make_a_stage_raise_are_dead_lettered_and_the_rest_decided(
         wait_for(lambda: ledger.offsets(group, topic) == {0: 4}, 60, "all four records settled")
     assert len(ledger.decisions("op-a")) == 1
     assert len(ledger.decisions("op-b")) == 1
+    [late] = ledger.decisions("op-late")
+    decided_at = datetime.fromisoformat(late["decided_at"])
+    assert decided_at.year == datetime.now(UTC).year
+    view = ledger.load_views(["op-late"])["op-late"]
+    assert view.deadline == decided_at + timedelta(seconds=DEADLINE_SECONDS)
+    stall = next(t for t in view.timers if t.kind == "stalled")
+    assert stall.due_at == decided_at + timedelta(hours=1)
     rows = outbox(ledger)
     letters = {r.payload["source_offset"]: r.payload for r in rows if r.topic == "recovery.dlq"}
-    assert {o: p["reason_code"] for o, p in letters.items()} == {
-        1: "event-time-out-of-range",
-        2: "record-failed",
-    }
+    assert {o: p["reason_code"] for o, p in letters.items()} == {1: "event-time-out-of-range"}
     assert "9999-12-31" in letters[1]["reason"]
-    assert "opening failed: OverflowError" in letters[2]["reason"]
-    assert letters[2]["operation_id"] == "op-late"
     chain = intake_chain_id(group, topic, 0)
     audit = [
         r for r in rows if r.topic == "recovery.audit" and r.payload.get("operation_id") == chain
     ]
-    assert [r.payload["record"]["reason_code"] for r in audit] == [
-        "event-time-out-of-range",
-        "record-failed",
-    ]
+    assert [r.payload["record"]["reason_code"] for r in audit] == ["event-time-out-of-range"]
     assert ledger.verify_audit() == ()

@@ -259,6 +259,8 @@ def test_reviewer_signs_an_escalated_operation_in_chromium_and_it_moves_on(
         )  # fmt: skip
         assert digest == shown["digest"]
         assert page.inner_text("#consequence-approve .target") == "resume-pending"
+        # What it waits for: the stall bound of `unresolved`, and the deadline.
+        assert "escalates once as stalled in unresolved" in page.inner_text("#timers")
         assert page.locator("#consequence-reject .command").all_inner_texts() == [
             "agent.stop-task (stop, scope=task)",
             "credentials.revoke-delegation (revoke, scope=task)",
@@ -279,6 +281,7 @@ def test_reviewer_signs_an_escalated_operation_in_chromium_and_it_moves_on(
         assert page.inner_text("#state") == "resume-pending"
         assert page.inner_text("#audit").startswith("intact")
         assert "approved by approver-1" in page.inner_text("#approvals")
+        assert "stalled in resume-pending" in page.inner_text("#timers")
         page.screenshot(path=str(shots / "console-timeline.png"), full_page=True)
         page.goto(f"{console.url}/")
         assert page.locator('#queue tr[data-operation="op-c1"]').count() == 0

@@ -10,6 +10,7 @@ import pytest
 from ledger import Ledger, PostgresLedger
 from tests.unit.ledger.contract import LedgerContract
 from tests.unit.ledger.lineage_contract import LineageContract
+from tests.unit.ledger.timer_contract import TimerContract
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.integration
 BYPASS_TRIGGERS = "SET session_replication_role = replica"
 
 
-class TestPostgresLedger(LedgerContract, LineageContract):
+class TestPostgresLedger(LedgerContract, LineageContract, TimerContract):
     @pytest.fixture
     def ledger(self, database_url: str) -> Iterator[PostgresLedger]:
         self.url = database_url

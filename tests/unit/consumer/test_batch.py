@@ -68,7 +68,8 @@ def test_a_new_operation_opens_at_the_initial_state_with_the_policy_budget() -> 
     view = planned.batch.views["op-1"]
     assert (view.version, view.state, view.budget_limit) == (0, "failure-reported", 10)
     assert view.lineage.agent == "agent-1"
-    assert view.deadline == event("TOOL_TIMEOUT").event_time + timedelta(hours=1)
+    # The deadline counts from the controller's clock, never the event's time.
+    assert view.deadline == T0 + timedelta(minutes=1) + timedelta(hours=1)
 
 
 def test_positions_advance_past_the_last_record_of_each_partition() -> None:

@@ -68,21 +68,21 @@ def test_an_intake_exception_is_the_records_refusal_not_the_controllers() -> Non
     assert "TypeError" in result.refusal.reason
 
 
-def test_a_far_future_opening_past_intake_is_dead_lettered_and_the_batch_goes_on() -> None:
+def test_a_far_future_opening_past_intake_is_decided_on_the_controllers_clock() -> None:
     # The reported crash: the deadline (event time + policy deadline) overflowed while
-    # the operation was opened, outside the decision's guard.
+    # the operation was opened. Time is the controller's clock now (issue #29): the
+    # event's own time moves neither the deadline nor any timer.
     poison = _accepted(encoded(event("TOOL_TIMEOUT", "op-2"), 0), FAR_FUTURE)
     good = _accepted(encoded(event("TOOL_TIMEOUT", "op-3"), 1))
     planned = _decide([poison, good])
-    assert [d.operation_id for d in planned.decisions] == ["op-3"]
-    [(record, refusal)] = planned.refused
-    assert (record.offset, refusal.code) == (0, "record-failed")
-    assert "opening failed: OverflowError" in refusal.reason
-    assert (refusal.event_id, refusal.operation_id) == ("op-2-tool_timeout", "op-2")
-    assert set(planned.batch.views) == {"op-3"}, "the failed opening left a view behind"
-    assert [d.reason_code for d in planned.batch.dead_letters] == ["record-failed"]
-    assert planned.batch.dead_letters[0].audit["reason_code"] == "record-failed"
-    batch_rows(planned.batch)  # the rest builds
+    assert [d.operation_id for d in planned.decisions] == ["op-2", "op-3"]
+    assert planned.refused == ()
+    opened = planned.batch.folded
+    assert opened is not None
+    now = T0 + timedelta(minutes=1)
+    assert opened["op-2"].deadline == now + timedelta(hours=1)
+    assert all(t.due_at <= now + timedelta(hours=1) for t in opened["op-2"].timers)
+    batch_rows(planned.batch)
 
 
 def test_a_later_event_of_an_operation_that_failed_to_open_fails_alone_too() -> None:

@@ -179,9 +179,12 @@ def machine(digest: str = "sha256:" + "a" * 64) -> Machine:
 
 
 def policy(**overrides: Any) -> Policy:
-    """The default test policy with one trusted verifier and one approver."""
+    """The default test policy with one trusted verifier and one approver. Its retries
+    go out at once (`retry_pacing.base` 0s): these tests are about the retry gate;
+    paced retries have theirs (tests/unit/core/test_timers.py)."""
     data: dict[str, Any] = {
         "id": "test-policy",
+        "retry_pacing": {"base": "0s"},
         "trusted_verifiers": [VERIFIER],
         "escalation_capability": "operator.escalate",
         "approvers": [

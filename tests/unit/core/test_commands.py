@@ -88,6 +88,7 @@ def test_simulate_prints_one_decision_per_event_line(
             producer="status-api",
             evidence={"verifier": "status-api", "outcome": "not_applied"},
         ),
+        {"advance": "30s"},  # the paced retry's timer fires within it
         dict(base, event_type="TOOL_TIMEOUT", event_id="e1", event_time="2026-01-01T00:00:01Z"),
     ]
     events = tmp_path / "events.jsonl"
@@ -97,9 +98,12 @@ def test_simulate_prints_one_decision_per_event_line(
     code = main(["simulate", str(PROCUREMENT), "--events", str(events), "--policy", str(policy)])
     assert code == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [r["outcome"] for r in records] == ["transitioned", "transitioned", "duplicate"]
-    assert [r["state_after"] for r in records] == ["verifying", "retrying", "retrying"]
-    assert records[1]["invocations"][0]["capability"] == "procurement.create-request"
+    outcomes = ["transitioned", "transitioned", "fired", "duplicate"]
+    assert [r["outcome"] for r in records] == outcomes
+    assert [r["state_after"] for r in records] == ["verifying", "retrying", "retrying", "retrying"]
+    assert records[1]["invocations"] == []
+    assert records[2]["event"]["type"] == "RETRY_DUE"
+    assert records[2]["invocations"][0]["capability"] == "procurement.create-request"
 
 
 def test_simulate_reports_invalid_lines_and_exits_1(

@@ -27,7 +27,7 @@ from machines.event import DeclaredFacts, Event, EvidencePayload, Lineage
 from machines.facts import FACTS_IMMUTABLE, FACTS_UNTRUSTED, admit_facts, declare
 from machines.loader import load_catalogue
 from machines.model import Machine, Registry
-from machines.policy import Policy
+from machines.policy import Policy, RetryPacing
 from machines.registry import load_registry
 from machines.simulation import OperationSetup, Simulation
 from machines.view import ToolFacts
@@ -38,7 +38,8 @@ TOOL = "coupa-integration"
 VERIFIER = "verifier-1"
 OP = "op-pr-1"
 KEYED = DeclaredFacts(idempotency_key="pr-key-1", status_api=True)
-POLICY = Policy(id="facts-unit", trusted_verifiers=(VERIFIER,))
+# Retries go out at once: these tests are about the declared key, not pacing.
+POLICY = Policy(id="facts-unit", trusted_verifiers=(VERIFIER,), retry_pacing=RetryPacing(base=0))
 
 
 @cache
@@ -198,7 +199,7 @@ def test_a_case_step_can_declare_facts_on_its_envelope_and_the_retry_fires() -> 
         {
             "name": "step facts",
             "scenario": "timeout before a side effect",
-            "policy": {"trusted_verifiers": [VERIFIER]},
+            "policy": {"trusted_verifiers": [VERIFIER], "retry_pacing": {"base": "0s"}},
             "steps": [
                 {"event": "TOOL_TIMEOUT", "facts": {"idempotency_key": "k-1"}},
                 {

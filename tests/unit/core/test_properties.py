@@ -4,8 +4,9 @@ SPEC §7 invariant, and every decision is reproducible from its inputs.
 Each sequence mixes the standard events with unknown ones, duplicates and reused event
 ids, trusted, untrusted and self-serving verification, checkpoints valid and not,
 approvals valid, forged, replayed, expired and self-signed, classifier noise, time
-jumps past deadlines and expiries, and (per sequence) guards that raise or cannot be
-resolved. After every step the checks below must hold.
+jumps past deadlines and expiries, timers fired when due, fired again and fired after
+their state was left, and (per sequence) guards that raise or cannot be resolved. After
+every step the checks below must hold.
 """
 
 from __future__ import annotations
@@ -45,9 +46,11 @@ from machines.guards import (
 from machines.invariants import result_family
 from machines.model import CapabilityKind, Transition
 from machines.policy import Policy, parse_policy
+from machines.timers import RETRY_EVENT, due_timers, timer_event
 from machines.view import (
     LineageStatus,
     OperationView,
+    Timer,
     ToolFacts,
     checkpoint_digest,
     new_view,
@@ -67,6 +70,20 @@ POLICY: Policy = parse_policy(
         "max_retry_attempts": 2,
         "retry_budget": 3,
         "deadline_seconds": 3600,
+        # Paced retries (the default, made short), a timeout of its own for one state of
+        # two machines, the stall bound for every other state.
+        "retry_pacing": {"base": "2s", "cap": "30s"},
+        "timeouts": {
+            "stalled_after": "10m",
+            "states": {
+                "procurement-request": {
+                    "verifying": {"after": "5m", "event": "VERIFICATION_UNAVAILABLE"}
+                },
+                "payment-refund": {
+                    "verifying": {"after": "5m", "event": "VERIFICATION_UNAVAILABLE"}
+                },
+            },
+        },
         "trusted_verifiers": ["verifier-1", "verifier-2"],
         "approvers": [
             {
@@ -129,7 +146,7 @@ AUTO = "<auto>"  # the plausible choice for the current state (weighted heavily)
 
 move = st.fixed_dictionaries(
     {
-        "kind": st.sampled_from(("new",) * 12 + ("duplicate", "reuse-id")),
+        "kind": st.sampled_from(("new",) * 12 + ("duplicate", "reuse-id") + ("timer",) * 4),
         "event": st.sampled_from((AUTO,) * 2 * len(EVENTS) + EVENTS),
         "producer": st.sampled_from((AUTO,) * 20 + PRODUCERS),
         "advance": st.sampled_from((0, 1, 1, 1, 1, 5, 5, 5, 30, 60, 700, 4000)),
@@ -200,9 +217,15 @@ class Driver:
         self.nonces: list[str] = []
         self.states = sorted(machine.states)
         self.toward = _paths_to(machine, goal) if goal else {}
+        # Every timer ever armed: firing one disarmed since is a stale event.
+        self.timers: dict[str, Timer] = {}
 
     def event(self, m: dict[str, Any], index: int) -> Event:
         self.now += timedelta(seconds=m["advance"])
+        if m["kind"] == "timer":
+            fired = self.timer_event(m["pick"])
+            if fired is not None:
+                return fired
         if m["kind"] == "duplicate" and self.sent:
             return self.sent[m["pick"] % len(self.sent)]
         event_id = f"e{index}"
@@ -227,6 +250,34 @@ class Driver:
         )
         self.sent.append(event)
         return event
+
+    def timer_event(self, pick: int) -> Event | None:
+        """The event firing a timer due now, or (one time in four) one fired or
+        disarmed earlier, as the controller emits it; None when there is none."""
+        due = [t.timer_id for t in due_timers(self.view, self.now)]
+        armed = {t.timer_id for t in self.view.timers if not t.spent}
+        gone = sorted(set(self.timers) - armed)
+        pool = gone if gone and not pick % 4 else due
+        if not pool:
+            return None
+        timer = self.view.timer(pool[pick % len(pool)]) or self.timers[pool[pick % len(pool)]]
+        event = timer_event(
+            timer,
+            operation_id="op-1",
+            correlation_id="c-1",
+            machine_name=self.machine.name,
+            machine_version=self.machine.version,
+            lineage=Lineage(agent=AGENT, task="t", initiating_principal="p"),
+            producer="recovery-controller",
+            at=self.now,
+        )
+        self.sent.append(event)
+        return event
+
+    def took(self, view: OperationView) -> None:
+        """Move on to `view`, remembering the timers it holds."""
+        self.view = view
+        self.timers.update((t.timer_id, t) for t in view.timers)
 
     def _causation(self, m: dict[str, Any]) -> str | None:
         # Verifications and action results answer an open command half of the time,
@@ -444,12 +495,23 @@ def _check(
             (i.origin, i.kind) in (("containment", "revoke"), ("escalation", "escalate"))
             for i in d.invocations
         )
-        assert d.outcome in (Outcome.FINAL, Outcome.DUPLICATE, Outcome.CONFLICT, Outcome.REFUSED)
+        # A timer's event after the end is stale: recorded, ignored.
+        assert d.outcome in (
+            Outcome.FINAL,
+            Outcome.DUPLICATE,
+            Outcome.CONFLICT,
+            Outcome.REFUSED,
+            Outcome.STALE,
+        )
     if d.outcome is not Outcome.TRANSITIONED:
         assert d.state_after == before.state
-        assert all(i.origin in ("escalation", "containment") for i in d.invocations)
-        assert event.event_type == "ANCESTOR_CONTAINED" or all(
-            i.origin == "escalation" for i in d.invocations
+        # What a paced retry's timer releases is what its transition held back.
+        released = d.outcome is Outcome.FIRED and event.event_type == RETRY_EVENT
+        assert released or all(i.origin in ("escalation", "containment") for i in d.invocations)
+        assert (
+            released
+            or event.event_type == "ANCESTOR_CONTAINED"
+            or all(i.origin == "escalation" for i in d.invocations)
         )
     if (
         d.outcome is Outcome.TRANSITIONED
@@ -525,7 +587,8 @@ def test_random_sequences_never_break_an_invariant(name, moves, fault, fact, goa
         assert after.recovery_attempts >= before.recovery_attempts
         assert after.used_nonces >= before.used_nonces
         assert after.retry_attempts <= POLICY.max_retry_attempts
-        driver.view = after
+        _check_timers(machine, before, d, after)
+        driver.took(after)
     # Replaying the whole sequence from the initial view yields the same decisions.
     view = Driver(machine, fact, goal).view
     for event, now, d in trace:
@@ -536,6 +599,36 @@ def test_random_sequences_never_break_an_invariant(name, moves, fault, fact, goa
     # And the view a ledger would store round-trips through JSON unchanged.
     assert view_from_json(json.loads(json.dumps(view_to_json(view)))) == view
     assert view_from_json_text(json.dumps(view_to_json(view))) == view
+
+
+def _check_timers(
+    machine: Machine, before: OperationView, d: Decision, after: OperationView
+) -> None:
+    """Nothing waits forever, and a timer fires once (`machines.timers`)."""
+    scoped = [t for t in after.timers if t.kind in ("state", "stalled")]
+    if machine.states[after.state].final:
+        assert after.timers == (), "a final operation keeps a timer"
+    elif after.version > 0:
+        # Every state that is not final has its timer (a timeout or the stall bound),
+        # armed when it was entered.
+        assert [t.state for t in scoped] == [after.state], "a state without its timer"
+    for timer in after.timers:
+        assert timer.due_at >= timer.armed_at
+        if timer.kind == "retry" and after.deadline is not None:
+            assert timer.due_at < after.deadline or timer.due_at == timer.armed_at
+    assert len({t.timer_id for t in after.timers}) == len(after.timers)
+    if d.outcome is Outcome.STALE:
+        # Recorded and ignored: nothing but the event's id and the version moved.
+        assert d.invocations == ()
+        assert d.timers.armed == ()
+        assert replace(after, version=before.version, seen_events=before.seen_events) == before
+    spent = d.timers.spent
+    if spent is not None:
+        # Only an armed, unspent timer fires; its firing spends it.
+        timer = before.timer(spent)
+        assert timer is not None
+        assert not timer.spent
+        assert after.timer(spent) is None or after.timer(spent).spent  # type: ignore[union-attr]
 
 
 def _auto(**spec: Any) -> dict[str, Any]:
@@ -565,14 +658,17 @@ def _run(machine: Machine, goal: str, moves: list[dict[str, Any]]) -> list[str]:
         d = decide(machine, driver.view, event, POLICY, REGISTRY, driver.now)
         _check(machine, driver.view, event, d, driver.now, REGISTRY, STANDARD_GUARDS)
         kinds.extend(i.kind for i in d.invocations)
-        driver.view = apply(driver.view, d)
+        driver.took(apply(driver.view, d))
     return kinds
 
 
 @pytest.mark.parametrize("name", ["procurement-request", "payment-refund"])
 def test_driver_can_steer_into_a_permitted_retry(name):  # type: ignore[no-untyped-def]
     # The invariant checks only bite if retries happen: the steering reaches one.
-    kinds = _run(MACHINES[name], "retrying", [_auto(), _auto()])
+    # A paced retry goes out when its timer fires (at most `cap` later).
+    kinds = _run(
+        MACHINES[name], "retrying", [_auto(), _auto(), _auto(kind="timer", advance=30, pick=1)]
+    )
     assert CapabilityKind.RETRY in kinds
 
 

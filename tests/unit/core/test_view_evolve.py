@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from machines.view import KeyClaim, LineageStatus, OperationView, ToolFacts, evolve
+from machines.view import KeyClaim, LineageStatus, OperationView, Timer, ToolFacts, evolve
 
 BASE = OperationView(
     operation_id="op-1",
@@ -76,6 +76,18 @@ NEW: dict[str, Any] = {
     "opened_by": "tool-9",
     "agent_proof": "call-context:runtime-1",
     "machine_version": "2.0.0",
+    "timers": (
+        Timer(
+            "timer:op-2:4:stalled",
+            "stalled",
+            "unresolved",
+            4,
+            datetime(2026, 1, 1, tzinfo=UTC),
+            datetime(2026, 1, 1, 1, tzinfo=UTC),
+            "STATE_STALLED",
+        ),
+    ),
+    "retry_not_before": datetime(2026, 1, 1, 0, 5, tzinfo=UTC),
 }
 
 

@@ -7,9 +7,10 @@ import pytest
 from ledger import Ledger, MemoryLedger
 from tests.unit.ledger.contract import LedgerContract
 from tests.unit.ledger.lineage_contract import LineageContract
+from tests.unit.ledger.timer_contract import TimerContract
 
 
-class TestMemoryLedger(LedgerContract, LineageContract):
+class TestMemoryLedger(LedgerContract, LineageContract, TimerContract):
     @pytest.fixture
     def ledger(self) -> MemoryLedger:
         return MemoryLedger()

@@ -77,3 +77,19 @@ def test_any_other_start_position_is_refused_naming_the_forms(text: str) -> None
 
 def test_the_default_start_position_is_latest() -> None:
     assert StartPosition.from_env({}) == StartPosition("latest")
+
+
+def test_a_failures_retry_after_survives_reopening_and_old_answers_read_without_it(
+    tmp_path: Path,
+) -> None:
+    limited = StoredAnswer(reported=True, succeeded=False, retry_after_seconds=90)
+    with ExecutionStore(tmp_path / "executions.sqlite") as store:
+        assert store.claim("op-1:3:0", "payment.create-refund")
+        store.record("op-1:3:0", limited)
+    with ExecutionStore(tmp_path / "executions.sqlite") as reopened:
+        done = reopened.lookup("op-1:3:0")
+        assert done is not None
+        assert done.answer == limited
+    # An answer stored before the field was kept.
+    old = StoredAnswer.from_json('{"reported": true, "succeeded": false}')
+    assert old.retry_after_seconds is None

@@ -39,7 +39,7 @@ from machines import (
     signing_payload,
 )
 from machines.call_context import CALL_CONTEXT_DOMAIN
-from producers import CapabilityWorker, ExecutionStore
+from producers import ActionResult, CapabilityWorker, ExecutionStore
 from producers.worker import WorkerStats
 from schemas import (
     HEADER_CALL_CONTEXT,
@@ -341,3 +341,42 @@ def _check_migration(plan: dict[str, Any], canonical: str, event: Any) -> None:
     target = SimpleNamespace(**plan["to"])
     assert migration_plan(view, target, plan["to_state"]) == plan  # type: ignore[arg-type]
     assert migration_digest(view, target, plan["to_state"]) == decision.reviewed_digest  # type: ignore[arg-type]
+
+
+def test_a_handlers_retry_after_is_reported_and_kept_with_its_answer(tmp_path: Path) -> None:
+    # A rate-limited retry: the handler's retry_after_seconds goes into the result (the
+    # payload key the controller reads, docs/wire-protocol.md section 5) and into the
+    # stored answer, so a re-report after a crash is the same event.
+    reports = _Reports()
+    case = next(c for c in cases("commands.json") if c["name"] == "signed retry command")
+    record = case["record"]
+
+    def limited(_command: CapabilityCommand) -> ActionResult:
+        return ActionResult(succeeded=False, retry_after_seconds=120)
+
+    with ExecutionStore(tmp_path / "store.sqlite") as store:
+        capability_worker = CapabilityWorker(
+            "unused",
+            "vectors",
+            reports,  # type: ignore[arg-type]
+            {"procurement.create-request": limited},
+            topics=TopicNames(),
+            roster=_roster("commands.json"),
+            store=store,
+            clock=lambda: at("commands.json"),
+        )
+        message = Message(
+            topic=vectors("commands.json")["topic"],
+            partition=0,
+            offset=7,
+            key=record["key"].encode("utf-8"),
+            value=bytes.fromhex(record["value_hex"]),
+            headers=headers_of(record["headers"]),
+        )
+        capability_worker._handle(message, WorkerStats(), [])
+        [reported] = reports.events
+        assert (reported.succeeded, reported.retry_after_seconds) == (False, 120)
+        done = store.lookup(reported.command.command_id)
+        assert done is not None
+        assert done.answer is not None
+        assert done.answer.retry_after_seconds == 120
