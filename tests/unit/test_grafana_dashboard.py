@@ -14,7 +14,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, generate_latest
 
 from consumer import METRIC_VIEWS, SECONDS_BUCKETS, ControllerMetrics, Intake, decide_batch
-from ledger import OutboxRecord
+from ledger import OutboxRecord, TimerSummary, WaitingState
 from producers.relay_metrics import RelayMetrics
 from tests.support.producers import roster as producer_roster
 from tests.unit.consumer.support import CONTROLLER, GROUP, T0, encoded, event, pinned, record
@@ -93,6 +93,11 @@ def _exported_series() -> dict[str, set[str]]:
     controller.batch("fenced")
     controller.advisory_commit_failed("REBALANCE_IN_PROGRESS")
     controller.set_lag({("recovery.events", 0): 3})
+    controller.timers_committed(
+        {(what, "stalled"): 1 for what in ("armed", "cancelled", "stale", "fired")}
+    )
+    waiting = WaitingState("procurement-request", "verifying", 2, T0, 1)
+    controller.set_timer_summary(TimerSummary((waiting,), armed=2, overdue=1), T0)
     relay = RelayMetrics("relay-1", provider)
     relay.published([OutboxRecord(1, "r-1", "recovery.commands", "op-1", {}, {})])
     relay.unpublishable(1)
