@@ -62,6 +62,7 @@ from ledger.roles import (
 from ledger.rowsign import RowSigner
 from ledger.schema import describe_schema, expected_schema
 from ledger.schema_check import pending_migrations, require_current_schema
+from ledger.waiting import DatabaseWait
 
 __all__ = [
     "LOGIN_ROLES",
@@ -72,6 +73,7 @@ __all__ = [
     "ChainHead",
     "CommitResult",
     "DatabaseRole",
+    "DatabaseWait",
     "DeadLetter",
     "DeadLetterEntry",
     "Entry",
