@@ -61,6 +61,7 @@ from machines.digest import (
     canonical_ascii_json,
     canonical_json,
     canonical_text,
+    digest_of,
 )
 from machines.ed25519 import sign as ed25519_sign
 from machines.ed25519 import verify as ed25519_verify
@@ -258,6 +259,7 @@ __all__ = [
     "containment_of",
     "correlation_conflict",
     "decide",
+    "digest_of",
     "discover",
     "dump_model",
     "ed25519_sign",

@@ -25,10 +25,11 @@ grant that names it (`agents: [billing-agent]`); a grant for any agent (`"*"`) i
 refused outside demo mode (`machines.wildcard_agent_grants`), so a tool cannot aim a
 containment at a bystander by naming it (`machines.producer_roles.check_opening`).
 
-The format is JSON: `{"context": {...}, "signature": "<base64>"}`, the context holding
-`format` (`call-context/1`), `operation_id`, `lineage` (the shape of
-`machines.Lineage.to_dict`), `issuer`, `key_id`, `issued_at` and `expires_at` (RFC 3339,
-UTC). `issue_call_context` writes it; docs/tool-integration.md shows both sides.
+The format is JSON, written as canonical JSON: `{"context": {...}, "signature":
+"<base64>"}`, the context holding `format` (`call-context/1`), `operation_id`, `lineage`
+(the shape of `machines.Lineage.to_dict`), `issuer`, `key_id`, `issued_at` and
+`expires_at` (RFC 3339, UTC). `issue_call_context` writes it; docs/tool-integration.md
+shows both sides, docs/wire-protocol.md specifies it.
 """
 
 from __future__ import annotations
@@ -101,11 +102,10 @@ def issue_call_context(
         "expires_at": _time(now + lifetime),
     }
     signature = ed25519.sign(private_key, _message(context))
-    return json.dumps(
-        {"context": context, "signature": base64.b64encode(signature).decode("ascii")},
-        separators=(",", ":"),
-        sort_keys=True,
-    )
+    # Canonical JSON, so one context is the same header bytes in every implementation
+    # (docs/wire-protocol.md, "Call contexts"); the verifier reads any JSON object.
+    document = {"context": context, "signature": base64.b64encode(signature).decode("ascii")}
+    return canonical_json(document).decode("utf-8")
 
 
 def _invalid(event: Event, why: str) -> AuthenticationError:

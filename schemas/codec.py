@@ -20,7 +20,6 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Mapping
-from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any, Final, NoReturn, Protocol
@@ -31,6 +30,7 @@ from fastavro.validation import validate as avro_validate
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
+from machines import canonical_json
 from schemas.catalog import EVENT_ENVELOPE, SchemaCatalog, default_catalog
 from schemas.errors import WireCode, WireError
 from schemas.headers import CONTENT_TYPE_AVRO, CONTENT_TYPE_JSON
@@ -299,14 +299,6 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, (tuple, frozenset, set)):
-        return list(value)
-    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
-
-
 class JsonCodec:
     """JSON event envelopes, validated with `event.schema.json` on the way in and out."""
 
@@ -319,16 +311,17 @@ class JsonCodec:
         return CONTENT_TYPE_JSON
 
     def encode(self, record: Mapping[str, Any], schema_name: str) -> bytes:
-        """The event envelope as compact UTF-8 JSON (times as ISO-8601); only
+        """The event envelope as its canonical JSON (`canonical-json/1`: sorted keys, no
+        whitespace, UTF-8, times as ISO-8601), so the same envelope is the same bytes in
+        every implementation (docs/wire-protocol.md, "JSON values"); only
         `recovery.EventEnvelope` has a JSON form."""
         _require_event(schema_name)
         try:
-            text = json.dumps(record, default=_json_default, separators=(",", ":"))
+            data = canonical_json(record)
         except (TypeError, ValueError) as exc:
             raise WireError(
                 WireCode.RECORD_INVALID, f"record is not JSON-encodable: {exc}"
             ) from exc
-        data = text.encode("utf-8")
         self._validate(json.loads(data))
         return data
 

@@ -54,8 +54,9 @@ def header_value(
     headers: Iterable[tuple[str, bytes | None]] | Sequence[tuple[str, bytes | None]] | None,
     name: str,
 ) -> str | None:
-    """The last value of header `name` decoded as UTF-8, or None when absent, empty or not
-    UTF-8 (a hostile header is treated as missing rather than crashing the reader)."""
+    """The last non-null value of header `name` decoded as UTF-8 (an empty value is
+    ""), or None when there is none or that last value is not UTF-8 (a hostile header
+    is treated as missing rather than crashing the reader); docs/wire-protocol.md §6."""
     found: str | None = None
     for key, value in headers or ():
         if key != name or value is None:

@@ -1,21 +1,36 @@
-"""`recoveryctl stack up|down|status`: the local Kafka broker (or three-node cluster) and
-PostgreSQL server."""
+"""`recoveryctl stack up|down|status|env`: the local Kafka broker (or three-node cluster)
+and PostgreSQL server."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
 from ops.context import Context, register_command
 from ops.db_passwords import write_compose_database_material
+from ops.errors import StackError
 from ops.kafka_security import write_compose_material
 from ops.keys import stack_roster
 from ops.paths import stack_dir
-from ops.settings import ENV_KAFKA_PLAINTEXT
-from ops.stack import ServiceStatus, StackState, stack_down, stack_status, stack_up
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_CONFIG_FILE
+from ops.settings import ENV_KAFKA_PLAINTEXT, ENV_STACK_DIR
+from ops.stack import (
+    ServiceStatus,
+    StackState,
+    live_state,
+    stack_down,
+    stack_status,
+    stack_up,
+)
+from schemas import (
+    ENV_CONTROLLER_SIGNING_KEY_FILE,
+    ENV_DATABASE_URL,
+    ENV_KAFKA_BOOTSTRAP,
+    ENV_KAFKA_CONFIG_FILE,
+    ENV_ROSTER_FILE,
+)
 
 __all__ = ["register"]
 
@@ -72,6 +87,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     status = actions.add_parser("status", help="say whether each service answers now")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     register_command(status, _status)
+
+    env = actions.add_parser(
+        "env",
+        help="print the running stack's settings as shell exports: "
+        'eval "$(recoveryctl stack env)"',
+    )
+    register_command(env, _env)
 
 
 def _up(ctx: Context) -> int:
@@ -134,6 +156,29 @@ def _down(ctx: Context) -> int:
         ctx.say(f"stopped: {', '.join(stopped) or 'nothing (both services are external)'}")
         if args.purge:
             ctx.say(f"deleted their data under {state.stack_dir}")
+    return 0
+
+
+def _env(ctx: Context) -> int:
+    """The exports a shell needs to use the running stack as its admin (the lines `up`
+    prints for other shells, and the stack's controller key and worker roster), quoted
+    for `eval`, so a guide's commands run as written wherever the stack lives."""
+    state = live_state()
+    if state is None:
+        raise StackError("no local stack is running; start one with `ops/dev up`")
+    home = Path(state.stack_dir)
+    exports = {
+        ENV_STACK_DIR: str(home),
+        ENV_KAFKA_BOOTSTRAP: state.kafka.bootstrap,
+        ENV_DATABASE_URL: state.postgres.url,
+        # What `stack up` made (ops/keys.py): the controller's key and a worker's roster.
+        ENV_CONTROLLER_SIGNING_KEY_FILE: str(home / "keys" / "controller.key"),
+        ENV_ROSTER_FILE: str(home / "keys" / "roster.json"),
+    }
+    if state.kafka.client_files:
+        exports[ENV_KAFKA_CONFIG_FILE] = state.kafka.client_files["admin"]
+    for name, value in exports.items():
+        ctx.say(f"export {name}={shlex.quote(value)}")
     return 0
 
 

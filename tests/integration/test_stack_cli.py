@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -25,7 +26,14 @@ from ops.process import pid_alive, pid_cmdline
 from ops.runtime import Services
 from ops.settings import DATABASE_NAME, ENV_STACK_DIR
 from ops.stack import KafkaState, live_state, read_state, stack_up
-from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, ENV_KAFKA_CONFIG_FILE, KafkaSecurity
+from schemas import (
+    ENV_CONTROLLER_SIGNING_KEY_FILE,
+    ENV_DATABASE_URL,
+    ENV_KAFKA_BOOTSTRAP,
+    ENV_KAFKA_CONFIG_FILE,
+    ENV_ROSTER_FILE,
+    KafkaSecurity,
+)
 from tests.support.services import service_root
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -92,6 +100,25 @@ def test_stack_up_starts_both_services_reports_them_and_down_stops_them(
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["running"] is True
 
+    # What `eval "$(recoveryctl stack env)"` gives a shell (the guides use it).
+    env = _recoveryctl(stack_home, "stack", "env")
+    assert env.returncode == 0, env.stderr
+    exports = dict(
+        word.removeprefix("export ").split("=", 1)
+        for line in env.stdout.splitlines()
+        for word in shlex.split(line)
+        if "=" in word
+    )
+    assert exports == {
+        ENV_STACK_DIR: str(stack_home),
+        ENV_KAFKA_BOOTSTRAP: kafka.bootstrap,
+        ENV_DATABASE_URL: state["postgres"]["url"],
+        ENV_KAFKA_CONFIG_FILE: kafka.client_files["admin"],
+        ENV_CONTROLLER_SIGNING_KEY_FILE: str(stack_home / "keys" / "controller.key"),
+        ENV_ROSTER_FILE: str(stack_home / "keys" / "roster.json"),
+    }
+    assert Path(exports[ENV_ROSTER_FILE]).is_file()
+
     again = _recoveryctl(stack_home, "stack", "up")
     assert again.returncode == 0, again.stderr
     assert "already running" in again.stdout
@@ -123,6 +150,9 @@ def test_stack_up_starts_both_services_reports_them_and_down_stops_them(
     assert down.returncode == 0, down.stderr
     assert "stopped: kafka, postgres" in down.stdout
     assert not pid_alive(state["kafka"]["pid"])
+    gone = _recoveryctl(stack_home, "stack", "env")
+    assert gone.returncode != 0
+    assert "no local stack is running" in gone.stderr
     assert not pid_alive(state["postgres"]["pid"])
     after = _recoveryctl(stack_home, "stack", "status")
     assert after.returncode == 1
