@@ -63,9 +63,18 @@ from ledger.rowsign import RowSigner
 from ledger.schema import describe_schema, expected_schema
 from ledger.schema_check import pending_migrations, require_current_schema
 from ledger.waiting import DatabaseWait
+from ledger.worker_store import (
+    WORKER_ROLE,
+    WORKER_SCHEMA,
+    ExecutionRow,
+    WorkerExecutions,
+    ensure_worker_store,
+)
 
 __all__ = [
     "LOGIN_ROLES",
+    "WORKER_ROLE",
+    "WORKER_SCHEMA",
     "AuditOutboxRow",
     "AuditRecord",
     "Batch",
@@ -78,6 +87,7 @@ __all__ = [
     "DeadLetterEntry",
     "Entry",
     "EventIdReused",
+    "ExecutionRow",
     "FencedError",
     "HeldOutboxRow",
     "Incident",
@@ -107,6 +117,7 @@ __all__ = [
     "StoredEvent",
     "UnknownOperation",
     "VersionConflict",
+    "WorkerExecutions",
     "available_migrations",
     "batch_rows",
     "create_database",
@@ -115,6 +126,7 @@ __all__ = [
     "drop_database",
     "ensure_database",
     "ensure_roles",
+    "ensure_worker_store",
     "expected_schema",
     "intake_chain_id",
     "migrate",

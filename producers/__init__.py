@@ -23,10 +23,14 @@ from producers.errors import (
 )
 from producers.execution_store import (
     ENV_WORKER_STORE,
+    ENV_WORKER_STORE_URL,
     Execution,
+    ExecutionRecords,
     ExecutionState,
     ExecutionStore,
+    PostgresExecutionStore,
     StoredAnswer,
+    open_execution_store,
 )
 from producers.partitions import PartitionExtent, StoredRecord, partition_extents, read_range
 from producers.readback import TopicRecord, read_commands, read_topic
@@ -57,6 +61,7 @@ __all__ = [
     "DEFAULT_GROUP_PREFIXES",
     "ENV_WORKER_START",
     "ENV_WORKER_STORE",
+    "ENV_WORKER_STORE_URL",
     "RESULT_EVENTS",
     "AclEntry",
     "AclReport",
@@ -67,6 +72,7 @@ __all__ = [
     "EncodedRecord",
     "EventPublisher",
     "Execution",
+    "ExecutionRecords",
     "ExecutionState",
     "ExecutionStore",
     "Handler",
@@ -74,6 +80,7 @@ __all__ = [
     "LineageCache",
     "OutboxRelay",
     "PartitionExtent",
+    "PostgresExecutionStore",
     "ProducersError",
     "ProvisionError",
     "RecordEncoder",
@@ -96,6 +103,7 @@ __all__ = [
     "event_record_id",
     "lineage_from_ledger",
     "list_acls",
+    "open_execution_store",
     "partition_extents",
     "provision",
     "provision_acls",
