@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import time
@@ -48,6 +49,7 @@ from ops.paths import TRAVERSABLE, private_dir
 from ops.ports import LOOPBACK, free_ports
 from ops.postgres import (
     _HBA,
+    _MAX_SOCKET_DIR,
     SERVER_SETTINGS,
     PostgresServer,
     PostgresServiceError,
@@ -214,6 +216,10 @@ class HaPostgres:
         """Whether the keeper of server `name` runs."""
         return self.supervisor_pid(name) is not None
 
+    def complete(self) -> bool:
+        """Whether the monitor and both nodes' keepers run."""
+        return all(self.running(name) for name in (MONITOR, *NODES))
+
     def is_running(self) -> bool:
         """Whether the monitor and at least one node run: the ledger can be reached,
         perhaps after a failover (`stack up` starts what died)."""
@@ -346,13 +352,18 @@ def start_postgres_ha(
     else free ones. Raises `PostgresServiceError` with the logs' tails on failure."""
     root = private_dir(root.resolve(), TRAVERSABLE)
     bin_dir = find_bin_dir()
+    if shutil.which("pg_autoctl", path=f"{bin_dir}:/usr/bin:/bin") is None:
+        raise PostgresServiceError(
+            "pg_autoctl is not installed: install the Debian packages pg-auto-failover-cli "
+            "and postgresql-15-auto-failover (.ci/run does)"
+        )
     monitor, a, b = _ports(root, ports)
     cluster = HaPostgres(root, monitor, (a, b), bin_dir, service_os_user())
     for name in (MONITOR, *NODES):
         folder = cluster.folder(name)
         folder.mkdir(exist_ok=True, mode=0o700)
         _give_service(cluster, folder)
-    for name in ("xdg", "run"):
+    for name in ("xdg", "run", "sock"):
         (root / name).mkdir(exist_ok=True, mode=0o700)
         _give_service(cluster, root / name)
     if not (cluster.folder(NODES[1]) / "data" / "PG_VERSION").is_file():
@@ -459,16 +470,24 @@ def _server(cluster: HaPostgres, name: str) -> PostgresServer:
 
 
 def _write_files(cluster: HaPostgres, name: str) -> None:
-    """The settings and `pg_hba.conf` of server `name`, as on every start. No Unix
-    socket: a standby's data folder is a copy of the primary's, settings included, so
-    each keeper reaches its server over loopback TCP (`--pghost`); pg_autoctl passes
-    the port and address on the server's command line."""
+    """The settings and `pg_hba.conf` of server `name`, as on every start. Each keeper
+    reaches its server over loopback TCP (`--pghost`); pg_autoctl passes the port and
+    address on the server's command line. The Unix sockets of all three servers are in
+    one folder (`sock/`; a socket file is named by its port), because a standby's data
+    folder is a copy of the primary's, settings included, and because pg_autoctl
+    starts a killed primary once with no TCP address (`-h ''`) to finish its crash
+    recovery before `pg_rewind`: a server with neither TCP nor a socket does not start,
+    and the old primary could never rejoin."""
     server = _server(cluster, name)
     if not (server.data_dir / "PG_VERSION").is_file():
         return
+    sockets = cluster.root / "sock"
     base = _MONITOR_SETTINGS if name == MONITOR else SERVER_SETTINGS
+    socket_dir = str(sockets) if len(str(sockets)) <= _MAX_SOCKET_DIR else ""
     write_server_files(
-        server, {**base, "unix_socket_directories": ""}, _HBA if name == MONITOR else _NODE_HBA
+        server,
+        {**base, "unix_socket_directories": socket_dir},
+        _HBA if name == MONITOR else _NODE_HBA,
     )
 
 

@@ -113,7 +113,8 @@ def add_ledger_options(
 def _migrate(ctx: Context) -> int:
     """Apply every pending migration; print what was applied. A refused migration (a
     changed file, a failed statement) is exit 1; an unreachable database exit 2."""
-    report = migrate_as_owner(ctx.database_url())
+    url = ctx.database_url()
+    report = ctx.database_wait().run("migrate the ledger", lambda: migrate_as_owner(url))
     if ctx.json:
         ctx.print_json(
             {

@@ -68,6 +68,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="1: one broker; 3: a KRaft cluster of three nodes, every topic with three "
         "replicas and min.insync.replicas 2 (default: as the recorded stack, else 1)",
     )
+    up.add_argument(
+        "--ha",
+        action="store_true",
+        default=None,
+        help="run the ledger on a local PostgreSQL failover pair: pg_auto_failover's "
+        "monitor, a primary and a synchronous standby, URLs listing both nodes with "
+        "target_session_attrs=read-write (docs/ledger.md, Failover)",
+    )
     register_command(up, _up)
 
     down = actions.add_parser("down", help="stop the local services of the stack")
@@ -97,7 +105,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _up(ctx: Context) -> int:
-    stack = stack_up(plaintext=ctx.args.plaintext, brokers=ctx.args.brokers)
+    stack = stack_up(plaintext=ctx.args.plaintext, brokers=ctx.args.brokers, ha=ctx.args.ha)
     state = stack.state
     if ctx.json:
         ctx.print_json({"reused": stack.reused, **state.model_dump(mode="json")})
@@ -211,14 +219,18 @@ def _print_state(ctx: Context, state: StackState) -> None:
     else:
         ctx.say(f"kafka     {kafka.bootstrap}  ({kafka_origin}; {kafka.security_protocol})")
     ctx.say(f"postgres  {postgres.url}  ({pg_origin})")
+    if postgres.ha and postgres.node_ports is not None:
+        nodes = ", ".join(f"127.0.0.1:{port}" for port in postgres.node_ports)
+        ctx.say(f"  failover pair: nodes {nodes}, monitor 127.0.0.1:{postgres.port}")
     if kafka.external or postgres.external:
         ctx.say(f"using existing services named by {ENV_KAFKA_BOOTSTRAP} / {ENV_DATABASE_URL}")
     ctx.say(f"ready in {state.startup_seconds:.1f} s (started {state.started_at:%H:%M:%S} UTC)")
     ctx.say("for other shells:")
-    ctx.say(f"  export {ENV_KAFKA_BOOTSTRAP}={kafka.bootstrap}")
-    ctx.say(f"  export {ENV_DATABASE_URL}={postgres.url}")
+    ctx.say(f"  export {ENV_KAFKA_BOOTSTRAP}={shlex.quote(kafka.bootstrap)}")
+    # Quoted: a failover pair's URL has `&` in it.
+    ctx.say(f"  export {ENV_DATABASE_URL}={shlex.quote(postgres.url)}")
     if kafka.client_files:
-        ctx.say(f"  export {ENV_KAFKA_CONFIG_FILE}={kafka.client_files['admin']}")
+        ctx.say(f"  export {ENV_KAFKA_CONFIG_FILE}={shlex.quote(kafka.client_files['admin'])}")
         ctx.say(f"each component's Kafka principal ({ENV_KAFKA_CONFIG_FILE} of that process):")
         for component, path in sorted(kafka.client_files.items()):
             ctx.say(f"  {component:<10} {ENV_KAFKA_CONFIG_FILE}={path}")
