@@ -219,11 +219,15 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 
 def check_schema(
-    database_url: str, migrate: bool, waiting: DatabaseWait | None = None
+    database_url: str,
+    migrate: bool,
+    waiting: DatabaseWait | None = None,
+    stop: threading.Event | None = None,
 ) -> tuple[str, ...]:
     """Apply (with `migrate`) or check the ledger migrations, as the controller checks
     them (`ledger.require_current_schema`); returns the migrations applied. With
-    `waiting`, a database with no read-write server yet is waited for (bounded). Raises
+    `waiting`, a database with no read-write server yet is waited for (bounded; `stop`
+    ends the wait). Raises
     `ledger.LedgerError` when the schema is not current or the database unreachable."""
 
     def check() -> tuple[str, ...]:
@@ -235,4 +239,4 @@ def check_schema(
 
     if waiting is None:
         return check()
-    return waiting.run("check the ledger's migrations", check)
+    return waiting.run("check the ledger's migrations", check, stop)

@@ -37,6 +37,7 @@ import threading
 from typing import Any, Final
 
 from consumer import ENV_DEMO_MODE, ENV_METRICS_ADDRESS, HealthServer, ProcessSettings
+from ledger import LedgerError
 from ops.context import Context, register_command
 from ops.errors import UsageError
 from ops.runtime import Services, check_schema, run_roles, stop_on_signals
@@ -123,7 +124,7 @@ def _run(ctx: Context) -> int:
         return _serve(ctx, process, stop)
 
 
-def _prepare(ctx: Context, health: HealthServer | None) -> Services:
+def _prepare(ctx: Context, health: HealthServer | None, stop: threading.Event) -> Services:
     args = ctx.args
     if args.relays < 1:
         raise UsageError("--relays must be at least 1")
@@ -138,7 +139,7 @@ def _prepare(ctx: Context, health: HealthServer | None) -> Services:
             ready=lambda: {"ledger": waiting.problem() or "checking the ledger"},
         )
     try:
-        applied = check_schema(services.database_url, args.migrate, waiting)
+        applied = check_schema(services.database_url, args.migrate, waiting, stop)
     finally:
         if health is not None:
             health.remove("run")
@@ -167,7 +168,12 @@ def _serve(ctx: Context, process: ProcessSettings, stop: threading.Event) -> int
     args = ctx.args
     health = HealthServer(process.metrics_address).start() if process.metrics_address else None
     try:
-        services = _prepare(ctx, health)
+        try:
+            services = _prepare(ctx, health, stop)
+        except LedgerError:
+            if not stop.is_set():
+                raise
+            # SIGTERM while it waited for the database: a clean stop, not a failure.
         if stop.is_set():
             ctx.note("stopped before starting")
             if health is not None:
