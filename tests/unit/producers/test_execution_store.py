@@ -11,11 +11,14 @@ import pytest
 from machines import EvidencePayload
 from producers import (
     ENV_WORKER_STORE,
+    ENV_WORKER_STORE_URL,
     ExecutionState,
     ExecutionStore,
+    PostgresExecutionStore,
     ProducersError,
     StartPosition,
     StoredAnswer,
+    open_execution_store,
 )
 
 
@@ -77,3 +80,20 @@ def test_any_other_start_position_is_refused_naming_the_forms(text: str) -> None
 
 def test_the_default_start_position_is_latest() -> None:
     assert StartPosition.from_env({}) == StartPosition("latest")
+
+
+def test_the_shared_store_wins_when_its_url_is_set(tmp_path: Path) -> None:
+    environ = {
+        ENV_WORKER_STORE: str(tmp_path / "executions.sqlite"),
+        ENV_WORKER_STORE_URL: "postgresql://recovery_worker@db-1:5432,db-2:5432/recovery",
+    }
+    store = open_execution_store(environ)  # connects on first use, not here
+    assert isinstance(store, PostgresExecutionStore)
+    local = open_execution_store({ENV_WORKER_STORE: str(tmp_path / "executions.sqlite")})
+    assert isinstance(local, ExecutionStore)
+    local.close()
+
+
+def test_no_store_at_all_names_both_variables() -> None:
+    with pytest.raises(ProducersError, match=f"{ENV_WORKER_STORE}.*{ENV_WORKER_STORE_URL}"):
+        open_execution_store({})
