@@ -62,6 +62,13 @@ def check_message_limits(
             "relay's principal needs DescribeConfigs on them (`recoveryctl topics create` "
             "grants it)"
         ) from exc
+    except TimeoutError as exc:
+        # The future's wait ran out before the request's own timeout failed it: the
+        # broker did not answer (down, restarting), which the caller retries.
+        raise ProducersError(
+            f"cannot read the recovery topics' max.message.bytes on {bootstrap}: the "
+            f"broker did not answer within {timeout:g}s"
+        ) from exc
     small = {name: size for name, size in limits.items() if size < MIN_TOPIC_MESSAGE_BYTES}
     if small:
         raise TopicLimitError(
