@@ -26,7 +26,13 @@ from consumer.health_server import HealthServer
 from consumer.reload import RulesWatch
 from consumer.settings import ENV_DEMO_MODE, ControllerSettings, RulesSettings
 from consumer.telemetry import CONTROLLER_SERVICE, Telemetry, build_telemetry
-from ledger import LedgerError, PostgresLedger, current_role, require_current_schema
+from ledger import (
+    DatabaseWait,
+    LedgerError,
+    PostgresLedger,
+    current_role,
+    require_current_schema,
+)
 from machines import (
     Machine,
     MachineError,
@@ -235,6 +241,34 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+def _open_ledger(
+    settings: ControllerSettings, stop: threading.Event, health: HealthServer | None
+) -> PostgresLedger:
+    """Check the schema and the role, and open the ledger, waiting for a read-write
+    database (`ledger.DatabaseWait`: a failover, a server still starting) with bounded
+    backoff; meanwhile `/readyz` says what the controller waits for. Raises
+    `ControllerError` when the wait runs out or the database refuses."""
+    waiting = DatabaseWait(f"controller {settings.instance_id}", timeout=settings.database_wait_s)
+    if health is not None:
+        health.add(
+            "controller",
+            live=lambda: {"loop": None},
+            ready=lambda: {"ledger": waiting.problem() or "opening the ledger"},
+        )
+
+    def start() -> PostgresLedger:
+        require_current_schema(settings.database_url)
+        check_database_role(settings)
+        return PostgresLedger(settings.database_url)
+
+    try:
+        return waiting.run("start the controller", start, stop)
+    except LedgerError as exc:
+        if health is not None:
+            health.remove("controller")
+        raise ControllerError(f"controller cannot start: {exc}") from exc
+
+
 def run_controller(
     settings: ControllerSettings,
     stop: threading.Event,
@@ -257,21 +291,13 @@ def run_controller(
         settings.kafka_security.describe(),
         redact_url(settings.database_url),
     )
-    try:
-        require_current_schema(settings.database_url)
-        check_database_role(settings)
-    except LedgerError as exc:
-        raise ControllerError(f"controller cannot start: {exc}") from exc
+    ledger = _open_ledger(settings, stop, health)
     owned_telemetry = telemetry is None
     telemetry = telemetry or build_telemetry(
         instance=settings.instance_id,
         service=CONTROLLER_SERVICE,
         readers=() if health is None else (health.metric_reader(),),
     )
-    try:
-        ledger = PostgresLedger(settings.database_url)
-    except LedgerError as exc:
-        raise ControllerError(f"controller cannot open the ledger: {exc}") from exc
     try:
         watched = (
             settings.lock_path,

@@ -96,6 +96,7 @@ class ControllerSettings(RulesSettings):
 
     bootstrap: str = given(ServiceSettings, "kafka_bootstrap", min_length=1)
     database_url: str = given(ServiceSettings, "database_url", min_length=1)
+    database_wait_s: float = given(ServiceSettings, "database_wait_s", default=300.0, ge=0)
     producer_id: str = given(IdentitySettings, "controller_id", min_length=1)
     signing_key_file: Path | None = given(IdentitySettings, "controller_key_file", default=None)
     topics: TopicNames = given(default_factory=TopicNames.from_env)

@@ -65,9 +65,19 @@ from ledger.rowsign import RowSigner
 from ledger.schema import describe_schema, expected_schema
 from ledger.schema_check import pending_migrations, require_current_schema
 from ledger.timers import FiredTimer, FiredTimers, TimerSummary, WaitingState
+from ledger.waiting import DatabaseWait
+from ledger.worker_store import (
+    WORKER_ROLE,
+    WORKER_SCHEMA,
+    ExecutionRow,
+    WorkerExecutions,
+    ensure_worker_store,
+)
 
 __all__ = [
     "LOGIN_ROLES",
+    "WORKER_ROLE",
+    "WORKER_SCHEMA",
     "AuditOutboxRow",
     "AuditRecord",
     "Batch",
@@ -75,10 +85,12 @@ __all__ = [
     "ChainHead",
     "CommitResult",
     "DatabaseRole",
+    "DatabaseWait",
     "DeadLetter",
     "DeadLetterEntry",
     "Entry",
     "EventIdReused",
+    "ExecutionRow",
     "FencedError",
     "FiredTimer",
     "FiredTimers",
@@ -114,6 +126,7 @@ __all__ = [
     "UnknownOperation",
     "VersionConflict",
     "WaitingState",
+    "WorkerExecutions",
     "available_migrations",
     "batch_rows",
     "create_database",
@@ -122,6 +135,7 @@ __all__ = [
     "drop_database",
     "ensure_database",
     "ensure_roles",
+    "ensure_worker_store",
     "expected_schema",
     "intake_chain_id",
     "migrate",

@@ -42,7 +42,7 @@ from consumer import (
     load_machines,
     operator_policy,
 )
-from ledger import LedgerInspector, PostgresLedger
+from ledger import DatabaseWait, LedgerInspector, PostgresLedger
 from machines import Machine, Pins, Policy, Registry, Rules, load_private_key
 from ops.errors import NotConfigured, StackError, UsageError
 from ops.keys import STACK_ROSTER
@@ -265,7 +265,13 @@ class Context:
             controller_url=self.role_url("controller"),
             relay_url=self.role_url("relay"),
             kafka={component: self.kafka(component) for component in KAFKA_PRINCIPALS},
+            database_wait_s=self.database_wait().timeout,
         )
+
+    def database_wait(self) -> DatabaseWait:
+        """How this command waits for a read-write ledger database before it gives up
+        (`RECOVERY_DATABASE_WAIT_S`; docs/ledger.md, "Failover")."""
+        return DatabaseWait(f"recoveryctl {self.command}", timeout=self.services.database_wait_s)
 
     @cached_property
     def topics(self) -> TopicNames:
@@ -277,14 +283,20 @@ class Context:
     def inspector(self) -> LedgerInspector:
         """A one-connection inspector of the ledger (read-only snapshots), opened once."""
         if self._inspector is None:
-            self._inspector = LedgerInspector(self.database_url(), max_size=1, retries=1)
+            url = self.database_url()
+            self._inspector = self.database_wait().run(
+                "read the ledger", lambda: LedgerInspector(url, max_size=1, retries=1)
+            )
             self._closers.append(self._inspector.close)
         return self._inspector
 
     def ledger(self) -> PostgresLedger:
         """A one-connection ledger on the database, opened once."""
         if self._ledger is None:
-            self._ledger = PostgresLedger(self.database_url(), max_size=1, retries=1)
+            url = self.database_url()
+            self._ledger = self.database_wait().run(
+                "open the ledger", lambda: PostgresLedger(url, max_size=1, retries=1)
+            )
             self._closers.append(self._ledger.close)
         return self._ledger
 

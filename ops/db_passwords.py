@@ -26,6 +26,7 @@ __all__ = [
     "default_password_file",
     "resolve_passwords",
     "store_passwords",
+    "stored_passwords",
     "write_compose_database_material",
 ]
 
@@ -60,6 +61,12 @@ def store_passwords(path: Path, passwords: Mapping[str, str]) -> None:
         json.dump(dict(sorted(passwords.items())), handle, indent=2)
         handle.write("\n")
     path.chmod(0o600)
+
+
+def stored_passwords(path: Path) -> dict[str, str]:
+    """Role name -> password as the file at `path` keeps them ({} when it does not
+    exist); raises `StackError` when it is not a JSON object of strings."""
+    return _read(path)
 
 
 def _read(path: Path) -> dict[str, str]:

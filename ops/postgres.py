@@ -28,6 +28,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 from urllib.parse import quote
 
 import ledger
@@ -57,6 +58,22 @@ local   all  all                 scram-sha-256
 host    all  all  127.0.0.1/32   scram-sha-256
 host    all  all  ::1/128        scram-sha-256
 """
+# The settings of every local server, single or of a failover pair.
+SERVER_SETTINGS: Final[Mapping[str, str]] = {
+    # Sized for a 2-core developer box running Kafka beside it.
+    "shared_buffers": "256MB",
+    "max_connections": "200",
+    # Durability stays as in production: tests must see what production would.
+    "fsync": "on",
+    "synchronous_commit": "on",
+    "full_page_writes": "on",
+    "log_line_prefix": "%m [%p] %q%u@%d ",
+    # Loaded for `recoveryctl bench --profile`, which turns tracking on for its own
+    # scratch database only (`ALTER DATABASE ... SET pg_stat_statements.track`); off
+    # everywhere else, so that no other session pays for it.
+    "shared_preload_libraries": "pg_stat_statements",
+    "pg_stat_statements.track": "none",
+}
 _SERVICE_USER_CREATED = "agent-recovery"
 _SETTINGS_FILE = "agent-recovery.conf"
 _ADMIN_DATABASE = "postgres"
@@ -299,12 +316,21 @@ def _choose_port(root: Path, port: int | None) -> int:
 
 
 def _initdb(server: PostgresServer) -> None:
+    password = secrets.token_urlsafe(24)
+    initdb(server, password)
+    server.remember({server.user: password})
+
+
+def initdb(server: PostgresServer, password: str) -> None:
+    """Make the cluster `server.data_dir` (owned by the service user), its superuser
+    authenticating with `password` (scram-sha-256, never `trust`), its `postgresql.conf`
+    including the settings file `write_server_files` writes. Raises
+    `PostgresServiceError` with initdb's output when it fails."""
     data = server.data_dir
     shutil.rmtree(data, ignore_errors=True)  # a half-made cluster from a failed initdb
     data.mkdir(mode=0o700)
     _give(server, data)
     _check_reachable(server)
-    password = secrets.token_urlsafe(24)
     # initdb (the service user) reads the superuser's password from a file of its own.
     pwfile = server.root / f".initdb-{secrets.token_hex(4)}"
     fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -328,8 +354,6 @@ def _initdb(server: PostgresServer) -> None:
         )
     finally:
         pwfile.unlink(missing_ok=True)
-    if result.returncode == 0:
-        server.remember({server.user: password})
     if result.returncode != 0:
         raise PostgresServiceError(
             f"initdb failed for {data} (exit {result.returncode}):\n{result.stdout}{result.stderr}"
@@ -385,29 +409,23 @@ def _write_settings(server: PostgresServer) -> None:
         "listen_addresses": server.host,
         "port": str(server.port),
         "unix_socket_directories": socket_dir,
-        # Sized for a 2-core developer box running Kafka beside it.
-        "shared_buffers": "256MB",
-        "max_connections": "200",
-        # Durability stays as in production: tests must see what production would.
-        "fsync": "on",
-        "synchronous_commit": "on",
-        "full_page_writes": "on",
-        "log_line_prefix": "%m [%p] %q%u@%d ",
-        # Loaded for `recoveryctl bench --profile`, which turns tracking on for its own
-        # scratch database only (`ALTER DATABASE ... SET pg_stat_statements.track`); off
-        # everywhere else, so that no other session pays for it.
-        "shared_preload_libraries": "pg_stat_statements",
-        "pg_stat_statements.track": "none",
+        **SERVER_SETTINGS,
     }
+    write_server_files(server, settings, _HBA)
+    (server.root / "port.json").write_text(json.dumps({"port": server.port}))
+
+
+def write_server_files(server: PostgresServer, settings: Mapping[str, str], hba: str) -> None:
+    """Write the settings file the cluster's `postgresql.conf` includes and its
+    `pg_hba.conf` (owned by the service user), as on every start."""
     lines = [f"{key} = '{value}'\n" for key, value in settings.items()]
     path = server.data_dir / _SETTINGS_FILE
     header = "# Local stack settings (ops/postgres.py); rewritten on every start.\n"
     path.write_text(header + "".join(lines))
     _give(server, path)
-    hba = server.data_dir / "pg_hba.conf"
-    hba.write_text(_HBA)
-    _give(server, hba)
-    (server.root / "port.json").write_text(json.dumps({"port": server.port}))
+    hba_path = server.data_dir / "pg_hba.conf"
+    hba_path.write_text(hba)
+    _give(server, hba_path)
 
 
 def _give(server: PostgresServer, path: Path, *, touch: bool = False) -> None:

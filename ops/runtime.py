@@ -25,7 +25,7 @@ from consumer import (
     build_telemetry,
     reload_requests,
 )
-from ledger import PostgresLedger, migrate_database, require_current_schema
+from ledger import DatabaseWait, PostgresLedger, migrate_database, require_current_schema
 from producers import OutboxRelay, RelaySettings, relay_probes
 from schemas import KafkaSecurity, TopicNames
 
@@ -47,6 +47,8 @@ class Services:
     # Component ("admin", "controller", "relay", "tool", "worker", ...) -> its Kafka
     # client settings; a component not named uses the environment's.
     kafka: Mapping[str, KafkaSecurity] = field(default_factory=dict)
+    # How long the roles wait for a read-write database at start (ledger.DatabaseWait).
+    database_wait_s: float = 300.0
 
     def kafka_for(self, component: str) -> KafkaSecurity:
         """The Kafka client settings `component` connects with."""
@@ -113,7 +115,7 @@ def run_roles(
         controller = _controller_target(services, overrides, health)
     if "relay" in roles:
         relay_url = services.relay_url or services.database_url
-        ledger = PostgresLedger(relay_url, max_size=max(2, relays + 1))
+        ledger = _open_relay_ledger(services, relay_url, relays, stop, health)
         runtime.closers.append(ledger.close)
         telemetry = _relay_telemetry(health)
         runtime.closers.append(telemetry.shutdown)
@@ -144,6 +146,27 @@ def run_roles(
     if controller is not None:
         runtime.start("controller", controller)
     return runtime
+
+
+def _open_relay_ledger(
+    services: Services,
+    url: str,
+    relays: int,
+    stop: threading.Event,
+    health: HealthServer | None,
+) -> PostgresLedger:
+    """The relays' ledger, opened once a read-write database answers (bounded backoff,
+    `ledger.DatabaseWait`; `/readyz` says so meanwhile)."""
+    waiting = DatabaseWait(f"relay {os.getpid()}", timeout=services.database_wait_s)
+    if health is not None:
+        health.add(
+            "relay",
+            live=lambda: {"loop": None},
+            ready=lambda: {"ledger": waiting.problem() or "opening the ledger"},
+        )
+    return waiting.run(
+        "start the relay", lambda: PostgresLedger(url, max_size=max(2, relays + 1)), stop
+    )
 
 
 def _relay_telemetry(health: HealthServer | None) -> Telemetry:
@@ -201,12 +224,25 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def check_schema(database_url: str, migrate: bool) -> tuple[str, ...]:
+def check_schema(
+    database_url: str,
+    migrate: bool,
+    waiting: DatabaseWait | None = None,
+    stop: threading.Event | None = None,
+) -> tuple[str, ...]:
     """Apply (with `migrate`) or check the ledger migrations, as the controller checks
-    them (`ledger.require_current_schema`); returns the migrations applied. Raises
+    them (`ledger.require_current_schema`); returns the migrations applied. With
+    `waiting`, a database with no read-write server yet is waited for (bounded; `stop`
+    ends the wait). Raises
     `ledger.LedgerError` when the schema is not current or the database unreachable."""
-    applied: tuple[str, ...] = ()
-    if migrate:
-        applied = tuple(migrate_database(database_url).applied)
-    require_current_schema(database_url)
-    return applied
+
+    def check() -> tuple[str, ...]:
+        applied: tuple[str, ...] = ()
+        if migrate:
+            applied = tuple(migrate_database(database_url).applied)
+        require_current_schema(database_url)
+        return applied
+
+    if waiting is None:
+        return check()
+    return waiting.run("check the ledger's migrations", check, stop)

@@ -49,9 +49,10 @@ from ops.postgres import (
     start_postgres,
     wait_for_postgres,
 )
+from ops.postgres_ha import MONITOR, HaPostgres, start_postgres_ha
 from ops.process import file_lock
 from ops.settings import DATABASE_NAME, StackSettings
-from schemas import ENV_KAFKA_BOOTSTRAP, KafkaSecurity, ServiceSettings
+from schemas import ENV_DATABASE_URL, ENV_KAFKA_BOOTSTRAP, KafkaSecurity, ServiceSettings
 
 __all__ = [
     "KafkaState",
@@ -69,6 +70,7 @@ __all__ = [
 
 _STATE_FILE = "state.json"
 _CLUSTER_DIR = "kafka-cluster"
+_PAIR_DIR = "postgres-ha"  # the failover pair's three servers (`stack up --ha`)
 T = TypeVar("T")
 
 
@@ -122,6 +124,10 @@ class PostgresState(BaseModel):
     bin_dir: str | None = None
     os_user: str | None = None
     log: str | None = None
+    # A failover pair (`stack up --ha`, `ops.postgres_ha`): `port` is the monitor's,
+    # `node_ports` the two data nodes', and every URL lists both nodes.
+    ha: bool = False
+    node_ports: tuple[int, int] | None = None
 
 
 class StackState(BaseModel):
@@ -154,7 +160,7 @@ class LocalStack:
 
     state: StackState
     kafka: KafkaBroker | KafkaCluster | None
-    postgres: PostgresServer | None
+    postgres: PostgresServer | HaPostgres | None
     reused: bool = False
     # The services of a recorded stack that `stack up` found dead and started again
     # ("kafka", "postgres"); the others kept their processes.
@@ -207,10 +213,15 @@ class LocalStack:
             kafka = KafkaCluster.rebuilt(Path(k.data_dir), nodes)
         elif not k.external and k.pid and k.data_dir:
             kafka = KafkaBroker(k.bootstrap, k.pid, Path(k.data_dir))
-        postgres = None
+        postgres: PostgresServer | HaPostgres | None = None
         pg = state.postgres
         if not pg.external and pg.root and pg.port and pg.bin_dir:
-            postgres = PostgresServer(Path(pg.root), pg.port, Path(pg.bin_dir), pg.os_user)
+            if pg.ha and pg.node_ports is not None:
+                postgres = HaPostgres(
+                    Path(pg.root), pg.port, pg.node_ports, Path(pg.bin_dir), pg.os_user
+                )
+            else:
+                postgres = PostgresServer(Path(pg.root), pg.port, Path(pg.bin_dir), pg.os_user)
         return cls(state, kafka, postgres, reused)
 
 
@@ -260,6 +271,7 @@ def stack_up(
     external_timeout: float = 15.0,
     plaintext: bool | None = None,
     brokers: int | None = None,
+    ha: bool | None = None,
 ) -> LocalStack:
     """Start (or reuse, or attach to external) Kafka and PostgreSQL and record them.
 
@@ -269,7 +281,10 @@ def stack_up(
     before the error is raised. External services get `external_timeout` seconds to
     answer. The local broker is secured unless `plaintext` (default:
     `plaintext_requested()`); `brokers` (default: as recorded, else 1) local brokers
-    run, more than one as a cluster (`ops.kafka_cluster`).
+    run, more than one as a cluster (`ops.kafka_cluster`). With `ha` (default: as
+    recorded, else not) the ledger runs on a local failover pair (`ops.postgres_ha`:
+    pg_auto_failover's monitor, a primary and its synchronous standby); a recorded pair
+    whose node died gets it started again (it rejoins as the standby).
     """
     # Traversable (PostgreSQL's own user reaches its data below), not listable.
     home = private_dir(directory or stack_dir(), TRAVERSABLE)
@@ -277,23 +292,35 @@ def stack_up(
     if brokers is not None and brokers not in (1, 3):
         raise StackError(f"--brokers takes 1 (one broker) or 3 (a cluster), not {brokers}")
     with file_lock(home / ".lock"):
-        return _stack_up(home, progress or sys.stderr, external_timeout, wanted_plaintext, brokers)
+        out = progress or sys.stderr
+        return _stack_up(home, out, external_timeout, wanted_plaintext, brokers, ha)
 
 
 def _stack_up(
-    home: Path, out: TextIO, external_timeout: float, plaintext: bool, brokers: int | None
+    home: Path,
+    out: TextIO,
+    external_timeout: float,
+    plaintext: bool,
+    brokers: int | None,
+    ha: bool | None,
 ) -> LocalStack:
     started = time.monotonic()
     services = ServiceSettings.load()
     bootstrap, database_url = services.kafka_bootstrap, services.database_url
+    if database_url is not None and ha:
+        raise StackError(
+            f"{ENV_DATABASE_URL} names an existing database; --ha starts a local failover "
+            "pair: unset it to run one"
+        )
     if bootstrap is not None and brokers not in (None, 1):
         raise StackError(
             f"{ENV_KAFKA_BOOTSTRAP} names an existing broker; --brokers {brokers} starts "
             "local ones: unset it to run a local cluster"
         )
     current = read_state(home)
+    pair = ha if ha is not None else (current is not None and current.postgres.ha)
     survivors = _surviving_nodes(current, bootstrap)
-    kept_kafka, kept_postgres = _kept(current, bootstrap, database_url, survivors)
+    kept_kafka, kept_postgres = _kept(current, bootstrap, database_url, survivors, pair)
     if current is not None and (kept_kafka is not None or survivors):
         _check_mode(current.kafka, plaintext, brokers)
     if current is not None and kept_kafka is not None and kept_postgres is not None:
@@ -313,10 +340,10 @@ def _stack_up(
             if kept_kafka is not None
             else pool.submit(_kafka, home, bootstrap, external_timeout, plaintext, count, survivors)
         )
-        postgres_future: Future[tuple[PostgresServer | None, PostgresState]] = (
+        postgres_future: Future[tuple[PostgresServer | HaPostgres | None, PostgresState]] = (
             _done(kept_postgres)
             if kept_postgres is not None
-            else pool.submit(_postgres, home, database_url, external_timeout)
+            else pool.submit(_postgres, home, database_url, external_timeout, pair)
         )
         pending: list[Future[Any]] = [kafka_future, postgres_future]
         wait(pending)
@@ -373,31 +400,35 @@ def _kept(
     bootstrap: str | None,
     database_url: str | None,
     survivors: dict[int, KafkaBroker],
+    ha: bool,
 ) -> tuple[
     tuple[KafkaBroker | KafkaCluster | None, KafkaState] | None,
-    tuple[PostgresServer | None, PostgresState] | None,
+    tuple[PostgresServer | HaPostgres | None, PostgresState] | None,
 ]:
     """The recorded services that may be kept as they are: the ones asked for now (local,
-    or the same external address) that still answer. What is left of a local one that
-    does not (a process that no longer answers) is stopped, to be started again; the
-    `survivors` of a cluster whose other nodes died keep running."""
+    or the same external address, a single server or a pair as `ha` says) that still
+    answer. What is left of a local one that does not (a process that no longer
+    answers) is stopped, to be started again; the `survivors` of a cluster whose other
+    nodes died keep running, and so do the live servers of a pair one of whose servers
+    died (`start_postgres_ha` starts only the dead one)."""
     if current is None:
         return None, None
     handles = LocalStack.from_state(current)
     kafka: tuple[KafkaBroker | KafkaCluster | None, KafkaState] | None = None
-    postgres: tuple[PostgresServer | None, PostgresState] | None = None
+    postgres: tuple[PostgresServer | HaPostgres | None, PostgresState] | None = None
     k, pg = current.kafka, current.postgres
     same_kafka = (bootstrap == k.bootstrap) if k.external else bootstrap is None
     if same_kafka and (k.external or (handles.kafka and handles.kafka.is_running())):
         if _kafka_status(k).running:
             kafka = (handles.kafka, k)
-    same_pg = (database_url == pg.url) if pg.external else database_url is None
+    same_pg = (database_url == pg.url) if pg.external else (database_url is None and pg.ha == ha)
+    whole = not isinstance(handles.postgres, HaPostgres) or handles.postgres.complete()
     if same_pg and (pg.external or (handles.postgres and handles.postgres.is_running())):
-        if _postgres_status(pg).running:
+        if whole and _postgres_status(pg).running:
             postgres = (handles.postgres, pg)
     if kafka is None and handles.kafka is not None and not survivors:
         handles.kafka.stop()  # nothing, when its process is gone
-    if postgres is None and handles.postgres is not None:
+    if postgres is None and handles.postgres is not None and not (same_pg and pg.ha):
         handles.postgres.stop()
     return kafka, postgres
 
@@ -417,7 +448,7 @@ def stack_down(directory: Path | None = None, *, purge: bool = False) -> StackSt
                     handle.stop()
             (home / _STATE_FILE).unlink(missing_ok=True)
         if purge:
-            for name in ("kafka", _CLUSTER_DIR, "postgres"):
+            for name in ("kafka", _CLUSTER_DIR, "postgres", _PAIR_DIR):
                 shutil.rmtree(home / name, ignore_errors=True)
         return state
 
@@ -499,12 +530,14 @@ def _cluster(
 
 
 def _postgres(
-    home: Path, url: str | None, timeout: float
-) -> tuple[PostgresServer | None, PostgresState]:
+    home: Path, url: str | None, timeout: float, ha: bool
+) -> tuple[PostgresServer | HaPostgres | None, PostgresState]:
     if url is not None:
         wait_for_postgres(url, timeout=timeout)
         return None, PostgresState(url=url, external=True)
-    server = start_postgres(home / "postgres")
+    server: PostgresServer | HaPostgres = (
+        start_postgres_ha(home / _PAIR_DIR) if ha else start_postgres(home / "postgres")
+    )
     ensure_database(server.url, DATABASE_NAME)
     # Every login role authenticates with its password, kept (0600) where `recoveryctl
     # db roles` keeps them and in the server's password file the URLs name.
@@ -526,18 +559,20 @@ def _postgres(
         admin_url=server.url,
         role_urls=roles,
         pid=server.pid,
-        port=server.port,
+        port=server.monitor_port if isinstance(server, HaPostgres) else server.port,
         root=str(server.root),
         bin_dir=str(server.bin_dir),
         os_user=server.os_user,
-        log=str(server.log_path),
+        log=str(server.log_path(MONITOR) if isinstance(server, HaPostgres) else server.log_path),
+        ha=isinstance(server, HaPostgres),
+        node_ports=server.node_ports if isinstance(server, HaPostgres) else None,
     )
     return server, state
 
 
 def _raise_if_any_failed(
     kafka: Future[tuple[KafkaBroker | KafkaCluster | None, KafkaState]],
-    postgres: Future[tuple[PostgresServer | None, PostgresState]],
+    postgres: Future[tuple[PostgresServer | HaPostgres | None, PostgresState]],
     *,
     keep: tuple[bool, bool] = (False, False),
 ) -> None:

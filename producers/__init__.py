@@ -23,10 +23,14 @@ from producers.errors import (
 )
 from producers.execution_store import (
     ENV_WORKER_STORE,
+    ENV_WORKER_STORE_URL,
     Execution,
+    ExecutionRecords,
     ExecutionState,
     ExecutionStore,
+    PostgresExecutionStore,
     StoredAnswer,
+    open_execution_store,
 )
 from producers.partitions import PartitionExtent, StoredRecord, partition_extents, read_range
 from producers.readback import TopicRecord, read_commands, read_topic
@@ -58,6 +62,7 @@ __all__ = [
     "DEFAULT_GROUP_PREFIXES",
     "ENV_WORKER_START",
     "ENV_WORKER_STORE",
+    "ENV_WORKER_STORE_URL",
     "RESULT_EVENTS",
     "VERDICT_GROUP_PREFIX",
     "AclEntry",
@@ -70,6 +75,7 @@ __all__ = [
     "EventPublisher",
     "EventVerdict",
     "Execution",
+    "ExecutionRecords",
     "ExecutionState",
     "ExecutionStore",
     "Handler",
@@ -77,6 +83,7 @@ __all__ = [
     "LineageCache",
     "OutboxRelay",
     "PartitionExtent",
+    "PostgresExecutionStore",
     "ProducersError",
     "ProvisionError",
     "RecordEncoder",
@@ -101,6 +108,7 @@ __all__ = [
     "event_record_id",
     "lineage_from_ledger",
     "list_acls",
+    "open_execution_store",
     "partition_extents",
     "provision",
     "provision_acls",

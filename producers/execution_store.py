@@ -14,39 +14,65 @@ and after the handler returns it records the answer with the claim. On a redeliv
   unknown outcome is never retried directly; the machine goes to verification or a
   human.
 
-The store is SQLite (the standard library's `sqlite3`) in WAL mode with
-`synchronous=FULL`, so a claim is on disk (fsync) before the handler runs and a
-recorded answer before its result is published. One store belongs to one worker
-process; members of a group on several hosts each keep their own, which is enough
-because a partition's commands go to one member at a time and a moved partition starts
-from the group's committed offsets (docs/capability-worker.md, "The execution store").
-The path comes from `RECOVERY_WORKER_STORE` (`from_env`) or is passed in.
+Two stores keep these semantics (`ExecutionRecords`):
+
+- `ExecutionStore`, SQLite (the standard library's `sqlite3`) in WAL mode with
+  `synchronous=FULL`, so a claim is on disk (fsync) before the handler runs and a
+  recorded answer before its result is published. It belongs to one worker process on
+  one host: a command redelivered to another host's member after a rebalance is
+  unknown to that member's store, and would run again.
+- `PostgresExecutionStore`, shared by every member of a group on every host (its own
+  schema and role, `ledger.WorkerExecutions`): a command moved to another member with
+  its partition is found there, done or in flight, so the group runs each command at
+  most once across rebalances and crashes. A lost connection is waited out with
+  bounded backoff (`RECOVERY_WORKER_STORE_WAIT_S`), a claim or record retried after it
+  is recognised as this process's own; a store that stays away stops the run
+  uncommitted (docs/capability-worker.md, "A shared execution store").
+
+`open_execution_store` picks the one the environment names: `RECOVERY_WORKER_STORE_URL`,
+else the file at `RECOVERY_WORKER_STORE`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
+import socket
 import sqlite3
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeVar
 
 from pydantic import TypeAdapter
 
+from ledger import DatabaseWait, LedgerError, WorkerExecutions
 from machines import EvidencePayload
 from producers.errors import ProducersError
 from producers.settings import WorkerSettings
 
-__all__ = ["ENV_WORKER_STORE", "Execution", "ExecutionState", "ExecutionStore", "StoredAnswer"]
+__all__ = [
+    "ENV_WORKER_STORE",
+    "ENV_WORKER_STORE_URL",
+    "Execution",
+    "ExecutionRecords",
+    "ExecutionState",
+    "ExecutionStore",
+    "PostgresExecutionStore",
+    "StoredAnswer",
+    "open_execution_store",
+]
 
 ENV_WORKER_STORE: Final = WorkerSettings.variable("store")
+ENV_WORKER_STORE_URL: Final = WorkerSettings.variable("store_url")
 
 _EVIDENCE: Final = TypeAdapter(EvidencePayload)
+
+T = TypeVar("T")
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS executions (
@@ -128,6 +154,40 @@ class Execution:
     answer: StoredAnswer | None = None
 
 
+class ExecutionRecords(Protocol):
+    """What a worker needs of its execution store (module docstring)."""
+
+    def lookup(self, command_id: str) -> Execution | None:
+        """The record of `command_id`, or None when it was never claimed."""
+        ...
+
+    def claim(self, command_id: str, capability: str, at: datetime | None = None) -> bool:
+        """Claim `command_id` durably; True when this worker may execute it."""
+        ...
+
+    def record(self, command_id: str, answer: StoredAnswer, at: datetime | None = None) -> None:
+        """Record the answer of a command this worker claimed, durably."""
+        ...
+
+    def counts(self) -> dict[str, int]:
+        """How many command ids are claimed and done."""
+        ...
+
+    def close(self) -> None:
+        """Release the store."""
+        ...
+
+
+def open_execution_store(environ: Mapping[str, str] | None = None) -> ExecutionRecords:
+    """The store the environment names: the shared one at `RECOVERY_WORKER_STORE_URL`,
+    else the SQLite file at `RECOVERY_WORKER_STORE`. Raises `ProducersError` naming both
+    variables when neither is set (a worker without a store could execute twice)."""
+    settings = WorkerSettings.load(environ)
+    if settings.store_url is not None:
+        return PostgresExecutionStore(settings.store_url, wait_s=settings.store_wait_s)
+    return ExecutionStore.from_env(environ)
+
+
 class ExecutionStore:
     """A durable record of executions by command id (SQLite, WAL, fsync on commit).
     Thread-safe; use one per worker process, and `close` it when done."""
@@ -155,7 +215,8 @@ class ExecutionStore:
             raise ProducersError(
                 "the worker records every execution by command id before running it and "
                 f"has no store: set {ENV_WORKER_STORE} to a file path the worker owns "
-                "(SQLite; it must survive restarts), or pass `store=`"
+                f"(SQLite; it must survive restarts), or {ENV_WORKER_STORE_URL} to the "
+                "group's shared store (PostgreSQL), or pass `store=`"
             )
         return cls(path)
 
@@ -221,3 +282,76 @@ class ExecutionStore:
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+class PostgresExecutionStore:
+    """The execution store a worker group shares across hosts (module docstring), at
+    `url` as role `recovery_worker`. Thread-safe; one per worker process (its claims
+    carry this process's name), `close` it when done."""
+
+    def __init__(self, url: str, *, wait_s: float = 60.0, owner: str | None = None) -> None:
+        owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._rows = WorkerExecutions(url, owner)
+        self._wait = DatabaseWait(f"worker {owner}", timeout=wait_s)
+
+    @property
+    def owner(self) -> str:
+        """The name this process's claims carry (host, pid, a token)."""
+        return self._rows.owner
+
+    def problem(self) -> str | None:
+        """None unless the worker waits for its store; then what for and since when."""
+        return self._wait.problem()
+
+    def lookup(self, command_id: str) -> Execution | None:
+        """The record of `command_id`, or None when no member ever claimed it."""
+        row = self._run(f"read command {command_id}", lambda: self._rows.lookup(command_id))
+        if row is None:
+            return None
+        return Execution(
+            command_id=command_id,
+            capability=row.capability,
+            state=ExecutionState(row.state),
+            claimed_at=row.claimed_at,
+            answer=None if row.answer is None else StoredAnswer.from_json(row.answer),
+        )
+
+    def claim(self, command_id: str, capability: str, at: datetime | None = None) -> bool:
+        """Claim `command_id` for this process before executing it. True when it is this
+        process's claim; False when another member claimed it or it is done."""
+        when = at or datetime.now(UTC)
+        return self._run(
+            f"claim command {command_id}", lambda: self._rows.claim(command_id, capability, when)
+        )
+
+    def record(self, command_id: str, answer: StoredAnswer, at: datetime | None = None) -> None:
+        """Record the handler's answer for `command_id` (durably, before the result is
+        published). Raises `ProducersError` when there is no claim to record it on."""
+        when = at or datetime.now(UTC)
+        text = answer.to_json()
+        done = self._run(
+            f"record command {command_id}'s answer",
+            lambda: self._rows.record(command_id, text, when),
+        )
+        if not done:
+            raise ProducersError(f"command {command_id}: no claim to record an answer on")
+
+    def counts(self) -> dict[str, int]:
+        """How many command ids are claimed and done, over the whole group."""
+        return self._run("count executions", self._rows.counts)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._rows.close()
+
+    def __enter__(self) -> PostgresExecutionStore:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _run(self, what: str, step: Callable[[], T]) -> T:
+        try:
+            return self._wait.run(what, step)
+        except LedgerError as exc:
+            raise ProducersError(f"worker execution store: {exc}") from exc

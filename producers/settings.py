@@ -53,7 +53,22 @@ class WorkerSettings(Settings):
     store: Path | None = Field(
         default=None,
         description="The execution store's file (SQLite); it must survive restarts. "
-        "Required unless the code passes a store.",
+        "One per worker process. Required unless the code passes a store or "
+        "`RECOVERY_WORKER_STORE_URL` is set.",
+    )
+    store_url: str | None = Field(
+        default=None,
+        description="The shared execution store's PostgreSQL URL, as role `recovery_worker` "
+        "(`recoveryctl db worker-store`): every member of a worker group on every host "
+        "uses the same one, so a command runs at most once across rebalances. Wins over "
+        "`RECOVERY_WORKER_STORE`. A failover pair: list both nodes and add "
+        "`target_session_attrs=read-write`.",
+    )
+    store_wait_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="Seconds a worker waits, with backoff doubling from 0.2 s to 5 s, for "
+        "its shared execution store to answer (a failover) before its run stops.",
     )
     start: str = Field(
         default="latest",

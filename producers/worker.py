@@ -15,8 +15,9 @@ It shows the contract a real worker keeps (DESIGN "Action results are events"):
   writes nothing for it: its principal only writes `recovery.events`, and a forger must
   not be able to make it publish (docs/capability-worker.md, "Verification");
 - it dedupes on the authenticated command id only, in memory (bounded) and durably in
-  its own execution store (`producers.ExecutionStore`, SQLite at
-  `RECOVERY_WORKER_STORE`): the id is claimed on disk before the handler runs and the
+  its execution store (`producers.ExecutionStore`, SQLite at `RECOVERY_WORKER_STORE`,
+  one per process; or `producers.PostgresExecutionStore` at `RECOVERY_WORKER_STORE_URL`,
+  shared by the group across hosts): the id is claimed durably before the handler runs and the
   handler's answer recorded before it is reported, so a command is executed at most
   once across crashes and restarts. A redelivered command that was done is answered
   again from the store (the same result event: event id `result:<command id>`, event
@@ -77,7 +78,12 @@ from machines import (
 )
 from producers.client import RESULT_EVENTS, RecoveryClient, roster_file
 from producers.errors import ProducersError
-from producers.execution_store import ExecutionState, ExecutionStore, StoredAnswer
+from producers.execution_store import (
+    ExecutionRecords,
+    ExecutionState,
+    StoredAnswer,
+    open_execution_store,
+)
 from producers.settings import WorkerSettings
 from schemas import (
     CAPABILITY_COMMAND,
@@ -242,12 +248,13 @@ class CapabilityWorker:
         consumer_config: Mapping[str, Any] | None = None,
         security: KafkaSecurity | None = None,
         roster: Roster | None = None,
-        store: ExecutionStore | None = None,
+        store: ExecutionRecords | None = None,
         start: StartPosition | str | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         # `security`: the worker principal's settings (else the environment's).
-        # `store`: the execution store (else `RECOVERY_WORKER_STORE`); `start`: where a
+        # `store`: the execution store (else `RECOVERY_WORKER_STORE_URL`, the group's
+        # shared one, or `RECOVERY_WORKER_STORE`); `start`: where a
         # group without committed offsets starts (else `RECOVERY_WORKER_START`, `latest`).
         if isinstance(start, str):
             start = StartPosition.parse(start)
@@ -279,7 +286,7 @@ class CapabilityWorker:
                 "the worker's roster lists no producer with role `controller`: every "
                 "command would be refused; add the controller's public key to it"
             )
-        self._store = store if store is not None else ExecutionStore.from_env()
+        self._store = store if store is not None else open_execution_store()
         self._clock = clock
         # Set once the group has assigned this member its partitions and each has its
         # position (the start position resolved for a new group).

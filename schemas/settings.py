@@ -323,7 +323,16 @@ class ServiceSettings(Settings):
         default=None,
         validation_alias=ENV_DATABASE_URL,
         description="The ledger's PostgreSQL URL. Each component connects as its own "
-        "login role (docs/ledger.md, Roles).",
+        "login role (docs/ledger.md, Roles). A failover pair: list both nodes and add "
+        "`target_session_attrs=read-write` (docs/ledger.md, Failover).",
+    )
+    database_wait_s: float = Field(
+        default=300.0,
+        ge=0,
+        validation_alias="RECOVERY_DATABASE_WAIT_S",
+        description="Seconds the controller, the relay and `recoveryctl run` wait, with "
+        "backoff doubling from 0.2 s to 5 s, for a read-write ledger database at start "
+        "before they exit (a failover takes seconds; /readyz says they wait). 0: no wait.",
     )
 
 

@@ -1,4 +1,5 @@
-"""`recoveryctl db migrate|roles [--database-url URL] [--json]`: the ledger database.
+"""`recoveryctl db migrate|roles|worker-store [--database-url URL] [--json]`: the ledger
+database, and the capability workers' shared execution store.
 
 The database is the one `--database-url` names, else RECOVERY_DATABASE_URL, else the
 running local stack's (`recoveryctl stack up`).
@@ -17,6 +18,12 @@ the password file (`--password-file`, default `<stack dir>/db-roles.json`), else
 generated; the file (mode 0600) is rewritten with them and its path printed. They are
 printed only with `--show-secrets`; `--no-passwords` sets none (trust or peer auth).
 
+`db worker-store` (an administrative URL of the database to hold it: the ledger's, or
+another) creates or updates the workers' shared execution store: schema
+`recovery_worker`, its table, and login role `recovery_worker`, which may claim and
+record executions and nothing else (docs/capability-worker.md, "A shared execution
+store"). Its password is the one in the password file, else generated, and kept there.
+
 Exit status: 0 done (or nothing to do), 1 a migration or role change failed or was
 refused, 2 no database known or reachable.
 """
@@ -26,9 +33,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ledger import LOGIN_ROLES, RolesReport, ensure_roles, migrate_as_owner
+from ledger import (
+    LOGIN_ROLES,
+    WORKER_ROLE,
+    WORKER_SCHEMA,
+    RolesReport,
+    ensure_roles,
+    ensure_worker_store,
+    migrate_as_owner,
+)
 from ops.context import Context, register_command
-from ops.db_passwords import default_password_file, resolve_passwords, store_passwords
+from ops.db_passwords import (
+    default_password_file,
+    resolve_passwords,
+    store_passwords,
+    stored_passwords,
+)
 from ops.errors import CheckFailed
 
 __all__ = ["add_ledger_options", "register"]
@@ -65,6 +85,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="set no password (servers that trust or peer-authenticate these roles)",
     )
     register_command(roles, _roles)
+    store = actions.add_parser(
+        "worker-store",
+        help="create or update the capability workers' shared execution store and its role",
+    )
+    add_ledger_options(store)
+    store.add_argument(
+        "--password-file",
+        type=Path,
+        metavar="PATH",
+        help="where the role's password is kept (default <stack dir>/db-roles.json)",
+    )
+    store.add_argument(
+        "--show-secrets", action="store_true", help="also print the password on stdout"
+    )
+    register_command(store, _worker_store)
 
 
 def add_ledger_options(
@@ -78,7 +113,8 @@ def add_ledger_options(
 def _migrate(ctx: Context) -> int:
     """Apply every pending migration; print what was applied. A refused migration (a
     changed file, a failed statement) is exit 1; an unreachable database exit 2."""
-    report = migrate_as_owner(ctx.database_url())
+    url = ctx.database_url()
+    report = ctx.database_wait().run("migrate the ledger", lambda: migrate_as_owner(url))
     if ctx.json:
         ctx.print_json(
             {
@@ -139,3 +175,32 @@ def _roles_body(
     if show:
         body["passwords"] = dict(sorted(passwords.items()))
     return body
+
+
+def _worker_store(ctx: Context) -> int:
+    """Create or update the workers' shared store and its role; say where the password
+    is (see the module docstring)."""
+    args = ctx.args
+    path: Path = args.password_file or default_password_file()
+    # The file keeps the ledger roles' passwords too: add this one, keep theirs.
+    passwords = {**stored_passwords(path), **resolve_passwords({"worker": WORKER_ROLE}, path, {})}
+    ensure_worker_store(ctx.database_url(), passwords[WORKER_ROLE])
+    try:
+        store_passwords(path, passwords)
+    except OSError as exc:
+        raise CheckFailed(f"cannot store the password in {path}: {exc}") from exc
+    if ctx.json:
+        body: dict[str, object] = {
+            "schema": WORKER_SCHEMA,
+            "role": WORKER_ROLE,
+            "password_file": str(path),
+        }
+        if args.show_secrets:
+            body["password"] = passwords[WORKER_ROLE]
+        ctx.print_json(body)
+        return 0
+    ctx.say(f"execution store {WORKER_SCHEMA} ready; role {WORKER_ROLE} may claim and record")
+    ctx.say(f"password of {WORKER_ROLE} stored in {path} (mode 0600)")
+    if args.show_secrets:
+        ctx.say(f"{WORKER_ROLE} {passwords[WORKER_ROLE]}")
+    return 0

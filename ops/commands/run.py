@@ -47,6 +47,7 @@ from consumer import (
     ProcessSettings,
     RulesSettings,
 )
+from ledger import LedgerError
 from ops.context import Context, register_command
 from ops.errors import UsageError
 from ops.keys import STACK_ROSTER
@@ -135,12 +136,26 @@ def _run(ctx: Context) -> int:
         return _serve(ctx, process, stop)
 
 
-def _prepare(ctx: Context) -> Services:
+def _prepare(ctx: Context, health: HealthServer | None, stop: threading.Event) -> Services:
     args = ctx.args
     if args.relays < 1:
         raise UsageError("--relays must be at least 1")
     services = ctx.runtime_services()
-    for label in check_schema(services.database_url, args.migrate):
+    # A failover pair between primaries, or a server still starting, is waited for with
+    # bounded backoff, and /readyz says so meanwhile (docs/ledger.md, "Failover").
+    waiting = ctx.database_wait()
+    if health is not None:
+        health.add(
+            "run",
+            live=lambda: {"loop": None},
+            ready=lambda: {"ledger": waiting.problem() or "checking the ledger"},
+        )
+    try:
+        applied = check_schema(services.database_url, args.migrate, waiting, stop)
+    finally:
+        if health is not None:
+            health.remove("run")
+    for label in applied:
         ctx.note(f"applied {label}")
     if args.create_topics:
         admin = services.kafka_for("admin")
@@ -177,13 +192,20 @@ def _controller_flags(ctx: Context) -> dict[str, Any]:
 
 def _serve(ctx: Context, process: ProcessSettings, stop: threading.Event) -> int:
     args = ctx.args
-    services = _prepare(ctx)
-    if stop.is_set():
-        ctx.note("stopped before starting")
-        return 0
-    roles = RUNTIME_ROLES if args.role == "all" else (args.role,)
     health = HealthServer(process.metrics_address).start() if process.metrics_address else None
     try:
+        try:
+            services = _prepare(ctx, health, stop)
+        except LedgerError:
+            if not stop.is_set():
+                raise
+            # SIGTERM while it waited for the database: a clean stop, not a failure.
+        if stop.is_set():
+            ctx.note("stopped before starting")
+            if health is not None:
+                health.close()
+            return 0
+        roles = RUNTIME_ROLES if args.role == "all" else (args.role,)
         runtime = run_roles(
             roles,
             services,

@@ -56,6 +56,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="1: one broker; 3: a KRaft cluster of three nodes, every topic with three "
         "replicas and min.insync.replicas 2 (default: as the recorded stack, else 1)",
     )
+    up.add_argument(
+        "--ha",
+        action="store_true",
+        default=None,
+        help="run the ledger on a local PostgreSQL failover pair: pg_auto_failover's "
+        "monitor, a primary and a synchronous standby, URLs listing both nodes with "
+        "target_session_attrs=read-write (docs/ledger.md, Failover)",
+    )
     register_command(up, _up)
 
     down = actions.add_parser("down", help="stop the local services of the stack")
@@ -98,7 +106,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _up(ctx: Context) -> int:
-    stack = stack_up(plaintext=ctx.args.plaintext, brokers=ctx.args.brokers)
+    stack = stack_up(plaintext=ctx.args.plaintext, brokers=ctx.args.brokers, ha=ctx.args.ha)
     state = stack.state
     write_role_files(state)
     write_java_client_files(state.kafka.client_files)
@@ -206,6 +214,9 @@ def _print_state(ctx: Context, state: StackState) -> None:
     else:
         ctx.say(f"kafka     {kafka.bootstrap}  ({kafka_origin}; {kafka.security_protocol})")
     ctx.say(f"postgres  {postgres.url}  ({pg_origin})")
+    if postgres.ha and postgres.node_ports is not None:
+        nodes = ", ".join(f"127.0.0.1:{port}" for port in postgres.node_ports)
+        ctx.say(f"  failover pair: nodes {nodes}, monitor 127.0.0.1:{postgres.port}")
     if kafka.external or postgres.external:
         ctx.say(f"using existing services named by {ENV_KAFKA_BOOTSTRAP} / {ENV_DATABASE_URL}")
     ctx.say(f"ready in {state.startup_seconds:.1f} s (started {state.started_at:%H:%M:%S} UTC)")

@@ -2,19 +2,25 @@
 
     python -m tests.faults.crashrun --events 100000 --kills 50 [--seed N] [--json]
 
-starts a Kafka broker and a PostgreSQL server of its own (in a folder under the stack's
-`tests/`, removed afterwards; the session's shared services are never touched), the
-run's topics and ledger, one controller and one relay, and a `NetProxy` between the
-controller and the database (the controller's database URL names the proxy's port; the
-relay connects directly). A feeder produces the benchmark workload at a steady rate
-while, at random moments drawn from a seeded RNG:
+starts a Kafka broker and a PostgreSQL failover pair of its own (`ops.postgres_ha`:
+pg_auto_failover's monitor, a primary and its synchronous standby; `--single-server`:
+one server instead; in a folder under the stack's `tests/`, removed afterwards; the
+session's shared services are never touched), the run's topics and ledger, one
+controller and one relay, and a `NetProxy` per database node between the controller and
+the database (the controller's multi-host URL names the proxies' ports; the relay
+connects directly). A feeder produces the benchmark workload at a steady rate while, at
+random moments drawn from a seeded RNG:
 
 - the controller and the relay are SIGKILLed (`--kills` in all: each roll takes the
   relay, the controller or both) and restarted at once, as a supervisor would; a roll
   that takes the controller waits until its current one has been assigned partitions;
 - the broker is killed with SIGKILL and started again on the same folder and ports;
-- PostgreSQL is shut down immediately (SIGQUIT to the postmaster: no checkpoint, crash
-  recovery at the next start) and started again on the same port;
+- PostgreSQL is shut down immediately (SIGQUIT to the primary's postmaster: no
+  checkpoint, crash recovery at the next start) and started again on the same port (on
+  the pair, by its keeper);
+- on the pair, the primary is killed with SIGKILL, keeper, server and backends at once;
+  the standby is promoted, and the killed node is started again to rejoin as the
+  standby;
 - the proxy delays every chunk between controller and database for a while, then
   black-holes the link for a while (bytes held, new connections parked), then refuses
   it (open connections reset, new ones reset on accept).
@@ -36,6 +42,7 @@ CI-sized version; docs/faults.md has the full run's figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -50,16 +57,18 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
-from ledger import create_database, migrate_database
+from ledger import ensure_database, migrate_database
 from ops.kafka import KafkaBroker, KafkaServiceError, start_kafka
 from ops.postgres import PostgresServer, start_postgres
+from ops.postgres_ha import HaPostgres, start_postgres_ha
+from ops.process import pid_alive
 from tests.faults.checker import CheckReport, check_run
-from tests.faults.netproxy import NetProxy
+from tests.faults.netproxy import NetProxy, ProxyStats
 from tests.faults.processes import FaultError, RoleProcess, log_tail, wait_until
 from tests.faults.stream import TIMERS_POLICY, FaultRun, Feeder, drain, workload
 from tests.faults.verify import progress
@@ -93,6 +102,8 @@ class CrashPlan:
     blackhole_period: float = 8.0
     refuse_period: float = 6.0
     drain_timeout: float = 1800.0
+    # The ledger on a failover pair, whose primary is killed once (else one server).
+    primary_kill: bool = True
 
     @property
     def feeding(self) -> float:
@@ -109,6 +120,8 @@ class Faults:
     broker_kills: int = 0
     broker_restarts: int = 0
     database_restarts: int = 0
+    primary_kills: int = 0
+    rejoins: int = 0
     # Each fault's name -> seconds from its start to the start of its end (a restart).
     lasted: dict[str, float] = field(default_factory=dict)
     proxy_connections: int = 0
@@ -157,6 +170,7 @@ class CrashResult:
             ("relay starts", f.starts["relay"]),
             ("broker kill -9 / restarts", f"{f.broker_kills} / {f.broker_restarts}"),
             ("PostgreSQL restarts", f.database_restarts),
+            ("primary kill -9 / rejoins", f"{f.primary_kills} / {f.rejoins}"),
             *((f"{name} (s)", f"{seconds:.1f}") for name, seconds in f.lasted.items()),
             ("proxy delay per chunk (ms)", f"{self.plan.delay * 1000:.0f}"),
             ("proxy connections / resets", f"{f.proxy_connections} / {f.proxy_resets}"),
@@ -177,10 +191,53 @@ class CrashResult:
 
 @dataclass(slots=True)
 class Services:
-    """The run's own broker and server: the handles of their current starts."""
+    """The run's own broker and server (or failover pair): the handles of their current
+    starts."""
 
     broker: KafkaBroker
-    postgres: PostgresServer
+    postgres: PostgresServer | HaPostgres
+
+
+class Proxies:
+    """One `NetProxy` per database node, faulted together: the controller's multi-host
+    URL goes through all of them."""
+
+    def __init__(self, proxies: list[NetProxy]) -> None:
+        self.proxies = proxies
+
+    @property
+    def ports(self) -> list[int]:
+        """The proxies' listening ports, in the nodes' order."""
+        return [proxy.port for proxy in self.proxies]
+
+    @property
+    def mode(self) -> str:
+        """What the proxies do now (all do the same)."""
+        return self.proxies[0].mode
+
+    def delay(self, seconds: float) -> None:
+        """Delay every chunk through every proxy."""
+        for proxy in self.proxies:
+            proxy.delay(seconds)
+
+    def partition(self, mode: Literal["blackhole", "refuse"]) -> None:
+        """Partition every proxy's link."""
+        for proxy in self.proxies:
+            proxy.partition(mode)
+
+    def heal(self) -> None:
+        """Heal every proxy's link."""
+        for proxy in self.proxies:
+            proxy.heal()
+
+    def stats(self) -> ProxyStats:
+        """The proxies' counts, summed."""
+        all_stats = [proxy.stats() for proxy in self.proxies]
+        return ProxyStats(
+            sum(x.accepted for x in all_stats),
+            sum(x.reset for x in all_stats),
+            sum(x.bytes_forwarded for x in all_stats),
+        )
 
 
 @contextmanager
@@ -211,9 +268,18 @@ def _restart_broker(data_dir: Path, say: Say) -> KafkaBroker:
             time.sleep(2)
 
 
-def _crash_postgres(server: PostgresServer) -> None:
-    """Immediate shutdown: SIGQUIT to the postmaster (no checkpoint; the next start
-    runs crash recovery), and wait until it is gone."""
+def _crash_postgres(server: PostgresServer | HaPostgres) -> None:
+    """Immediate shutdown: SIGQUIT to the (primary's) postmaster (no checkpoint; the next
+    start runs crash recovery), and wait until it is gone."""
+    if isinstance(server, HaPostgres):
+        primary = server.primary()
+        if primary is None:
+            raise FaultError(f"the pair has no primary to shut down: {server.nodes()}")
+        pidfile = server.folder(primary) / "data" / "postmaster.pid"
+        postmaster = int(pidfile.read_text().split()[0])
+        os.kill(postmaster, signal.SIGQUIT)
+        wait_until(lambda: not pid_alive(postmaster), 30, f"PostgreSQL pid {postmaster} to exit")
+        return
     pid = server.pid
     if pid is not None:
         os.kill(pid, signal.SIGQUIT)
@@ -296,18 +362,21 @@ class _Run:
         plan: CrashPlan,
         run: FaultRun,
         services: Services,
-        proxy: NetProxy,
+        proxy: Proxies,
         say: Say,
     ) -> None:
         self.plan, self.run, self.services = plan, run, services
         self.proxy, self.say = proxy, say
         self.rng = random.Random(plan.seed)
         self.faults = Faults()
-        # The server's URL (its password file included), through the proxy's port.
+        # The server's URL (its password file and, on a pair, its
+        # target_session_attrs included), through the proxies' ports.
         direct = urlsplit(services.postgres.url_for(_DATABASE))
+        hosts = ",".join(f"127.0.0.1:{port}" for port in proxy.ports)
         self.controller_url = urlunsplit(
-            direct._replace(netloc=f"{services.postgres.user}@127.0.0.1:{proxy.port}")
+            direct._replace(netloc=f"{services.postgres.user}@{hosts}")
         )
+        self._killed: str | None = None  # the pair's node killed last
         self._targets: list[str] | None = None  # a kill roll waiting for its moment
         self.roles: dict[str, RoleProcess] = {}
         for role in ("controller", "relay"):
@@ -326,8 +395,16 @@ class _Run:
         def at(low: float, high: float) -> float:
             return self.rng.uniform(low * t, high * t)
 
+        pair: list[_Fault] = []
+        if isinstance(self.services.postgres, HaPostgres):
+            pair.append(
+                _Fault(at(0.42, 0.48), "PostgreSQL primary kill -9", self._kill_primary,
+                       plan.database_down, "killed node restart (rejoins as the standby)",
+                       self._rejoin)
+            )  # fmt: skip
         return _Sequence(
             [
+                *pair,
                 _Fault(at(0.08, 0.2), "broker kill -9", self._kill_broker,
                        plan.broker_down, "broker restart", self._restart_broker),
                 _Fault(at(0.3, 0.4), "PostgreSQL immediate shutdown", self._stop_database,
@@ -358,8 +435,30 @@ class _Run:
 
     def _start_database(self) -> None:
         old = self.services.postgres
-        self.services.postgres = start_postgres(old.root, port=old.port)
+        if isinstance(old, HaPostgres):
+            # Its keeper starts it again (or, if the monitor gave up on it first, the
+            # standby took over and it rejoins): wait for the pair to be whole.
+            old.wait_synchronous(180)
+        else:
+            self.services.postgres = start_postgres(old.root, port=old.port)
         self.faults.database_restarts += 1
+
+    def _kill_primary(self) -> None:
+        pair = self.services.postgres
+        assert isinstance(pair, HaPostgres)
+        self._killed = pair.primary()
+        if self._killed is None:
+            raise FaultError(f"the pair has no primary to kill: {pair.nodes()}")
+        pair.kill(self._killed)
+        self.faults.primary_kills += 1
+
+    def _rejoin(self) -> None:
+        pair = self.services.postgres
+        assert isinstance(pair, HaPostgres)
+        assert self._killed is not None
+        pair.start(self._killed)
+        self.say(f"primary now {pair.wait_synchronous(180)}, {self._killed} its standby")
+        self.faults.rejoins += 1
 
     # -- kills ---------------------------------------------------------------------------
 
@@ -464,8 +563,8 @@ def _inject(state: _Run, feeder: Feeder) -> None:
         time.sleep(0.1)
 
 
-def _prepare_database(server: PostgresServer) -> str:
-    create_database(server.url, _DATABASE)
+def _prepare_database(server: PostgresServer | HaPostgres) -> str:
+    ensure_database(server.url, _DATABASE)  # a pair made it already (pg_autoctl --dbname)
     url = server.url_for(_DATABASE)
     migrate_database(url)
     ensure_login_roles(server, url)
@@ -477,13 +576,19 @@ def crash_run(plan: CrashPlan, log_dir: Path, say: Say = print) -> CrashResult:
     ensure_controller_key()
     started = time.monotonic()
     root = service_root("crashrun")
-    services = Services(start_kafka(root / "kafka"), start_postgres(root / "postgres"))
+    database = (
+        start_postgres_ha(root / "postgres")
+        if plan.primary_kill
+        else start_postgres(root / "postgres")
+    )
+    services = Services(start_kafka(root / "kafka"), database)
+    ports = database.node_ports if isinstance(database, HaPostgres) else (database.port,)
+    proxies = Proxies([NetProxy("127.0.0.1", port) for port in ports])
     try:
-        with (
-            _as_admin_of(services.broker),
-            NetProxy("127.0.0.1", services.postgres.port) as proxy,
-        ):
-            return _crash_run(plan, log_dir, say, services, proxy, started)
+        with _as_admin_of(services.broker), contextlib.ExitStack() as stack:
+            for one in proxies.proxies:
+                stack.enter_context(one)
+            return _crash_run(plan, log_dir, say, services, proxies, started)
     finally:
         services.broker.stop()  # the start that runs now (a restart has a new pid)
         services.postgres.stop()
@@ -495,7 +600,7 @@ def _crash_run(
     log_dir: Path,
     say: Say,
     services: Services,
-    proxy: NetProxy,
+    proxy: Proxies,
     started: float,
 ) -> CrashResult:
     url = _prepare_database(services.postgres)
@@ -549,6 +654,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--log-dir", type=Path, default=None, help="role logs (default: a new folder)"
     )
+    parser.add_argument(
+        "--single-server",
+        action="store_true",
+        help="one PostgreSQL server instead of a failover pair (no primary kill)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     # The feeder's client logs every failed connect while the broker is down (as
@@ -556,7 +666,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("librdkafka").setLevel(logging.CRITICAL)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
-    plan = CrashPlan(events=args.events, kills=args.kills, seed=seed, rate=args.rate)
+    plan = CrashPlan(
+        events=args.events,
+        kills=args.kills,
+        seed=seed,
+        rate=args.rate,
+        primary_kill=not args.single_server,
+    )
     log_dir = args.log_dir or Path(service_root("crashrun-logs"))
     log_dir.mkdir(parents=True, exist_ok=True)
 

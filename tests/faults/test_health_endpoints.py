@@ -1,13 +1,16 @@
 """The health endpoint of real controller and relay processes: /metrics carries the
 documented series after events flowed, and /readyz fails naming the ledger while the
-real PostgreSQL server is stopped, then recovers when it is back. The server is the
-test's own (`ops.postgres`), so the session's shared server is never disturbed."""
+real PostgreSQL server is stopped, then recovers when it is back; started while it is
+down (a multi-host URL), they wait, say so on /readyz, and start when it answers. The
+server is the test's own (`ops.postgres`), so the session's shared server is never
+disturbed."""
 
 from __future__ import annotations
 
 import json
 import re
 import shutil
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -113,6 +116,56 @@ def test_metrics_are_scraped_and_readyz_follows_the_database(
         start_postgres(own_server.root, port=own_server.port)
         for port in (c_port, r_port):
             wait_until(lambda p=port: _get(p, "/readyz")[0] == 200, 60, f"/readyz on {port}")
+        for process in (controller, relay):
+            assert process.terminate() == 0
+    finally:
+        run.close()
+
+
+def _multi_host(url: str, dead_port: int) -> str:
+    """`url` as a libpq multi-host URL: a node that does not answer first, then the
+    server, `target_session_attrs=read-write` (the form of a failover pair's URL)."""
+    head, sep, rest = url.partition("@")
+    hostport, slash, tail = rest.partition("/")
+    joiner = "&" if "?" in tail else "?"
+    return (
+        f"{head}{sep}127.0.0.1:{dead_port},{hostport}{slash}{tail}"
+        f"{joiner}target_session_attrs=read-write"
+    )
+
+
+@pytest.mark.timeout(180)
+def test_roles_started_without_a_database_wait_say_so_and_start_when_it_answers(
+    kafka_bootstrap: str, topic_factory: TopicFactory, own_server: PostgresServer, tmp_path: Path
+) -> None:
+    create_database(own_server.url, "recovery")
+    plain = own_server.url_for("recovery")
+    migrate_database(plain)
+    ensure_login_roles(own_server, plain)
+    c_port, r_port, dead = free_ports(3)
+    url = _multi_host(plain, dead)
+    run = FaultRun(kafka_bootstrap, url, topic_factory, tmp_path, partitions=2)
+    own_server.stop()
+    try:
+        run.extra_env["RECOVERY_METRICS_ADDRESS"] = f"127.0.0.1:{c_port}"
+        controller = run.start("controller")
+        run.extra_env["RECOVERY_METRICS_ADDRESS"] = f"127.0.0.1:{r_port}"
+        relay = run.start("relay")
+        waiting = "waits for a read-write ledger database"
+        for port in (c_port, r_port):
+            wait_until(lambda p=port: waiting in _get(p, "/readyz")[1], 60, f"waiting on {port}")
+            status, text = _get(port, "/readyz")
+            details = [check["detail"] for check in json.loads(text)["checks"].values()]
+            assert status == 503, text
+            assert any("RECOVERY_DATABASE_WAIT_S" in d for d in details if waiting in d), text
+        time.sleep(5)  # several backoff rounds: still waiting, not exited
+        run.check_alive(controller, relay)
+        start_postgres(own_server.root, port=own_server.port)
+        for port in (c_port, r_port):
+            wait_until(lambda p=port: _get(p, "/readyz")[0] == 200, 90, f"/readyz on {port}")
+        records, _ = workload(200, seed=23)
+        produced = Feeder(run, records, 500.0).start().join(60)
+        drain(run, produced, [controller, relay], 90)
         for process in (controller, relay):
             assert process.terminate() == 0
     finally:

@@ -22,10 +22,11 @@ from ops.context import Context
 from ops.errors import NotConfigured, StackError
 from ops.kafka import wait_for_kafka
 from ops.kafka_security import java_client_file
+from ops.postgres_ha import NODES, HaPostgres
 from ops.process import pid_alive, pid_cmdline
 from ops.runtime import Services
 from ops.settings import DATABASE_NAME, ENV_STACK_DIR
-from ops.stack import KafkaState, live_state, read_state, stack_up
+from ops.stack import KafkaState, LocalStack, live_state, read_state, stack_up
 from ops.stack_env import ROLES
 from schemas import (
     ENV_CONTROLLER_SIGNING_KEY_FILE,
@@ -388,3 +389,39 @@ def test_no_command_trusts_the_state_of_a_stack_that_is_gone(
     finally:
         again.stop()
     assert read_state(stack_home) is None
+
+
+@pytest.mark.timeout(400)
+def test_stack_up_ha_runs_a_failover_pair_that_outlives_its_primary(stack_home: Path) -> None:
+    up = _recoveryctl(stack_home, "stack", "up", "--ha", "--json", timeout=240)
+    assert up.returncode == 0, up.stderr
+    state = json.loads(up.stdout)["postgres"]
+    assert state["ha"] is True
+    ports = state["node_ports"]
+    hosts = ",".join(f"127.0.0.1:{port}" for port in ports)
+    for url in (state["url"], *state["role_urls"].values()):
+        assert f"@{hosts}/" in url
+        assert "target_session_attrs=read-write" in url
+    with psycopg.connect(state["role_urls"]["controller"]) as conn:
+        row = conn.execute("SELECT current_user, current_setting('transaction_read_only')")
+        assert row.fetchone() == ("recovery_controller", "off")
+    recorded = read_state(stack_home)
+    assert recorded is not None
+    pair = LocalStack.from_state(recorded).postgres
+    assert isinstance(pair, HaPostgres)
+    primary = pair.primary()
+    assert primary is not None
+    pair.kill(primary)
+
+    # The CLI waits for the standby's promotion instead of failing.
+    migrate = _recoveryctl(stack_home, "db", "migrate", timeout=120)
+    assert migrate.returncode == 0, migrate.stderr
+    assert pair.primary() not in (None, primary)
+    again = _recoveryctl(stack_home, "stack", "up", "--json", timeout=240)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["postgres"]["node_ports"] == ports
+    assert pair.complete()  # the killed node runs again, as the standby
+    assert pair.wait_synchronous(60) != primary
+    down = _recoveryctl(stack_home, "stack", "down", "--purge")
+    assert down.returncode == 0, down.stderr
+    assert not any(pair.running(name) for name in ("monitor", *NODES))

@@ -17,6 +17,7 @@ from psycopg.conninfo import make_conninfo
 
 from ledger import LOGIN_ROLES, RolesReport, ensure_roles, with_user
 from ops.postgres import PostgresServer
+from ops.postgres_ha import HaPostgres
 
 __all__ = [
     "clone_database",
@@ -89,7 +90,7 @@ def _slug(hint: str) -> str:
     return cleaned[:30] or "db"
 
 
-def ensure_login_roles(server: PostgresServer, conninfo: str) -> RolesReport:
+def ensure_login_roles(server: PostgresServer | HaPostgres, conninfo: str) -> RolesReport:
     """`ledger.ensure_roles` on a test's own local server: each login role gets a fresh
     password, which the server's password file (named by its URLs) keeps, so that the
     runtime connects as its roles there as on the session server."""

@@ -37,6 +37,7 @@ from ops.kafka_cluster import CLUSTER_NODES, KafkaCluster, start_kafka_cluster
 from ops.kafka_security import BrokerSecurity
 from ops.paths import TRAVERSABLE, private_dir, stack_dir
 from ops.postgres import start_postgres, wait_for_postgres
+from ops.postgres_ha import HaPostgres, start_postgres_ha
 from schemas import (
     ENV_DATABASE_URL,
     ENV_KAFKA_BOOTSTRAP,
@@ -60,6 +61,7 @@ __all__ = [
     "lease_secured_kafka",
     "name_admin",
     "own_kafka",
+    "own_postgres_ha",
     "service_root",
 ]
 
@@ -261,3 +263,22 @@ def lease_postgres() -> ServiceLease:
         shutil.rmtree(root, ignore_errors=True)
 
     return ServiceLease(server.url, False, release, role_passwords=passwords)
+
+
+@contextmanager
+def own_postgres_ha(prefix: str) -> Iterator[HaPostgres]:
+    """A PostgreSQL failover pair and its monitor of the caller's own (`ops.postgres_ha`:
+    pg_auto_failover, a synchronous standby), for the tests that lose the ledger's
+    primary; stopped and removed at the end. `pytest.fail` with the logs' tails when it
+    does not start."""
+    root = service_root(prefix)
+    try:
+        cluster = start_postgres_ha(root / "postgres")
+    except StackError as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(f"local PostgreSQL failover pair did not start: {exc}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,7 +1,8 @@
 """A capability worker as a process of its own, for tests that kill it with SIGKILL.
 
 `python -m tests.support.worker_process --group G --commands T --events T --store PATH
---effects PATH` runs `producers.CapabilityWorker` with one handler, for
+--effects PATH` (or, for the group's shared store, `RECOVERY_WORKER_STORE_URL` set and
+no `--store`) runs `producers.CapabilityWorker` with one handler, for
 `procurement.create-request` (kind `retry`), that stands for a side effect: it appends
 the command id to `--effects` and fsyncs the file before it returns, then sleeps
 `--pause` seconds, so a kill lands between effects. The worker signs as
@@ -19,9 +20,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
-from producers import ActionResult, CapabilityWorker, EventPublisher, ExecutionStore, RecoveryClient
+from producers import (
+    ActionResult,
+    CapabilityWorker,
+    EventPublisher,
+    ExecutionStore,
+    RecoveryClient,
+    open_execution_store,
+)
 from schemas import ENV_KAFKA_BOOTSTRAP, CapabilityCommand, TopicNames
 from tests.support.commands import worker_roster
 from tests.support.producers import signers
@@ -47,7 +56,7 @@ def main() -> int:
     parser.add_argument("--group", required=True)
     parser.add_argument("--commands", required=True)
     parser.add_argument("--events", required=True)
-    parser.add_argument("--store", type=Path, required=True)
+    parser.add_argument("--store", type=Path)
     parser.add_argument("--effects", type=Path, required=True)
     parser.add_argument("--start", default="earliest")
     parser.add_argument("--pause", type=float, default=0.05)
@@ -58,7 +67,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with (
         EventPublisher(bootstrap, signer=signers(), topics=topics) as publisher,
-        ExecutionStore(args.store) as store,
+        closing(ExecutionStore(args.store) if args.store else open_execution_store()) as store,
     ):
         worker = CapabilityWorker(
             bootstrap,

@@ -11,11 +11,14 @@ import pytest
 from machines import EvidencePayload
 from producers import (
     ENV_WORKER_STORE,
+    ENV_WORKER_STORE_URL,
     ExecutionState,
     ExecutionStore,
+    PostgresExecutionStore,
     ProducersError,
     StartPosition,
     StoredAnswer,
+    open_execution_store,
 )
 
 
@@ -93,3 +96,20 @@ def test_a_failures_retry_after_survives_reopening_and_old_answers_read_without_
     # An answer stored before the field was kept.
     old = StoredAnswer.from_json('{"reported": true, "succeeded": false}')
     assert old.retry_after_seconds is None
+
+
+def test_the_shared_store_wins_when_its_url_is_set(tmp_path: Path) -> None:
+    environ = {
+        ENV_WORKER_STORE: str(tmp_path / "executions.sqlite"),
+        ENV_WORKER_STORE_URL: "postgresql://recovery_worker@db-1:5432,db-2:5432/recovery",
+    }
+    store = open_execution_store(environ)  # connects on first use, not here
+    assert isinstance(store, PostgresExecutionStore)
+    local = open_execution_store({ENV_WORKER_STORE: str(tmp_path / "executions.sqlite")})
+    assert isinstance(local, ExecutionStore)
+    local.close()
+
+
+def test_no_store_at_all_names_both_variables() -> None:
+    with pytest.raises(ProducersError, match=f"{ENV_WORKER_STORE}.*{ENV_WORKER_STORE_URL}"):
+        open_execution_store({})
