@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import argparse
 import secrets
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import Any
 
 from machines import MIGRATION_APPROVED, load_private_key, sign_decision
 from ops.commands.db import add_ledger_options
-from ops.context import Context, add_rules_options, parse_duration, register_command
+from ops.commands.review import add_decision_options
+from ops.context import Context, add_rules_options, register_command
 from ops.errors import Refused, UsageError
 from ops.usecases import approver_for, await_decision, plan_migration, submit_migration
 from producers import DeliveryFailed, EventPublisher, ProducersError, RecoveryClient
@@ -60,32 +60,14 @@ def register_migrate(actions: argparse._SubParsersAction[argparse.ArgumentParser
         help="map state FROM of the operation's version to TO of the new one (repeatable; "
         "default: the state of the same name)",
     )
-    parser.add_argument(
-        "--key-file",
-        type=Path,
-        metavar="PEM",
-        help="the approver's Ed25519 private key (`recoveryctl keys generate`); needed "
+    add_decision_options(
+        parser,
+        key_help="the approver's Ed25519 private key (`recoveryctl keys generate`); needed "
         "unless --dry-run",
-    )
-    parser.add_argument("--approver", metavar="ID", help="check that the key is this approver's")
-    parser.add_argument(
-        "--expires-in",
-        type=parse_duration,
-        default=timedelta(minutes=15),
-        metavar="DURATION",
-        help="how long the signed decision stays valid (default 15m)",
+        key_required=False,
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="check and print the plan; sign nothing"
-    )
-    parser.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
-    parser.add_argument("--events-topic", metavar="TOPIC", help="default: RECOVERY_TOPIC_EVENTS")
-    parser.add_argument(
-        "--wait",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="wait this long for the controller's decision and print it",
     )
     add_ledger_options(parser, json_help="print the plan and what was published as JSON")
     add_rules_options(parser)

@@ -47,7 +47,7 @@ from ops.usecases import (
 from producers import DeliveryFailed, EventPublisher, ProducersError, RecoveryClient
 from schemas import RecordSigner, WireError
 
-__all__ = ["register", "render_packet"]
+__all__ = ["add_decision_options", "register", "render_packet"]
 
 _VERDICT: dict[str, Verdict] = {"approve": "approved", "reject": "rejected"}
 
@@ -72,12 +72,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         parser.add_argument("operation_id", metavar="OPERATION_ID")
-        parser.add_argument(
-            "--key-file",
-            type=Path,
-            required=True,
-            metavar="PEM",
-            help="the approver's Ed25519 private key (`recoveryctl keys generate`)",
+        add_decision_options(
+            parser,
+            key_help="the approver's Ed25519 private key (`recoveryctl keys generate`)",
+            key_required=True,
         )
         parser.add_argument(
             "--packet-digest",
@@ -85,31 +83,40 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             metavar="DIGEST",
             help="the digest `recoveryctl review` showed; refused if the packet changed",
         )
-        parser.add_argument(
-            "--expires-in",
-            type=parse_duration,
-            default=timedelta(minutes=15),
-            metavar="DURATION",
-            help="how long the signed decision stays valid (default 15m)",
-        )
-        parser.add_argument(
-            "--approver", metavar="ID", help="check that the key is this roster entry's"
-        )
-        parser.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
-        parser.add_argument(
-            "--events-topic", metavar="TOPIC", help="default: RECOVERY_TOPIC_EVENTS"
-        )
-        parser.add_argument(
-            "--wait",
-            type=float,
-            default=0.0,
-            metavar="SECONDS",
-            help="wait this long for the controller's decision and print it",
-        )
         add_ledger_options(parser, json_help="print what was published as JSON")
         add_rules_options(parser)
         register_command(parser, _sign_and_publish)
         parser.set_defaults(verdict=verdict)
+
+
+def add_decision_options(
+    parser: argparse.ArgumentParser, *, key_help: str, key_required: bool
+) -> None:
+    """The options of a command that signs a human decision and publishes it: the
+    approver's key, its expiry, the approver to check, where to publish, how long to
+    wait for the controller's decision (`approve`, `reject`, `ops migrate`)."""
+    parser.add_argument(
+        "--key-file", type=Path, required=key_required, metavar="PEM", help=key_help
+    )
+    parser.add_argument(
+        "--expires-in",
+        type=parse_duration,
+        default=timedelta(minutes=15),
+        metavar="DURATION",
+        help="how long the signed decision stays valid (default 15m)",
+    )
+    parser.add_argument(
+        "--approver", metavar="ID", help="check that the key is this roster entry's"
+    )
+    parser.add_argument("--bootstrap", metavar="HOST:PORT", help="Kafka bootstrap servers")
+    parser.add_argument("--events-topic", metavar="TOPIC", help="default: RECOVERY_TOPIC_EVENTS")
+    parser.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for the controller's decision and print it",
+    )
 
 
 def _review(ctx: Context) -> int:
