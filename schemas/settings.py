@@ -330,9 +330,10 @@ class ServiceSettings(Settings):
         default=300.0,
         ge=0,
         validation_alias="RECOVERY_DATABASE_WAIT_S",
-        description="Seconds the controller, the relay and `recoveryctl run` wait, with "
-        "backoff doubling from 0.2 s to 5 s, for a read-write ledger database at start "
-        "before they exit (a failover takes seconds; /readyz says they wait). 0: no wait.",
+        description="Seconds the controller, the relay and every `recoveryctl` command "
+        "that opens the ledger wait, with backoff doubling from 0.2 s to 5 s, for a "
+        "read-write ledger database at start before they exit (a failover takes seconds; "
+        "/readyz says they wait, recoveryctl logs each attempt). 0: no wait.",
     )
 
 

@@ -148,6 +148,7 @@ def test_a_drill_passes_against_a_deployment_and_no_handler_is_called(
     assert [s["event_type"] for s in report["recorded"]] == [
         "TOOL_TIMEOUT",
         "VERIFICATION_NOT_FOUND",
+        "RETRY_DUE",  # the paced retry's timer (docs/decision-core.md, "Timers")
         "RETRY_SUCCEEDED",
     ]
     assert report["recorded"] == report["predicted"]

@@ -47,7 +47,12 @@ def test_db_migrate_applies_every_migration_then_nothing(
     assert "up to date" in capsys.readouterr().out
 
 
-def test_db_migrate_reports_an_unreachable_server(capsys: pytest.CaptureFixture[str]) -> None:
+def test_db_migrate_reports_an_unreachable_server(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without a wait: how long recoveryctl waits for a read-write database is
+    # RECOVERY_DATABASE_WAIT_S (tests/unit/ledger/test_waiting.py).
+    monkeypatch.setenv("RECOVERY_DATABASE_WAIT_S", "0")
     url = "postgresql://postgres@127.0.0.1:1/nowhere"
     assert main(["db", "migrate", "--database-url", url]) == 2
     assert "cannot connect" in capsys.readouterr().err

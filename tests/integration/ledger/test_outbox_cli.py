@@ -51,7 +51,10 @@ def test_outbox_release_lifts_the_hold_once(
     assert json.loads(capsys.readouterr().out) == {"held": []}
 
 
-def test_outbox_held_reports_an_unreachable_server(capsys: pytest.CaptureFixture[str]) -> None:
+def test_outbox_held_reports_an_unreachable_server(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RECOVERY_DATABASE_WAIT_S", "0")  # without a wait, as above
     url = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=1"
     assert main(["outbox", "held", "--database-url", url]) == 2
     assert "recoveryctl outbox held:" in capsys.readouterr().err
