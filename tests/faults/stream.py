@@ -28,7 +28,7 @@ from ops.bench.workload import BENCH_POLICY, BenchRecord, WorkloadSpec, Workload
 from producers import EventPublisher
 from schemas import TopicNames
 from tests.faults.processes import RoleProcess, log_tail, wait_until
-from tests.faults.verify import activity, progress
+from tests.faults.verify import Progress, activity, end_offsets, progress
 from tests.support.kafka import TopicFactory
 from tests.support.producers import signers, write_roster
 
@@ -218,14 +218,24 @@ def drain(
     timeout: float,
     say: Callable[[str], None] = print,
 ) -> None:
-    """Wait until the stored offsets account for all `produced` records and the
-    controller's own events on the events topic, every outbox row is published and no
-    timer is owed a decision, printing progress every 5 s (and the database's busy
-    sessions when nothing moved for 10 s). Raises if a process of `running` exits by
-    itself."""
+    """Wait until the run is drained, printing progress every 5 s (and the database's
+    busy sessions when nothing moved for 10 s): every outbox row is published, no timer
+    fires within `verify.TIMER_HORIZON` or is owed a decision, and the stored offsets
+    reach the events topic's end, read after a look at the ledger that found nothing
+    unpublished and confirmed by a second that found no new row. So every record on the
+    topic, rows a killed relay published again included, was consumed, and none comes
+    after. Raises if a process of `running` exits by itself."""
     last_print = 0.0
     moved_at = time.monotonic()
     before = progress(run.database_url, run.group, run.topics.events)
+
+    def settled(p: Progress) -> bool:
+        return (
+            p.consumed >= produced + p.own_events
+            and p.unpublished == 0
+            and p.timers_owed == 0
+            and p.timers_soon == 0
+        )
 
     def done() -> bool:
         nonlocal last_print, moved_at, before
@@ -238,11 +248,16 @@ def drain(
             say(f"draining: {now}")
             if time.monotonic() - moved_at > 10:
                 say(f"no progress for 10s; busy sessions:\n{activity(run.database_url)}")
-        return (
-            now.consumed >= produced + now.own_events
-            and now.unpublished == 0
-            and now.timers_owed == 0
-        )
+        if not settled(now):
+            return False
+        # Offsets count relayed duplicates, which a record count does not.
+        end = end_offsets(run.bootstrap, run.topics.events)
+        again = progress(run.database_url, run.group, run.topics.events)
+        if not (settled(again) and again.outbox == now.outbox and again.consumed >= end):
+            return False
+        relayed = end - produced - again.own_events
+        say(f"drained: {again}; {relayed:,} records on the events topic relayed again")
+        return True
 
     wait_until(
         done,

@@ -33,6 +33,7 @@ from typing import Any, Final
 
 import psycopg
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from consumer import ControllerSettings, load_rules
 from consumer.intake import Accepted, Intake, RawRecord, Rejected
@@ -55,6 +56,7 @@ __all__ = [
     "as_stored",
     "audit_chains_verify",
     "dead_letter_reasons",
+    "end_offsets",
     "first_difference",
     "outputs_complete",
     "progress",
@@ -66,6 +68,9 @@ __all__ = [
 ]
 
 _SHOW: Final = 5  # mismatches quoted in a failure message
+# Seconds ahead in which a drained run has no timer left to fire: more than it takes to
+# stop its roles, so no timer's event reaches the topic undecided after the drain.
+TIMER_HORIZON: Final = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +91,17 @@ class Consumed:
     def raw(self, topic: str) -> RawRecord:
         """The record as the controller's intake sees it."""
         return RawRecord(topic, self.partition, self.offset, self.key, self.value, self.headers)
+
+
+def end_offsets(bootstrap: str, topic: str) -> int:
+    """The sum of `topic`'s high watermarks: the offset a group has consumed to when it
+    has read everything there now, duplicates included (a record count is not)."""
+    admin = AdminClient(kafka_config(bootstrap))
+    partitions = admin.list_topics(topic, timeout=30).topics[topic].partitions
+    futures = admin.list_offsets(
+        {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}
+    )
+    return sum(f.result(timeout=30).offset for f in futures.values())
 
 
 def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Consumed]:
@@ -151,7 +167,8 @@ class Progress:
     """How far the runtime got: records consumed (stored offsets), decisions stored,
     outbox rows and how many of them are still unpublished, the controller's own events
     written for the events topic (timers' firings, cascades: records it consumes beyond
-    the input), and the timers owed a decision (due over 5 s ago, not decided)."""
+    the input), the timers owed a decision (due over 5 s ago, not decided) and the
+    timers about to fire (not fired, due within `TIMER_HORIZON`)."""
 
     consumed: int
     decided: int
@@ -159,6 +176,7 @@ class Progress:
     unpublished: int
     own_events: int = 0
     timers_owed: int = 0
+    timers_soon: int = 0
 
     def __str__(self) -> str:
         timers = f", {self.timers_owed:,} timers owed" if self.timers_owed else ""
@@ -182,9 +200,11 @@ def progress(database_url: str, group: str, topic: str) -> Progress:
                 (SELECT count(*) FROM outbox WHERE published_at IS NULL),
                 (SELECT count(*) FROM outbox WHERE topic = %s),
                 (SELECT count(*) FROM timers
-                 WHERE spent_at IS NULL AND due_at < now() - interval '5 seconds')
+                 WHERE spent_at IS NULL AND due_at < now() - interval '5 seconds'),
+                (SELECT count(*) FROM timers
+                 WHERE fired_at IS NULL AND due_at < now() + make_interval(secs => %s))
             """,
-            (group, topic, topic),
+            (group, topic, topic, TIMER_HORIZON),
         ).fetchone()
     assert row is not None
     return Progress(*(int(v) for v in row))
