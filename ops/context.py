@@ -27,7 +27,8 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
@@ -44,10 +45,11 @@ from consumer import (
 )
 from ledger import DatabaseWait, LedgerInspector, PostgresLedger
 from machines import Machine, Pins, Policy, Registry, Rules, load_private_key
-from ops.errors import NotConfigured, StackError, UsageError
+from ops.errors import NotConfigured, Refused, StackError, UsageError
 from ops.keys import STACK_ROSTER
 from ops.runtime import Services
 from ops.stack import StackState, live_state
+from producers import DeliveryFailed, EventPublisher, ProducersError, RecoveryClient
 from schemas import (
     ENV_CONTROLLER_SIGNING_KEY_FILE,
     ENV_DATABASE_URL,
@@ -56,8 +58,10 @@ from schemas import (
     IdentitySettings,
     KafkaClientSettings,
     KafkaSecurity,
+    RecordSigner,
     ServiceSettings,
     TopicNames,
+    WireError,
 )
 
 __all__ = [
@@ -246,6 +250,25 @@ class Context:
         raise NotConfigured(
             f"no broker: pass --bootstrap, set {ENV_KAFKA_BOOTSTRAP}, or run `recoveryctl stack up`"
         )
+
+    @contextmanager
+    def approver_client(
+        self, approver: str, key: Ed25519PrivateKey, subject: str
+    ) -> Iterator[RecoveryClient]:
+        """A client publishing as `approver`: the roster lists approvers with role
+        `approver`, so the approver signs each record as its producer with `key`, the
+        key that signs the decision inside. Failing to publish is `Refused`, naming
+        `subject`."""
+        try:
+            with EventPublisher(
+                self.bootstrap(),
+                signer=RecordSigner(approver, key),
+                topics=self.topics,
+                security=self.kafka("tool"),
+            ) as publisher:
+                yield RecoveryClient(publisher, approver)
+        except (DeliveryFailed, ProducersError, WireError) as exc:
+            raise Refused(f"{subject}: could not publish: {exc}") from exc
 
     def kafka(self, component: str) -> KafkaSecurity:
         """How `component` (a key of `schemas.KAFKA_PRINCIPALS`) authenticates to the

@@ -35,8 +35,6 @@ from ops.commands.review import add_decision_options
 from ops.context import Context, add_rules_options, register_command
 from ops.errors import Refused, UsageError
 from ops.usecases import approver_for, await_decision, plan_migration, submit_migration
-from producers import DeliveryFailed, EventPublisher, ProducersError, RecoveryClient
-from schemas import RecordSigner, WireError
 
 __all__ = ["register_migrate"]
 
@@ -99,17 +97,8 @@ def _migrate(ctx: Context) -> int:
     decision = sign_decision(
         plan.decision(approver, now + args.expires_in, secrets.token_hex(16)), key
     )
-    try:
-        with EventPublisher(
-            ctx.bootstrap(),
-            signer=RecordSigner(approver, key),
-            topics=ctx.topics,
-            security=ctx.kafka("tool"),
-        ) as publisher:
-            client = RecoveryClient(publisher, approver)
-            event = submit_migration(plan, decision, client=client, rules=rules, now=now)
-    except (DeliveryFailed, ProducersError, WireError) as exc:
-        raise Refused(f"operation {args.operation_id}: could not publish: {exc}") from exc
+    with ctx.approver_client(approver, key, f"operation {args.operation_id}") as client:
+        event = submit_migration(plan, decision, client=client, rules=rules, now=now)
     report.update(event_id=event.event_id, approver=approver, expires_at=decision.expires_at)
     if args.wait > 0:
         report["decision"] = await_decision(inspector, args.operation_id, event.event_id, args.wait)

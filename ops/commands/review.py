@@ -44,8 +44,6 @@ from ops.usecases import (
     review,
     submit_decision,
 )
-from producers import DeliveryFailed, EventPublisher, ProducersError, RecoveryClient
-from schemas import RecordSigner, WireError
 
 __all__ = ["add_decision_options", "register", "render_packet"]
 
@@ -151,19 +149,9 @@ def _sign_and_publish(ctx: Context) -> int:
         ),
         key,
     )
-    try:
-        # The approver signs the record as its producer with the same key (the roster
-        # lists the approver with role `approver`), and the decision inside it.
-        with EventPublisher(
-            ctx.bootstrap(),
-            signer=RecordSigner(approver, key),
-            topics=ctx.topics,
-            security=ctx.kafka("tool"),
-        ) as publisher:
-            client = RecoveryClient(publisher, approver)
-            event = submit_decision(found, decision, client=client, rules=rules, now=now)
-    except (DeliveryFailed, ProducersError, WireError) as exc:
-        raise Refused(f"operation {found.packet.operation_id}: could not publish: {exc}") from exc
+    subject = f"operation {found.packet.operation_id}"
+    with ctx.approver_client(approver, key, subject) as client:
+        event = submit_decision(found, decision, client=client, rules=rules, now=now)
     report: dict[str, Any] = {
         "operation_id": found.packet.operation_id,
         "event_type": VERDICT_EVENTS[verdict],
