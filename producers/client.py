@@ -119,11 +119,14 @@ _VERIFY_FAILED: Final = "VERIFICATION_UNAVAILABLE"
 # the broker dedupes the producer's own retries (idempotence), and a record counts as
 # written only once all in-sync replicas have it.
 _SAFE_PRODUCER: Final[Mapping[str, Any]] = {"enable.idempotence": True, "acks": "all"}
-# Defaults callers may change: a short linger batches a burst of events, and a stuck
-# record fails within the timeout rather than hanging a tool forever.
-# librdkafka's own log lines go to Python logging rather than straight to stderr.
+# Defaults callers may change: a record is sent at once (librdkafka's 5 ms linger held
+# every failure report that long before it left the tool: about 5 ms of the p50 from a
+# report to its command, docs/PERFORMANCE.md; records produced while a request is in
+# flight still travel together), and a stuck record fails within the timeout rather
+# than hanging a tool forever. librdkafka's own log lines go to Python logging rather
+# than straight to stderr.
 _DEFAULT_PRODUCER: Final[Mapping[str, Any]] = {
-    "linger.ms": 5,
+    "linger.ms": 0,
     "delivery.timeout.ms": 30000,
     "logger": librdkafka_logger("client"),
 }

@@ -221,6 +221,9 @@ class OutboxRelay:
                 "client.id": self.instance,
                 "logger": librdkafka_logger("relay"),
                 "delivery.timeout.ms": int(self.settings.delivery_timeout * 1000),
+                # A pass produces its rows in a burst and flushes, which sends at once:
+                # the linger only lets the burst travel in fewer requests.
+                "linger.ms": 5,
                 # Above the relay's own bound, so that a row too large is held by the
                 # relay with its reason before librdkafka sees it (schemas.limits).
                 "message.max.bytes": TOPIC_MAX_MESSAGE_BYTES,

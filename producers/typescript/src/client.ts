@@ -71,7 +71,9 @@ export class RecordRefused extends Error {
 // otherwise default to murmur2 and put an operation's events on another partition than
 // the controller's and the Python clients' (docs/wire-protocol.md, "Topics and keys").
 const SAFE: KafkaSettings = { 'enable.idempotence': true, acks: -1, partitioner: 'consistent_random' };
-const DEFAULTS: KafkaSettings = { 'linger.ms': 5, 'delivery.timeout.ms': 30000, log_level: 4 };
+// A record is sent at once: a 5 ms linger held every failure report that long before it
+// left the tool (the Python client's default too; docs/PERFORMANCE.md).
+const DEFAULTS: KafkaSettings = { 'linger.ms': 0, 'delivery.timeout.ms': 30000, log_level: 4 };
 
 export interface PublisherOptions {
   /** Bootstrap servers; else `RECOVERY_KAFKA_BOOTSTRAP`. */
