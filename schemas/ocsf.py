@@ -218,19 +218,9 @@ def heads_to_ocsf(payload: Mapping[str, Any], occurred_at: str) -> dict[str, Any
     ]
     uid = f"{HEADS_KIND}:sha256:{hashlib.sha256(canonical_ascii_json(heads)).hexdigest()}"
     time_ms, time_dt = _epoch_millis(occurred_at, HEADS_KIND, uid)
-    activity_id, status_id, severity_id = _KINDS[HEADS_KIND]
     event = _event(
         {
-            "activity_id": activity_id,
-            "activity_name": _ACTIVITY_NAMES[activity_id],
-            "type_uid": CLASS_UID * 100 + activity_id,
-            "type_name": f"API Activity: {_ACTIVITY_NAMES[activity_id]}",
-            "time": time_ms,
-            "time_dt": time_dt,
-            "severity_id": severity_id,
-            "severity": _SEVERITY_NAMES[severity_id],
-            "status_id": status_id,
-            "status": _STATUS_NAMES[status_id],
+            **_classified(_KINDS[HEADS_KIND], time_ms, time_dt),
             "status_code": HEADS_KIND,
             "message": f"chain heads: {len(heads)} audit chain(s) extended by one batch",
             "uid": uid,
@@ -255,6 +245,23 @@ def heads_to_ocsf(payload: Mapping[str, Any], occurred_at: str) -> dict[str, Any
         "recovery": {"kind": HEADS_KIND, "format": payload.get("format"), "heads": heads}
     }
     return event
+
+
+def _classified(classes: tuple[int, int, int], time_ms: int, time_dt: str) -> dict[str, Any]:
+    """The class and time leaves of `_event`, from (activity, status, severity) ids."""
+    activity_id, status_id, severity_id = classes
+    return {
+        "activity_id": activity_id,
+        "activity_name": _ACTIVITY_NAMES[activity_id],
+        "type_uid": CLASS_UID * 100 + activity_id,
+        "type_name": f"API Activity: {_ACTIVITY_NAMES[activity_id]}",
+        "time": time_ms,
+        "time_dt": time_dt,
+        "severity_id": severity_id,
+        "severity": _SEVERITY_NAMES[severity_id],
+        "status_id": status_id,
+        "status": _STATUS_NAMES[status_id],
+    }
 
 
 # The leaves of `_event` that belong to one operation's chain link.
@@ -301,19 +308,9 @@ def _leaves(
     fields = _fields(record)
     time_ms, time_dt = _epoch_millis(fields["occurred"], operation_id, sequence)
     outcome = fields["outcome"]
-    activity_id, status_id, severity_id = _classify(kind, outcome)
     name, version = fields["machine_name"], fields["machine_version"]
     return {
-        "activity_id": activity_id,
-        "activity_name": _ACTIVITY_NAMES[activity_id],
-        "type_uid": CLASS_UID * 100 + activity_id,
-        "type_name": f"API Activity: {_ACTIVITY_NAMES[activity_id]}",
-        "time": time_ms,
-        "time_dt": time_dt,
-        "severity_id": severity_id,
-        "severity": _SEVERITY_NAMES[severity_id],
-        "status_id": status_id,
-        "status": _STATUS_NAMES[status_id],
+        **_classified(_classify(kind, outcome), time_ms, time_dt),
         "status_code": _status_code(kind, outcome, fields["code"]),
         "message": _message(operation_id, kind, fields),
         "uid": str(record["hash"]),
