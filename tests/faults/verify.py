@@ -58,6 +58,7 @@ __all__ = [
     "dead_letter_reasons",
     "end_offsets",
     "first_difference",
+    "high_watermarks",
     "outputs_complete",
     "progress",
     "read_topic",
@@ -93,15 +94,21 @@ class Consumed:
         return RawRecord(topic, self.partition, self.offset, self.key, self.value, self.headers)
 
 
-def end_offsets(bootstrap: str, topic: str) -> int:
-    """The sum of `topic`'s high watermarks: the offset a group has consumed to when it
-    has read everything there now, duplicates included (a record count is not)."""
+def high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition of `topic` with its high watermark: the offset after its last
+    record now."""
     admin = AdminClient(kafka_config(bootstrap))
     partitions = admin.list_topics(topic, timeout=30).topics[topic].partitions
     futures = admin.list_offsets(
         {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}
     )
-    return sum(f.result(timeout=30).offset for f in futures.values())
+    return {tp.partition: f.result(timeout=30).offset for tp, f in futures.items()}
+
+
+def end_offsets(bootstrap: str, topic: str) -> int:
+    """The sum of `topic`'s high watermarks: the offset a group has consumed to when it
+    has read everything there now, duplicates included (a record count is not)."""
+    return sum(high_watermarks(bootstrap, topic).values())
 
 
 def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Consumed]:
@@ -115,11 +122,8 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> list[Consum
         }
     )
     try:
-        metadata = consumer.list_topics(topic, timeout=30)
-        partitions = sorted(metadata.topics[topic].partitions)
-        highs = {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), 30)[1] for p in partitions
-        }
+        highs = high_watermarks(bootstrap, topic)
+        partitions = sorted(highs)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         out: dict[int, list[Consumed]] = {p: [] for p in partitions}
         remaining = {p for p in partitions if highs[p] > 0}
