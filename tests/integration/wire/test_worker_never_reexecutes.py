@@ -114,6 +114,26 @@ def _effects(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").split() if path.exists() else []
 
 
+def _answered_once(
+    executed: Counter[str], messages: list[Any], wanted: set[str]
+) -> tuple[dict[str, Event], set[str]]:
+    """Check that no command ran twice, that a result reported again is the same event
+    byte for byte (the controller counts it as a duplicate), that every wanted command
+    was answered, and that at most one (the command in a handler when a kill landed) is
+    of unknown outcome. Returns the results by command and the unknown commands."""
+    twice = {command_id: n for command_id, n in executed.items() if n > 1}
+    assert twice == {}, f"executed more than once: {twice}"
+    by_id: dict[str, bytes] = {}
+    for message in messages:
+        event_id = _event(message).event_id
+        assert by_id.setdefault(event_id, message.value()) == message.value()
+    events = {e.causation: e for e in map(_event, messages)}
+    assert set(events) == wanted, f"unanswered: {sorted(wanted - set(events))}"
+    unknown = {c for c, e in events.items() if e.evidence_ref == f"outcome-unknown:{c}"}
+    assert len(unknown) <= 1
+    return events, unknown
+
+
 def test_a_worker_killed_mid_stream_and_restarted_executes_nothing_twice(
     kafka_bootstrap: str, topic_factory: TopicFactory, tmp_path: Path
 ) -> None:
@@ -141,19 +161,8 @@ def test_a_worker_killed_mid_stream_and_restarted_executes_nothing_twice(
         second.wait(timeout=30)
 
     executed = Counter(_effects(effects))
-    twice = {command_id: n for command_id, n in executed.items() if n > 1}
-    assert twice == {}, f"executed more than once: {twice}"
-    by_id: dict[str, bytes] = {}
-    for message in messages:
-        # A result reported again (killed after the flush, before the commit) is the
-        # same event, byte for byte, which the controller counts as a duplicate.
-        event_id = _event(message).event_id
-        assert by_id.setdefault(event_id, message.value()) == message.value()
-    events = {e.causation: e for e in map(_event, messages)}
-    assert set(events) == wanted, f"unanswered: {sorted(wanted - set(events))}"
-    unknown = {c for c, e in events.items() if e.evidence_ref == f"outcome-unknown:{c}"}
-    # Only the command in the handler when the kill landed can be of unknown outcome.
-    assert len(unknown) <= 1
+    # A result reported again: killed after the flush, before the commit.
+    events, unknown = _answered_once(executed, messages, wanted)
     assert all(events[c].event_type == "RETRY_FAILED" for c in unknown)
     succeeded = {c for c, e in events.items() if e.event_type == "RETRY_SUCCEEDED"}
     assert succeeded | unknown == wanted
