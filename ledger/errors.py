@@ -90,6 +90,14 @@ def version_message(operation_id: str, expected: int, found: int) -> str:
     )
 
 
+def opened_message(operation_id: str) -> str:
+    return (
+        f"operation {operation_id}: this batch opens it, but it is stored already (another "
+        "writer, or this batch's own earlier commit): reload the view and decide again "
+        "from the stored offsets"
+    )
+
+
 def reuse_message(event_id: str, operation_id: str, stored_op: str) -> str:
     return (
         f"event {event_id} (operation {operation_id}) is already stored for operation "

@@ -51,6 +51,7 @@ from ledger.errors import (
     NonceReused,
     VersionConflict,
     fenced_message,
+    opened_message,
     reuse_message,
     version_message,
 )
@@ -281,6 +282,14 @@ def _lineages(plan: BatchRows, locked: Rows) -> dict[str, dict[str, Any]]:
 
 
 def _check_ids(plan: BatchRows, events: Rows, nonce_rows: Rows) -> None:
+    # An event stored for an operation this batch opens means the operation is stored
+    # too: the view is stale (a commit whose acknowledgement was lost, sent again), not
+    # an id reused; reloading finds the event a duplicate. The memory ledger's version
+    # check catches the same before its ids.
+    opened = {r.operation_id for r in plan.operations if r.opens}
+    stale = next((str(op) for _, op in events if op in opened), None)
+    if stale is not None:
+        raise VersionConflict(opened_message(stale))
     if events:
         event_id, stored_op = str(events[0][0]), str(events[0][1])
         mine = next(e.operation_id for e in plan.events if e.event_id == event_id)
@@ -411,10 +420,7 @@ def _check_opened(plan: BatchRows, inserted: psycopg.Cursor[TupleRow] | None) ->
     found = {str(row[0]) for row in inserted.fetchall()}
     for row in plan.operations:
         if row.opens and row.operation_id not in found:
-            raise VersionConflict(
-                f"operation {row.operation_id}: this batch opens it, but another writer "
-                "opened it first: reload the view and decide again from the stored offsets"
-            )
+            raise VersionConflict(opened_message(row.operation_id))
 
 
 def _insert_claims(conn: Conn, plan: BatchRows) -> psycopg.Cursor[TupleRow] | None:

@@ -238,6 +238,23 @@ class LedgerContract(abc.ABC):
             ledger.commit(late)
         assert len(ledger.decisions("op-1")) == 1
 
+    def test_a_batch_committed_again_is_refused_as_decided_on_a_stale_view(
+        self, ledger: Ledger
+    ) -> None:
+        # A commit whose acknowledgement was lost (the primary died after its synchronous
+        # standby had it) is sent again on the view it was decided on. Its opening event
+        # is stored for the same operation: a stale view, not a reused id; the consumer
+        # reloads, finds the event a duplicate and dead-letters nothing.
+        ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        batch = decide_batch(ledger, [event("op-1", 0, "TOOL_TIMEOUT")], epoch=1)
+        ledger.commit(batch)
+        with pytest.raises(VersionConflict, match="op-1"):
+            ledger.commit(batch)
+        again = feed(ledger, [event("op-1", 0, "TOOL_TIMEOUT")], epoch=1)
+        assert (again.events, again.decisions, again.dead_letters) == (0, 0, 0)
+        assert len(ledger.decisions("op-1")) == 1
+        assert ledger.offsets(GROUP, TOPIC) == {0: 1}
+
     def test_stale_epoch_is_fenced_and_nothing_of_the_batch_is_written(
         self, ledger: Ledger
     ) -> None:
