@@ -180,6 +180,11 @@ class PostgresLedger(Ledger):
             timeout=connect_timeout,
             kwargs={
                 "connect_timeout": max(1, int(connect_timeout)),
+                # A lone statement runs as its own transaction, one round trip; every
+                # call that needs more opens an explicit block. Without it psycopg
+                # wrapped each read in BEGIN and COMMIT (three round trips for one
+                # SELECT), and sent a second BEGIN after a pipelined commit's own.
+                "autocommit": True,
                 "options": SESSION_OPTIONS,
                 "context": ADAPTERS,  # the array dumpers the commit's statements take
             },

@@ -182,7 +182,10 @@ def _read(conn: Conn, batch: Batch, plan: BatchRows, transaction: ExitStack) -> 
     with conn.pipeline():
         # Its BEGIN rides in the reads' round trip. A `Transaction` rather than
         # `conn.transaction()`, which in a pipeline holds the pipeline open until the
-        # transaction ends: the commit's round trips stay the ones it asks for.
+        # transaction ends: the commit's round trips stay the ones it asks for. The
+        # connection is in autocommit (`PostgresLedger`): otherwise psycopg, which sees
+        # no transaction until the pipeline syncs, sends a BEGIN of its own after this
+        # one, and the server logs a warning for every batch.
         transaction.enter_context(psycopg.Transaction(conn))
         epochs = _queue(
             conn,
