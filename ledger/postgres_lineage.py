@@ -31,6 +31,7 @@ from ledger.lineage_step import (
     opened_lineage,
     with_lineage_plan,
 )
+from ledger.postgres_arrays import column_arrays
 from ledger.queries import QUERIES
 from ledger.records import Batch, BatchRows
 from machines import LineageRow
@@ -143,20 +144,31 @@ def write_lineage(conn: Conn, plan: BatchRows, lineage: LineagePlan | None) -> N
         return
     opened = {r.operation_id for r in plan.operations if r.opens}
     updates = [
-        {
-            "operation_id": op,
-            "ancestors": list(r.ancestors),
-            "lineage_agents": list(r.lineage_agents),
-            "contained_ancestors": list(r.contained_ancestors),
-            "containing": r.containing,
-            "containment_cause": r.containment_cause,
-            "descendant_agents": list(r.descendant_agents),
-        }
+        (
+            op,
+            column_json(list(r.ancestors)),
+            column_json(list(r.lineage_agents)),
+            column_json(list(r.contained_ancestors)),
+            r.containing,
+            r.containment_cause,
+            column_json(list(r.descendant_agents)),
+        )
         for op, r in sorted(lineage.rows.items())
         if op not in opened
     ]
     if updates:
-        conn.execute(QUERIES["update_lineage"], {"rows": column_json(updates)})
+        conn.execute(
+            QUERIES["update_lineage"], column_arrays(_LINEAGE_COLUMNS, _LINEAGE_TYPES, updates)
+        )
+
+
+# The columns of `update_lineage`, in order, and their array types (`column_arrays`;
+# a json column goes as text).
+_LINEAGE_COLUMNS: Final = (
+    *("operation_id", "ancestors", "lineage_agents", "contained_ancestors"),
+    *("containing", "containment_cause", "descendant_agents"),
+)
+_LINEAGE_TYPES: Final = ("text", "text", "text", "text", "bool", "text", "text")
 
 
 def insert_cascade(conn: Conn, plan: BatchRows) -> int:
