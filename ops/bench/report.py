@@ -236,7 +236,7 @@ def render_table(result: BenchResult, out: TextIO) -> None:
             f"{m['roles']['relay']['peak_rss_mb']:>10.1f}{m['events_per_second']:>10,.0f}"
         )
     lines += _scaling_lines(result.scaling)
-    lines += _cpu_lines(result.scaling)
+    lines += _cpu_lines(result.scaling, result.latency)
     lines += _profile_lines(result.profile)
     lines += _timer_lines(result.timers)
     lines += ["", "targets (issue #20):"]
@@ -294,35 +294,33 @@ def _scaling_lines(scaling: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _cpu_lines(scaling: list[dict[str, Any]]) -> list[str]:
-    """CPU per record by process kind, per scaling row, and what it projects."""
-    rows = [r for r in scaling if r.get("cpu")]
+def _cpu_lines(scaling: list[dict[str, Any]], latency: list[dict[str, Any]]) -> list[str]:
+    """CPU per record by process kind, per drain (scaling rows) and per offered rate
+    (latency phases, per record offered), and what each projects."""
+    rows = [(_scaling_label(r), r["cpu"]) for r in scaling if r.get("cpu")]
+    rows += [(f"@ {x['offered_rate']} ev/s", x["cpu"]) for x in latency if x.get("cpu")]
     if not rows:
         return []
     lines = [
         "",
-        "cpu per record, µs (cores busy)",
-        f"{'  members':<16}" + "".join(f"{label:>15}" for label in CPU_KINDS.values()),
+        "cpu per record, µs (cores busy): drains by members, then each offered rate",
+        f"{'  phase':<16}" + "".join(f"{label:>15}" for label in CPU_KINDS.values()),
     ]
-    for row in rows:
-        kinds = row["cpu"]["kinds"]
+    for label, cpu in rows:
         cells = []
         for kind in CPU_KINDS:
-            figure = kinds.get(kind)
+            figure = cpu["kinds"].get(kind)
             cells.append(
                 f"{'-':>15}"
                 if figure is None
                 else f"{figure['us_per_event']:>8,.0f} ({figure['cores_busy']:.2f})"
             )
-        label = "1 (saturation)" if row["phase"] == "saturation" else str(row["members"])
         lines.append(f"{'  ' + label:<16}" + "".join(cells))
-    for row in rows:
-        cpu = row["cpu"]
+    for label, cpu in rows:
         backends = ", ".join(
             f"{kind} {figure['us_per_event']:,.0f}"
             for kind, figure in cpu["database_backends"].items()
         )
-        label = "1 (saturation)" if row["phase"] == "saturation" else str(row["members"])
         lines.append(
             f"  {label}: pipeline {cpu['pipeline_us_per_event']:,.0f} µs/record "
             f"(controllers, relay, broker, postgres) = {cpu['events_per_core_second']:,.0f} "
@@ -331,6 +329,10 @@ def _cpu_lines(scaling: list[dict[str, Any]]) -> list[str]:
             f"database: {backends or '-'} µs/record"
         )
     return lines
+
+
+def _scaling_label(row: dict[str, Any]) -> str:
+    return "1 (saturation)" if row["phase"] == "saturation" else str(row["members"])
 
 
 def _profile_lines(profile: dict[str, Any]) -> list[str]:

@@ -749,8 +749,14 @@ def _latency(run: _Run, tail: TopicTail, rate: int) -> dict[str, Any]:
     records = list(generate(spec))
     run.say(f"latency @ {rate} ev/s: producing {len(records):,} records")
     sent_at: dict[str, float] = {}
+    # The CPU every process kind spends per offered event at this rate: at a steady
+    # rate a batch holds a few events, so the per-batch and per-request costs weigh far
+    # more than in a backlog drain (docs/PERFORMANCE.md, seventh round).
+    assert run.cpu is not None
+    cpu_start = run.cpu.snapshot(_pids(run), at=time.time())
     expected = _load(run, records, f"latency @ {rate} ev/s", rate=rate, sent_at=sent_at)
     _wait_done(run, tail, f"latency @ {rate} ev/s", expected, time.time())
+    cpu_end = run.cpu.snapshot(_pids(run), at=time.time())
     seen = tail.commands()
     readable: dict[str, float] = {}
     last: dict[str, str] = {}
@@ -776,6 +782,7 @@ def _latency(run: _Run, tail: TopicTail, rate: int) -> dict[str, Any]:
         "events_with_missing_commands": len(incomplete),
         **figures,
         "stages": stages,
+        "cpu": cpu_figures(cpu_start, cpu_end, len(records)),
     }
 
 

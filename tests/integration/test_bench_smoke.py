@@ -116,6 +116,18 @@ def test_quick_bench_measures_latency_at_each_rate_and_memory_of_both_roles(
         for name, stage in stages.items():
             assert 0 < stage["p50_ms"] <= stage["p99_ms"] <= figures["max_ms"], (name, stage)
             assert 0 < stage["slowest_1pct_mean_ms"] <= figures["max_ms"], (name, stage)
+        # What each process kind spent per offered record at that rate, the same figures
+        # as a drain's: the roles worked, and the pipeline is the sum of its kinds.
+        cpu = figures["cpu"]
+        assert cpu["records"] == figures["records"]
+        kinds = cpu["kinds"]
+        for kind in ("controller", "relay", "broker", "postgres"):
+            assert 0 < kinds[kind]["us_per_event"] < 1_000_000, (figures["offered_rate"], kind)
+        pipeline = sum(
+            kinds[k]["us_per_event"] for k in ("controller", "relay", "broker", "postgres")
+        )
+        assert cpu["pipeline_us_per_event"] == pytest.approx(pipeline, abs=1.0)
+        assert f"@ {figures['offered_rate']} ev/s: pipeline" in quick_run["_stdout"]
     backlogs = [m["backlog"] for m in quick_run["memory"]]
     assert backlogs == sorted(backlogs)
     assert len(backlogs) == 2
