@@ -59,7 +59,13 @@ from ledger.interface import CommitResult
 from ledger.jsonutil import column_json, dumps
 from ledger.lineage_step import lineage_moved
 from ledger.postgres_arrays import Int8Array, TextArray, column_arrays
-from ledger.postgres_lineage import insert_cascade, lineage_reads, lineage_step, write_lineage
+from ledger.postgres_lineage import (
+    insert_cascade,
+    lineage_columns,
+    lineage_reads,
+    lineage_step,
+    write_lineage,
+)
 from ledger.queries import QUERIES
 from ledger.records import (
     Batch,
@@ -366,22 +372,7 @@ def _insert_row(
         0 if head is None else head.sequence,
         genesis_hash(row.operation_id) if head is None else head.hash,
         column_json(list(row.delegated_credentials)),
-        *_lineage_columns(lineage),
-    )
-
-
-def _lineage_columns(row: LineageRow | None) -> tuple[Any, ...]:
-    """The lineage columns an opened operation is inserted with (all NULL: not linked,
-    which the statement stores as empty arrays and `containing` false)."""
-    if row is None:
-        return (None, None, None, None, None, None)
-    return (
-        column_json(list(row.ancestors)),
-        column_json(list(row.lineage_agents)),
-        column_json(list(row.contained_ancestors)),
-        row.containing,
-        row.containment_cause,
-        column_json(list(row.descendant_agents)),
+        *lineage_columns(lineage),
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import psycopg
 from psycopg.rows import TupleRow
@@ -36,7 +36,14 @@ from ledger.queries import QUERIES
 from ledger.records import Batch, BatchRows
 from machines import LineageRow
 
-__all__ = ["insert_cascade", "lineage_reads", "lineage_row", "lineage_step", "write_lineage"]
+__all__ = [
+    "insert_cascade",
+    "lineage_columns",
+    "lineage_reads",
+    "lineage_row",
+    "lineage_step",
+    "write_lineage",
+]
 
 log = logging.getLogger("ledger")
 
@@ -144,22 +151,28 @@ def write_lineage(conn: Conn, plan: BatchRows, lineage: LineagePlan | None) -> N
         return
     opened = {r.operation_id for r in plan.operations if r.opens}
     updates = [
-        (
-            op,
-            column_json(list(r.ancestors)),
-            column_json(list(r.lineage_agents)),
-            column_json(list(r.contained_ancestors)),
-            r.containing,
-            r.containment_cause,
-            column_json(list(r.descendant_agents)),
-        )
-        for op, r in sorted(lineage.rows.items())
-        if op not in opened
+        (op, *lineage_columns(r)) for op, r in sorted(lineage.rows.items()) if op not in opened
     ]
     if updates:
         conn.execute(
             QUERIES["update_lineage"], column_arrays(_LINEAGE_COLUMNS, _LINEAGE_TYPES, updates)
         )
+
+
+def lineage_columns(row: LineageRow | None) -> tuple[Any, ...]:
+    """A row's lineage columns as `insert_operations` and `update_lineage` take them
+    (text arrays as JSON arrays); all NULL for an opened operation not linked, which
+    `insert_operations` stores as empty arrays and `containing` false."""
+    if row is None:
+        return (None, None, None, None, None, None)
+    return (
+        column_json(list(row.ancestors)),
+        column_json(list(row.lineage_agents)),
+        column_json(list(row.contained_ancestors)),
+        row.containing,
+        row.containment_cause,
+        column_json(list(row.descendant_agents)),
+    )
 
 
 # The columns of `update_lineage`, in order, and their array types (`column_arrays`;
