@@ -57,18 +57,16 @@ def check_message_limits(
             entry = future.result(timeout=timeout).get("max.message.bytes")
             limits[resource.name] = int(entry.value) if entry and entry.value else 0
     except KafkaException as exc:
+        if _unanswered(exc):
+            raise ProducersError(_no_answer(bootstrap, timeout)) from exc
         raise ProducersError(
             f"cannot read the recovery topics' max.message.bytes on {bootstrap}: {exc}; the "
             "relay's principal needs DescribeConfigs on them (`recoveryctl topics create` "
             "grants it)"
         ) from exc
     except TimeoutError as exc:
-        # The future's wait ran out before the request's own timeout failed it: the
-        # broker did not answer (down, restarting), which the caller retries.
-        raise ProducersError(
-            f"cannot read the recovery topics' max.message.bytes on {bootstrap}: the "
-            f"broker did not answer within {timeout:g}s"
-        ) from exc
+        # The future's wait ran out before the request's own timeout failed it.
+        raise ProducersError(_no_answer(bootstrap, timeout)) from exc
     small = {name: size for name, size in limits.items() if size < MIN_TOPIC_MESSAGE_BYTES}
     if small:
         raise TopicLimitError(
@@ -82,6 +80,26 @@ def check_message_limits(
             "--alter --entity-type topics --add-config ...)"
         )
     return limits
+
+
+# The admin client's own errors for a broker that never answered (down, restarting),
+# which the caller retries: whichever of the request's timeout and the future's wait
+# runs out first, the message says so, not that a permission is missing.
+_UNANSWERED = frozenset(
+    {KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN}
+)
+
+
+def _unanswered(exc: KafkaException) -> bool:
+    error = exc.args[0] if exc.args else None
+    return isinstance(error, KafkaError) and error.code() in _UNANSWERED
+
+
+def _no_answer(bootstrap: str, timeout: float) -> str:
+    return (
+        f"cannot read the recovery topics' max.message.bytes on {bootstrap}: the broker "
+        f"did not answer within {timeout:g}s"
+    )
 
 
 @dataclass(frozen=True, slots=True)
