@@ -113,14 +113,6 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchRows) -> CommitResult:
         chained = {
             op: chain_records(op, heads[op], bodies) for op, bodies in audit_bodies(plan).items()
         }
-        outbox = finish_outbox(
-            plan,
-            chained,
-            batch.topics,
-            audit_payloads=False,
-            sign=batch.sign,
-            lineages=_lineages(plan, reads.locked),
-        )
         intake, letters = plan_dead_letters(
             batch.dead_letters,
             reads.intake_heads,
@@ -128,19 +120,17 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchRows) -> CommitResult:
             batch.topics.dlq,
             batch.sign,
         )
-        anchor = heads_row({**chained, **intake}, batch.topics, batch.sign)
-        if anchor is not None:
-            outbox.append(anchor)
         # The outbox keeps its insertion order: the batch's rows, the cascade events,
         # then the dead letters. Without cascade events (nearly always) the dead letters
         # ride with the batch's rows.
         late = bool(plan.cascade) and bool(letters)
         records = [r for rs in (*chained.values(), *intake.values()) for r in rs]
-        tables = _append_rows(plan, records, outbox, () if late else letters)
         # With nothing left to check or write after them (no operation opened, whose
         # insert another writer may have won; no cascade), COMMIT rides in their round trip.
         commit_now = not plan.cascade and not any(r.opens for r in plan.operations)
         opened = claimed = None
+        outbox: list[OutboxRow] = []
+        closing = False  # the transaction's own exit spent: a failure is ours to roll back
         try:
             with conn.pipeline():
                 opened = _insert_opened(conn, plan, chained, lineage)
@@ -150,11 +140,30 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchRows) -> CommitResult:
                 write_lineage(conn, plan, lineage)
                 intake_writes(conn, intake)
                 _store_offsets(conn, batch)
-                _insert_tables(conn, tables)
+                _insert_tables(conn, _append_rows(plan, records))
+                # Each statement above left for the server as it was queued: it writes
+                # them while this process signs the outbox rows, the batch's costliest
+                # Python, instead of one waiting for the other (docs/PERFORMANCE.md,
+                # seventh round).
+                outbox = finish_outbox(
+                    plan,
+                    chained,
+                    batch.topics,
+                    audit_payloads=False,
+                    sign=batch.sign,
+                    lineages=_lineages(plan, reads.locked),
+                )
+                anchor = heads_row({**chained, **intake}, batch.topics, batch.sign)
+                if anchor is not None:
+                    outbox.append(anchor)
+                _insert_tables(conn, _outbox_rows(outbox, () if late else letters))
                 if commit_now:
+                    closing = True
                     transaction.close()
         except psycopg.Error:
-            if commit_now and conn.info.transaction_status == TransactionStatus.INERROR:
+            # A refusal that came back before COMMIT was queued (while the outbox was
+            # signed) leaves the transaction to `transaction`, which rolls it back.
+            if closing and conn.info.transaction_status == TransactionStatus.INERROR:
                 conn.rollback()  # the failed block the skipped COMMIT left open
             # A row refused in the same pipeline (an event id stored by the writer that
             # opened our operation first) must not hide the conflict that explains it:
@@ -165,7 +174,7 @@ def write_batch(conn: Conn, batch: Batch, plan: BatchRows) -> CommitResult:
         _check_claimed(conn, plan, claimed)
         cascaded = insert_cascade(conn, plan)
         if late:
-            _insert_tables(conn, [("outbox", [_letter_tuple(o) for o in letters])])
+            _insert_tables(conn, _outbox_rows((), letters))
     return CommitResult(
         events=len(plan.events),
         decisions=len(plan.decisions),
@@ -581,13 +590,11 @@ def _aware(moment: datetime) -> datetime:
 
 
 def _append_rows(
-    plan: BatchRows,
-    records: Sequence[AuditRecord],
-    outbox: Sequence[OutboxRow],
-    letters: Sequence[DeadLetterRow],
+    plan: BatchRows, records: Sequence[AuditRecord]
 ) -> list[tuple[str, list[tuple[Any, ...]]]]:
-    """Every append-only row of the batch, per table in write order (events before the
-    rows that reference them) and in the columns of `_TABLE_TYPES`; empty tables left out."""
+    """The batch's append-only rows but the outbox's, per table in write order (events
+    before the rows that reference them) and in the columns of `_TABLE_TYPES`; empty
+    tables left out."""
     tables: list[tuple[str, list[tuple[Any, ...]]]] = [
         ("events", [_event_tuple(e) for e in plan.events]),
         (
@@ -634,9 +641,17 @@ def _append_rows(
                 for r in records
             ],
         ),
-        ("outbox", [_outbox_tuple(o) for o in outbox] + [_letter_tuple(o) for o in letters]),
     ]
     return [(table, rows) for table, rows in tables if rows]
+
+
+def _outbox_rows(
+    outbox: Sequence[OutboxRow], letters: Sequence[DeadLetterRow]
+) -> list[tuple[str, list[tuple[Any, ...]]]]:
+    """The outbox's rows in insertion order, as `_append_rows` gives a table; nothing
+    when there are none."""
+    rows = [_outbox_tuple(o) for o in outbox] + [_letter_tuple(o) for o in letters]
+    return [("outbox", rows)] if rows else []
 
 
 def _insert_tables(conn: Conn, tables: Sequence[tuple[str, Sequence[tuple[Any, ...]]]]) -> None:

@@ -113,3 +113,49 @@ def test_a_refused_row_in_the_round_trip_that_commits_leaves_nothing_and_a_usabl
         assert ledger.offsets(GROUP, TOPIC) == {0: 2}
     finally:
         ledger.close()
+
+
+def test_a_row_refused_while_the_outbox_is_signed_leaves_nothing_and_a_usable_ledger(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The batch's writes leave for the server before its outbox rows are signed. Another
+    # writer has committed one of its event ids after the batch's checks: the refusal
+    # comes back while the rows are signed, before COMMIT is queued, and must surface as
+    # the reuse it is, with nothing written and the pooled connection usable.
+    ledger = PostgresLedger(database_url, min_size=1, max_size=1)
+    try:
+        ledger.claim(GROUP, TOPIC, [0], "controller-a")
+        feed(ledger, [event("op-1", 0, "TOOL_TIMEOUT"), event("op-2", 0, "TOOL_TIMEOUT")], epoch=1)
+        batch = decide(ledger, [event("op-1", 1, "TOOL_TIMEOUT")], epoch=1, first_offset=2)
+        sign = postgres_commit.finish_outbox
+
+        def signing_late(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(0.3)  # the server has refused the event by now
+            return sign(*args, **kwargs)
+
+        def stored_meanwhile(*args: Any, **kwargs: Any) -> Any:
+            with psycopg.connect(database_url, autocommit=True) as other:
+                other.execute(
+                    "INSERT INTO events (event_id, payload_digest, operation_id, event_type, "
+                    "envelope) VALUES ('op-1-e1', 'sha256:other', 'op-2', 'TOOL_TIMEOUT', '{}')"
+                )  # for another operation: op-1's row is locked by the batch
+            return checks(*args, **kwargs)
+
+        checks = postgres_commit._check_ids
+        monkeypatch.setattr(postgres_commit, "finish_outbox", signing_late)
+        monkeypatch.setattr(postgres_commit, "_check_ids", stored_meanwhile)
+        with pytest.raises(EventIdReused):
+            ledger.commit(batch)
+        monkeypatch.undo()
+        assert ledger.offsets(GROUP, TOPIC) == {0: 2}
+        assert len(ledger.decisions("op-1")) == 1
+        again = decide(
+            ledger,
+            [event("op-1", 1, "TOOL_TIMEOUT", event_id="op-1-e1b")],
+            epoch=1,
+            first_offset=2,
+        )
+        assert ledger.commit(again).events == 1
+        assert ledger.offsets(GROUP, TOPIC) == {0: 3}
+    finally:
+        ledger.close()
