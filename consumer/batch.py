@@ -200,12 +200,18 @@ def operation_ids(results: Iterable[IntakeResult]) -> list[str]:
 
 
 def openings(
-    results: Iterable[IntakeResult], stored: Mapping[str, OperationView]
+    results: Iterable[IntakeResult],
+    stored: Mapping[str, OperationView],
+    excluded: Mapping[str, Refusal] | None = None,
 ) -> dict[str, str | None]:
     """The operations the batch's accepted events would open (not in `stored`), each with
     the parent operation its first event names: what `Ledger.arrival_lineage` answers
     in one read, so a new operation is decided below its stored parent's lineage. An
-    event that could not open its operation (`machines.scope_refusal`) is passed over."""
+    event that could not open its operation (`machines.scope_refusal`), or that a
+    replan dead-letters (`excluded`, as `decide_batch` takes it), is passed over: the
+    next event opens the operation, and its parent is the one to read. (Read for the
+    excluded one, the commit's linking found another parent and refused the batch on
+    every replan, so the partition never moved.)"""
     found: dict[str, str | None] = {}
     for r in results:
         if (
@@ -213,6 +219,7 @@ def openings(
             and r.event.operation_id not in stored
             and r.event.operation_id not in found
             and scope_refusal(r.machine, r.event, opening=True) is None
+            and not (excluded and r.record.coordinates in excluded)
         ):
             found[r.event.operation_id] = r.event.lineage.parent_operation
     return found

@@ -661,7 +661,7 @@ class Controller:
         with self._tracer.batch(len(outcomes), partitions) as span:
             try:
                 views = self.ledger.load_views(operation_ids(outcomes))
-                arrivals = self.ledger.arrival_lineage(openings(outcomes, views))
+                arrivals = self.ledger.arrival_lineage(openings(outcomes, views, excluded))
                 claims = self.ledger.key_claims(claim_keys(outcomes, views))
                 planned = decide_batch(
                     outcomes,

@@ -212,7 +212,7 @@ class Fuzzer:
         excluded: dict[str, Refusal],
     ) -> DecidedBatch:
         views = self.ledger.load_views(operation_ids(outcomes))
-        arrivals = self.ledger.arrival_lineage(openings(outcomes, views))
+        arrivals = self.ledger.arrival_lineage(openings(outcomes, views, excluded))
         planned = decide_batch(
             outcomes,
             views,

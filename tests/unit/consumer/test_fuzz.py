@@ -11,7 +11,7 @@ import logging
 import random
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.fuzz import Fuzzer, generated, run
@@ -19,6 +19,10 @@ from tests.fuzz import Fuzzer, generated, run
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), size=st.integers(1, 40))
+# Found in a full run: an operation's first event was dead-lettered as a reused id and the
+# next one, naming a parent, opened it; the lineage read for the first made every replan
+# of the batch a VersionConflict.
+@example(seed=77754, size=32)
 def test_no_generated_batch_raises_and_each_record_is_settled_once(seed: int, size: int) -> None:
     rng = random.Random(seed)
     fuzzer = Fuzzer()
