@@ -102,15 +102,7 @@ def test_a_refused_row_in_the_round_trip_that_commits_leaves_nothing_and_a_usabl
             other.commit()
             writer.join(timeout=10)
         assert len(refused) == 1
-        assert ledger.offsets(GROUP, TOPIC) == {0: 1}
-        again = decide(
-            ledger,
-            [event("op-1", 1, "TOOL_TIMEOUT", event_id="op-1-e1b")],
-            epoch=1,
-            first_offset=1,
-        )
-        assert ledger.commit(again).events == 1
-        assert ledger.offsets(GROUP, TOPIC) == {0: 2}
+        _commits_again(ledger, offset=1)
     finally:
         ledger.close()
 
@@ -147,15 +139,22 @@ def test_a_row_refused_while_the_outbox_is_signed_leaves_nothing_and_a_usable_le
         with pytest.raises(EventIdReused):
             ledger.commit(batch)
         monkeypatch.undo()
-        assert ledger.offsets(GROUP, TOPIC) == {0: 2}
         assert len(ledger.decisions("op-1")) == 1
-        again = decide(
-            ledger,
-            [event("op-1", 1, "TOOL_TIMEOUT", event_id="op-1-e1b")],
-            epoch=1,
-            first_offset=2,
-        )
-        assert ledger.commit(again).events == 1
-        assert ledger.offsets(GROUP, TOPIC) == {0: 3}
+        _commits_again(ledger, offset=2)
     finally:
         ledger.close()
+
+
+def _commits_again(ledger: PostgresLedger, *, offset: int) -> None:
+    """After a refused batch of op-1's event 1 at `offset`: nothing of it was stored (the
+    offset has not moved), and the pooled connection commits the next batch, the same
+    event under another id."""
+    assert ledger.offsets(GROUP, TOPIC) == {0: offset}
+    again = decide(
+        ledger,
+        [event("op-1", 1, "TOOL_TIMEOUT", event_id="op-1-e1b")],
+        epoch=1,
+        first_offset=offset,
+    )
+    assert ledger.commit(again).events == 1
+    assert ledger.offsets(GROUP, TOPIC) == {0: offset + 1}
