@@ -14,7 +14,7 @@ from consumer.batch import (
     operation_ids,
     positions_for,
 )
-from consumer.controller import Controller, consumer_config
+from consumer.controller import ADVISORY_COMMIT_INTERVAL_MS, Controller, consumer_config
 from consumer.deadletter import dead_letter, dead_letter_id
 from consumer.errors import ControllerError, PolicyRefused, SettingsError, TelemetryError
 from consumer.health_server import HealthServer, Probe
@@ -64,6 +64,7 @@ from consumer.telemetry import (
 from consumer.tracing import BatchTracer, extract_context, trace_headers
 
 __all__ = [
+    "ADVISORY_COMMIT_INTERVAL_MS",
     "CONTROLLER_SERVICE",
     "ENV_DEMO_MODE",
     "ENV_METRICS_ADDRESS",

@@ -123,6 +123,8 @@ TopicPartition = tuple[str, int]
 # the batch is rewound and retried after a backoff.
 _EXTRA_REPLANS: Final = 5
 _LAG_INTERVAL: Final = 1.0
+# librdkafka's `auto.commit.interval.ms` for the advisory offset commits.
+ADVISORY_COMMIT_INTERVAL_MS: Final = 1000
 # How long `_fire_timers` waits for a slice's timer events to be decided before it fires
 # again anyway (they may have been decided by another member, or disarmed).
 _IN_FLIGHT_PATIENCE: Final = 30.0
@@ -140,6 +142,9 @@ def consumer_config(settings: ControllerSettings) -> dict[str, Any]:
         "max.poll.interval.ms": settings.max_poll_interval_ms,
         "queued.max.messages.kbytes": settings.max_queued_kbytes,
         "isolation.level": "read_committed",
+        # How often librdkafka commits the offsets `Controller._advise` stored (advice
+        # only, below); `consumer_config` may change it.
+        "auto.commit.interval.ms": ADVISORY_COMMIT_INTERVAL_MS,
         # librdkafka's lines become records of logger librdkafka.controller, not stderr.
         "logger": librdkafka_logger("controller"),
     }
@@ -156,8 +161,9 @@ def consumer_config(settings: ControllerSettings) -> dict[str, Any]:
     config.update(
         {
             # The ledger's offsets are authoritative, written with the decisions they
-            # caused; Kafka gets them afterwards, as advice (`Controller._advise`).
-            "enable.auto.commit": False,
+            # caused; Kafka gets them afterwards, as advice (`Controller._advise`): only
+            # offsets the controller stored after its ledger commit are ever committed.
+            "enable.auto.commit": True,
             "enable.auto.offset.store": False,
         }
     )
@@ -732,9 +738,12 @@ class Controller:
                 )
 
     def _advise(self, consumer: Consumer, positions: Sequence[Position]) -> None:
-        """Commit the offsets the ledger just stored to Kafka too, asynchronously, so
-        Kafka's tools see the group's lag. Advice only: the ledger's offsets stay the
-        ones the controller starts from, so a lost or late commit changes nothing."""
+        """Hand the offsets the ledger just stored to librdkafka, which commits the
+        newest of them to Kafka every `auto.commit.interval.ms` (and when a partition
+        is revoked or the consumer closes), so Kafka's tools see the group's lag. Advice
+        only: the ledger's offsets stay the ones the controller starts from, so a lost
+        or late commit changes nothing. One commit request per batch cost the broker a
+        quarter of its CPU at a steady 200 ev/s (docs/PERFORMANCE.md, eighth round)."""
         offsets = [
             KafkaPartition(p.topic, p.partition, p.next_offset)
             for p in positions
@@ -743,12 +752,16 @@ class Controller:
         if not offsets:
             return
         try:
-            consumer.commit(offsets=offsets, asynchronous=True)
-        except KafkaException as exc:
+            consumer.store_offsets(offsets=offsets)
+        except KafkaException as exc:  # a partition revoked under us, say
             self._advice_failed(exc)
 
     def _advised(self, error: KafkaError | None, partitions: list[KafkaPartition]) -> None:
-        """librdkafka's `on_commit` callback (run inside `consume`)."""
+        """librdkafka's `on_commit` callback (run inside `consume`). A periodic
+        commit with nothing stored since the last one reports `_NO_OFFSET`: not a
+        failure."""
+        if error is not None and error.code() == KafkaError._NO_OFFSET:
+            return
         failed = [p for p in partitions if p.error is not None]
         if error is not None or failed:
             self._advice_failed(error or failed[0].error)

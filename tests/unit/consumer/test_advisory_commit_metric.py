@@ -58,9 +58,13 @@ def test_the_commit_callback_counts_each_failure_by_its_error_name(
     scraped: tuple[Controller, HealthServer],
 ) -> None:
     controller, health = scraped
-    # librdkafka's on_commit: first a success, then two refusals and a transport error.
+    # librdkafka's on_commit: first a success, and a periodic commit that found nothing
+    # newly stored (an idle controller, every interval), then two refusals and a
+    # transport error.
     controller._advised(None, [KafkaPartition("recovery.events", 0, 5)])
+    controller._advised(KafkaError(KafkaError._NO_OFFSET), [])
     assert _series(health) == {}
+    assert controller.advisory_commit_failures == 0
     controller._advised(KafkaError(KafkaError.REBALANCE_IN_PROGRESS), [])
     controller._advised(KafkaError(KafkaError.REBALANCE_IN_PROGRESS), [])
     controller._advised(KafkaError(KafkaError._TRANSPORT), [])

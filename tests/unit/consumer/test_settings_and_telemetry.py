@@ -11,6 +11,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from consumer import (
+    ADVISORY_COMMIT_INTERVAL_MS,
     BatchTracer,
     ControllerMetrics,
     ControllerSettings,
@@ -53,12 +54,23 @@ def test_invalid_settings_name_the_variable_to_fix() -> None:
 
 
 def test_caller_consumer_config_cannot_turn_kafka_offset_storage_back_on() -> None:
+    # librdkafka commits only the offsets the controller stored after its ledger commit
+    # (`Controller._advise`): it never stores a consumed record's offset by itself, and
+    # its periodic commit stays on, at an interval the caller may change.
     settings = ControllerSettings.from_env(
-        ENV, consumer_config={"enable.auto.commit": "true", "fetch.min.bytes": "10"}
+        ENV,
+        consumer_config={
+            "enable.auto.commit": "false",
+            "enable.auto.offset.store": "true",
+            "fetch.min.bytes": "10",
+        },
     )
     config = consumer_config(settings)
-    assert config["enable.auto.commit"] is False
+    assert config["enable.auto.commit"] is True
     assert config["enable.auto.offset.store"] is False
+    assert config["auto.commit.interval.ms"] == ADVISORY_COMMIT_INTERVAL_MS
+    slower = ControllerSettings.from_env(ENV, consumer_config={"auto.commit.interval.ms": "5000"})
+    assert consumer_config(slower)["auto.commit.interval.ms"] == "5000"
     assert config["partition.assignment.strategy"] == "cooperative-sticky"
     assert config["fetch.min.bytes"] == "10"
 
