@@ -416,4 +416,9 @@ def _stage_lines(latency: list[dict[str, Any]]) -> list[str]:
                 f"{'    ' + label:<34}{stage['p50_ms']:>8.1f}{stage['p99_ms']:>8.1f}"
                 f"{stage['slowest_1pct_mean_ms']:>12.1f}"
             )
+        window = x.get("slowest_1pct_sent_s")
+        if window:
+            lines.append(
+                f"    the slowest 1% were sent {window[0]:.2f}-{window[1]:.2f} s into the phase"
+            )
     return lines

@@ -34,7 +34,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -770,6 +770,7 @@ def _latency(run: _Run, tail: TopicTail, rate: int) -> dict[str, Any]:
     measured = [r for r in readable if r not in incomplete]
     latencies = sorted((readable[r] - sent_at[r]) * 1000 for r in measured)
     figures = _percentiles(latencies)
+    window = _slowest_window(measured, readable, sent_at)
     stages = _stages(run, tail, {r: last[r] for r in measured}, sent_at)
     run.say(
         f"latency @ {rate} ev/s: p50 {figures['p50_ms']} ms, p99 {figures['p99_ms']} ms",
@@ -781,9 +782,25 @@ def _latency(run: _Run, tail: TopicTail, rate: int) -> dict[str, Any]:
         "events_measured": len(latencies),
         "events_with_missing_commands": len(incomplete),
         **figures,
+        "slowest_1pct_sent_s": window,
         "stages": stages,
         "cpu": cpu_figures(cpu_start, cpu_end, len(records)),
     }
+
+
+def _slowest_window(
+    measured: Sequence[str], readable: Mapping[str, float], sent_at: Mapping[str, float]
+) -> list[float] | None:
+    """When the slowest 1% of the measured events were sent, in seconds from the
+    phase's first send: a narrow window in a long phase is one stall (a commit waiting
+    behind the kernel's writeback, docs/PERFORMANCE.md, eighth round), a wide one a
+    steady tail."""
+    if not measured:
+        return None
+    first = min(sent_at[r] for r in measured)
+    ranked = sorted(measured, key=lambda r: readable[r] - sent_at[r])
+    slowest = [sent_at[r] - first for r in ranked[len(ranked) - max(1, len(ranked) // 100) :]]
+    return [round(min(slowest), 2), round(max(slowest), 2)]
 
 
 def _stages(

@@ -116,6 +116,10 @@ def test_quick_bench_measures_latency_at_each_rate_and_memory_of_both_roles(
         for name, stage in stages.items():
             assert 0 < stage["p50_ms"] <= stage["p99_ms"] <= figures["max_ms"], (name, stage)
             assert 0 < stage["slowest_1pct_mean_ms"] <= figures["max_ms"], (name, stage)
+        # When the slowest 1% were sent: within the phase's offered seconds.
+        start, end = figures["slowest_1pct_sent_s"]
+        assert 0 <= start <= end <= figures["records"] / figures["offered_rate"] + 1
+        assert f"the slowest 1% were sent {start:.2f}-{end:.2f} s" in quick_run["_stdout"]
         # What each process kind spent per offered record at that rate, the same figures
         # as a drain's: the roles worked, and the pipeline is the sum of its kinds.
         cpu = figures["cpu"]
