@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from importlib import metadata
 from typing import Final
@@ -148,6 +148,8 @@ class DecidedBatch:
     batch: Batch
     decisions: tuple[Decision, ...]
     refused: tuple[tuple[RawRecord, Refusal], ...]
+    # Each operation the batch opened, with the parent the event that opened it names.
+    openers: Mapping[str, str | None] = field(default_factory=dict)
 
     @property
     def duplicates(self) -> int:
@@ -223,6 +225,33 @@ def openings(
         ):
             found[r.event.operation_id] = r.event.lineage.parent_operation
     return found
+
+
+# How many times `decide_on_openers` decides a batch: the second time is below the
+# parents the operations' actual openers name; past the last, the commit's lineage check
+# refuses the plan (and the controller replans, then replays the batch).
+OPENING_READS: Final = 3
+
+
+def decide_on_openers(
+    decide: Callable[[Mapping[str, str | None]], DecidedBatch],
+    read: Mapping[str, str | None],
+) -> DecidedBatch:
+    """`decide(read)`, the batch decided below the arrival lineage of the openings in
+    `read` (`openings`: each new operation's first event that can open it), decided
+    again below the parents the operations' actual openers name when they differ.
+    The fold may refuse that first event later (an event id another operation of the
+    batch holds, a version nobody pinned, an opening its producer may not make, a role
+    it lacks) and open the operation with the next one: decided below the first one's
+    parent, the commit's linking found another lineage and refused the batch on every
+    plan, and the partition never moved."""
+    planned = decide(read)
+    for _ in range(OPENING_READS - 1):
+        opened = dict(planned.openers)
+        if all(op in read and read[op] == parent for op, parent in opened.items()):
+            break
+        read, planned = opened, decide(opened)
+    return planned
 
 
 def claim_keys(
@@ -429,7 +458,8 @@ def decide_batch(
         controller={"id": controller, "version": CONTROLLER_VERSION},
         unlinked=dict(decided.fold.unlinked),
     )
-    return DecidedBatch(batch, tuple(decided.decisions), tuple(decided.refused))
+    openers = {op: ev.lineage.parent_operation for op, (ev, _) in decided.fold.opened.items()}
+    return DecidedBatch(batch, tuple(decided.decisions), tuple(decided.refused), openers)
 
 
 def _named_pins(results: Sequence[IntakeResult]) -> Pins:

@@ -11,13 +11,19 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 from consumer import DecidedBatch, Intake, RawRecord, Refusal, decide_batch
-from consumer.batch import openings, operation_ids, positions_for, unbuildable
+from consumer.batch import (
+    decide_on_openers,
+    openings,
+    operation_ids,
+    positions_for,
+    unbuildable,
+)
 from consumer.controller import _named_record
 from consumer.intake import IntakeResult
 from ledger import EventIdReused, LedgerError, MemoryLedger, NonceReused
@@ -212,18 +218,21 @@ class Fuzzer:
         excluded: dict[str, Refusal],
     ) -> DecidedBatch:
         views = self.ledger.load_views(operation_ids(outcomes))
-        arrivals = self.ledger.arrival_lineage(openings(outcomes, views, excluded))
-        planned = decide_batch(
-            outcomes,
-            views,
-            self.rules,
-            group=GROUP,
-            controller=CONTROLLER,
-            positions=positions_for(records, self.epochs),
-            now=T0 + timedelta(hours=2),
-            arrivals=arrivals,
-            excluded=excluded,
-        )
+
+        def decide(read: Mapping[str, str | None]) -> DecidedBatch:
+            return decide_batch(
+                outcomes,
+                views,
+                self.rules,
+                group=GROUP,
+                controller=CONTROLLER,
+                positions=positions_for(records, self.epochs),
+                now=T0 + timedelta(hours=2),
+                arrivals=self.ledger.arrival_lineage(read),
+                excluded=excluded,
+            )
+
+        planned = decide_on_openers(decide, openings(outcomes, views, excluded))
         seen = Counter(e.source.offset for e in planned.batch.entries if e.source is not None)
         seen.update(r.offset for r, _ in planned.refused)
         # A forged decision, or one under another correlation id, is recorded *and*

@@ -3,13 +3,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
 from consumer import Accepted, Intake, decide_batch
-from consumer.batch import DecidedBatch, openings, operation_ids, positions_for
+from consumer.batch import (
+    DecidedBatch,
+    decide_on_openers,
+    openings,
+    operation_ids,
+    positions_for,
+)
 from ledger import MemoryLedger, VersionConflict
 from machines import Event, EvidencePayload, Lineage, Simulation
 from tests.support.producers import roster as producer_roster
@@ -174,3 +181,59 @@ def test_a_simulation_opens_a_child_below_its_parent_as_one_batch_does() -> None
     folded = {op: replace(v, agent_proof="") for op, v in (decided.batch.folded or {}).items()}
     assert dict(simulation.views) == folded
     assert simulation.views["op-child"].lineage.contained_ancestors == ("op-parent",)
+
+
+def _plan_on_openers(ledger: MemoryLedger, events: list[Event], first: int) -> DecidedBatch:
+    machines, rules = pinned()
+    epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], "me")[0].epoch}
+    raws = [encoded(e, first + i) for i, e in enumerate(events)]
+    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
+    outcomes = [intake.examine(r) for r in raws]
+    views = ledger.load_views(operation_ids(outcomes))
+
+    def decide(read: Mapping[str, str | None]) -> DecidedBatch:
+        return decide_batch(
+            outcomes,
+            views,
+            rules,
+            group=GROUP,
+            controller=CONTROLLER,
+            positions=positions_for(raws, epochs),
+            now=events[0].event_time + timedelta(minutes=1),
+            arrivals=ledger.arrival_lineage(read),
+        )
+
+    return decide_on_openers(decide, openings(outcomes, views))
+
+
+@pytest.mark.parametrize(
+    ("first_names", "opener_names"),
+    [(None, "op-parent"), ("op-other", "op-parent"), ("op-parent", "op-other")],
+)
+def test_an_operation_opened_by_its_second_event_is_decided_below_that_events_parent(
+    first_names: str | None, opener_names: str | None
+) -> None:
+    # The operation's first event can open it (`openings` reads its parent), but the
+    # fold refuses it (its id is another operation's in the batch) and the next event,
+    # naming another parent, opens it. Decided below the first one's parent, the plan
+    # was refused by the commit's lineage check every time: a partition stalled by three
+    # records of one producer.
+    ledger = MemoryLedger()
+    _commit(ledger, [event("AUTHORIZATION_DENIED", "op-parent", event_id="p-1")], 0, arrivals=True)
+    _commit(ledger, [event("TOOL_TIMEOUT", "op-other", event_id="o-1")], 1, arrivals=True)
+    refused = event("TOOL_TIMEOUT", "op-x", event_id="dup")
+    opener = event("TOOL_FAILED", "op-x", event_id="x-2")
+    batch = [
+        event("TOOL_TIMEOUT", "op-a", event_id="dup"),
+        refused if first_names is None else _below(refused, first_names),
+        opener if opener_names is None else _below(opener, opener_names),
+    ]
+    with pytest.raises(VersionConflict, match="op-x: its lineage changed"):
+        _commit(ledger, batch, 2, arrivals=True)  # the arrival read for `openings` alone
+
+    planned = _plan_on_openers(ledger, batch, 2)
+    assert planned.openers == {"op-a": None, "op-x": opener_names}
+    ledger.commit(planned.batch)
+    row = ledger.lineage("op-x")
+    assert (row.parent_operation, row.ancestors) == (opener_names, (opener_names,))
+    assert row.contained_ancestors == (opener_names,)  # both parents are containing
