@@ -148,8 +148,8 @@ class DecidedBatch:
     batch: Batch
     decisions: tuple[Decision, ...]
     refused: tuple[tuple[RawRecord, Refusal], ...]
-    # Each operation the batch opened, with the parent the event that opened it names.
-    openers: Mapping[str, str | None] = field(default_factory=dict)
+    # Each operation the batch opened, with the event that opened it.
+    openers: Mapping[str, Event] = field(default_factory=dict)
 
     @property
     def duplicates(self) -> int:
@@ -227,30 +227,37 @@ def openings(
     return found
 
 
-# How many times `decide_on_openers` decides a batch: the second time is below the
-# parents the operations' actual openers name; past the last, the commit's lineage check
-# refuses the plan (and the controller replans, then replays the batch).
+# How many times `decide_on_openers` decides a batch: the second time with the reads
+# its operations' actual openers need; past the last, the commit refuses the plan (and
+# the controller replans, then replays the batch).
 OPENING_READS: Final = 3
 
 
 def decide_on_openers(
-    decide: Callable[[Mapping[str, str | None]], DecidedBatch],
+    decide: Callable[[Mapping[str, str | None], Sequence[ClaimKey]], DecidedBatch],
     read: Mapping[str, str | None],
+    keys: Sequence[ClaimKey],
 ) -> DecidedBatch:
-    """`decide(read)`, the batch decided below the arrival lineage of the openings in
-    `read` (`openings`: each new operation's first event that can open it), decided
-    again below the parents the operations' actual openers name when they differ.
+    """`decide(read, keys)`: the batch decided with the arrival lineage of the openings
+    in `read` (`openings`) and the stored owners of the claim keys in `keys`
+    (`claim_keys`), both read for each new operation's first event; decided again with
+    the parents and the keys the operations' actual openers name, when they differ.
     The fold may refuse that first event later (an event id another operation of the
-    batch holds, a version nobody pinned, an opening its producer may not make, a role
-    it lacks) and open the operation with the next one: decided below the first one's
-    parent, the commit's linking found another lineage and refused the batch on every
-    plan, and the partition never moved."""
-    planned = decide(read)
+    batch holds, a version nobody pinned, an opening or a role its producer lacks) and
+    open the operation with the next one. Decided below the first one's parent, or
+    blind to a stored owner of the next one's key, the plan was refused by the commit
+    (its lineage or its claim changed) on every attempt, and the partition never
+    moved."""
+    planned = decide(read, keys)
     for _ in range(OPENING_READS - 1):
-        opened = dict(planned.openers)
-        if all(op in read and read[op] == parent for op, parent in opened.items()):
+        parents = {op: opener.lineage.parent_operation for op, opener in planned.openers.items()}
+        wanted = [k for o in planned.openers.values() if (k := claim_key_of(o)) is not None]
+        if set(wanted) <= set(keys) and all(
+            op in read and read[op] == parent for op, parent in parents.items()
+        ):
             break
-        read, planned = opened, decide(opened)
+        read, keys = parents, list(dict.fromkeys([*keys, *wanted]))
+        planned = decide(read, keys)
     return planned
 
 
@@ -458,7 +465,7 @@ def decide_batch(
         controller={"id": controller, "version": CONTROLLER_VERSION},
         unlinked=dict(decided.fold.unlinked),
     )
-    openers = {op: ev.lineage.parent_operation for op, (ev, _) in decided.fold.opened.items()}
+    openers = {op: opener for op, (opener, _) in decided.fold.opened.items()}
     return DecidedBatch(batch, tuple(decided.decisions), tuple(decided.refused), openers)
 
 

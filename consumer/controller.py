@@ -98,6 +98,7 @@ from ledger import (
     RetryableConflict,
 )
 from machines import (
+    ClaimKey,
     Decision,
     Grant,
     Machine,
@@ -668,10 +669,11 @@ class Controller:
         with self._tracer.batch(len(outcomes), partitions) as span:
             try:
                 views = self.ledger.load_views(operation_ids(outcomes))
-                claims = self.ledger.key_claims(claim_keys(outcomes, views))
                 now = self._clock()
 
-                def decide(read: Mapping[str, str | None]) -> DecidedBatch:
+                def decide(
+                    read: Mapping[str, str | None], keys: Sequence[ClaimKey]
+                ) -> DecidedBatch:
                     return decide_batch(
                         outcomes,
                         views,
@@ -685,11 +687,13 @@ class Controller:
                         topics=self._topics,
                         arrivals=self.ledger.arrival_lineage(read),
                         sign=self.signer,
-                        claims=claims,
+                        claims=self.ledger.key_claims(keys),
                         pins=self.pins,
                     )
 
-                planned = decide_on_openers(decide, openings(outcomes, views, excluded))
+                planned = decide_on_openers(
+                    decide, openings(outcomes, views, excluded), claim_keys(outcomes, views)
+                )
                 self.ledger.commit(planned.batch)
             except RetryableConflict as exc:
                 log.info("batch replanned: %s", exc)

@@ -18,6 +18,7 @@ from typing import Any
 
 from consumer import DecidedBatch, Intake, RawRecord, Refusal, decide_batch
 from consumer.batch import (
+    claim_keys,
     decide_on_openers,
     openings,
     operation_ids,
@@ -27,6 +28,7 @@ from consumer.batch import (
 from consumer.controller import _named_record
 from consumer.intake import IntakeResult
 from ledger import EventIdReused, LedgerError, MemoryLedger, NonceReused
+from machines import ClaimKey
 from schemas import (
     CONTENT_TYPE,
     CONTENT_TYPE_AVRO,
@@ -219,7 +221,7 @@ class Fuzzer:
     ) -> DecidedBatch:
         views = self.ledger.load_views(operation_ids(outcomes))
 
-        def decide(read: Mapping[str, str | None]) -> DecidedBatch:
+        def decide(read: Mapping[str, str | None], keys: Sequence[ClaimKey]) -> DecidedBatch:
             return decide_batch(
                 outcomes,
                 views,
@@ -229,10 +231,13 @@ class Fuzzer:
                 positions=positions_for(records, self.epochs),
                 now=T0 + timedelta(hours=2),
                 arrivals=self.ledger.arrival_lineage(read),
+                claims=self.ledger.key_claims(keys),
                 excluded=excluded,
             )
 
-        planned = decide_on_openers(decide, openings(outcomes, views, excluded))
+        planned = decide_on_openers(
+            decide, openings(outcomes, views, excluded), claim_keys(outcomes, views)
+        )
         seen = Counter(e.source.offset for e in planned.batch.entries if e.source is not None)
         seen.update(r.offset for r, _ in planned.refused)
         # A forged decision, or one under another correlation id, is recorded *and*

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 
@@ -12,13 +12,15 @@ import pytest
 from consumer import Accepted, Intake, decide_batch
 from consumer.batch import (
     DecidedBatch,
+    claim_keys,
     decide_on_openers,
     openings,
     operation_ids,
     positions_for,
 )
 from ledger import MemoryLedger, VersionConflict
-from machines import Event, EvidencePayload, Lineage, Simulation
+from machines import ClaimKey, Event, EvidencePayload, Lineage, Simulation
+from machines.event import DeclaredFacts
 from tests.support.producers import roster as producer_roster
 from tests.unit.consumer.support import CONTROLLER, GROUP, TOPIC, encoded, event, pinned
 
@@ -34,7 +36,9 @@ def _below(ev: Event, parent: str) -> Event:
     return replace(ev, lineage=lineage)
 
 
-def _commit(ledger: MemoryLedger, events: list[Event], first: int, *, arrivals: bool) -> None:
+def _commit(
+    ledger: MemoryLedger, events: list[Event], first: int, *, arrivals: bool, claims: bool = False
+) -> None:
     machines, rules = pinned()
     epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], "me")[0].epoch}
     raws = [encoded(e, first + i) for i, e in enumerate(events)]
@@ -51,6 +55,7 @@ def _commit(ledger: MemoryLedger, events: list[Event], first: int, *, arrivals: 
         positions=positions_for(raws, epochs),
         now=events[0].event_time + timedelta(minutes=1),
         arrivals=ledger.arrival_lineage(openings(outcomes, views)) if arrivals else None,
+        claims=ledger.key_claims(claim_keys(outcomes, views)) if claims else None,
     )
     ledger.commit(planned.batch)
 
@@ -191,7 +196,7 @@ def _plan_on_openers(ledger: MemoryLedger, events: list[Event], first: int) -> D
     outcomes = [intake.examine(r) for r in raws]
     views = ledger.load_views(operation_ids(outcomes))
 
-    def decide(read: Mapping[str, str | None]) -> DecidedBatch:
+    def decide(read: Mapping[str, str | None], keys: Sequence[ClaimKey]) -> DecidedBatch:
         return decide_batch(
             outcomes,
             views,
@@ -201,9 +206,10 @@ def _plan_on_openers(ledger: MemoryLedger, events: list[Event], first: int) -> D
             positions=positions_for(raws, epochs),
             now=events[0].event_time + timedelta(minutes=1),
             arrivals=ledger.arrival_lineage(read),
+            claims=ledger.key_claims(keys),
         )
 
-    return decide_on_openers(decide, openings(outcomes, views))
+    return decide_on_openers(decide, openings(outcomes, views), claim_keys(outcomes, views))
 
 
 @pytest.mark.parametrize(
@@ -232,8 +238,34 @@ def test_an_operation_opened_by_its_second_event_is_decided_below_that_events_pa
         _commit(ledger, batch, 2, arrivals=True)  # the arrival read for `openings` alone
 
     planned = _plan_on_openers(ledger, batch, 2)
-    assert planned.openers == {"op-a": None, "op-x": opener_names}
+    assert planned.openers["op-x"].event_id == "x-2"
     ledger.commit(planned.batch)
     row = ledger.lineage("op-x")
     assert (row.parent_operation, row.ancestors) == (opener_names, (opener_names,))
     assert row.contained_ancestors == (opener_names,)  # both parents are containing
+
+
+def test_an_operation_opened_by_its_second_event_is_decided_on_that_events_claim() -> None:
+    # The same, for the idempotency key: the first event declares one nobody holds, the
+    # opener one a stored operation holds. Decided blind to that owner, the plan was
+    # refused by the commit's claim check every time; decided on it, the opener's key
+    # is a reuse of the owner's.
+    ledger = MemoryLedger()
+    owned = DeclaredFacts(idempotency_key="key-2", status_api=True)
+    _commit(
+        ledger, [event("TOOL_TIMEOUT", "op-owner", event_id="w-1", facts=owned)], 0, arrivals=True
+    )
+    free = DeclaredFacts(idempotency_key="key-1", status_api=True)
+    batch = [
+        event("TOOL_TIMEOUT", "op-a", event_id="dup"),
+        event("TOOL_TIMEOUT", "op-x", event_id="dup", facts=free),
+        event("TOOL_FAILED", "op-x", event_id="x-2", facts=owned),
+    ]
+    with pytest.raises(VersionConflict, match="op-x: idempotency key 'key-2'"):
+        _commit(ledger, batch, 1, arrivals=True, claims=True)  # claims read for `claim_keys`
+
+    planned = _plan_on_openers(ledger, batch, 1)
+    ledger.commit(planned.batch)
+    owner = ledger.load_views(["op-x"])["op-x"].key_owner
+    assert owner is not None
+    assert owner.operation_id == "op-owner"
