@@ -95,24 +95,30 @@ def test_a_batch_planned_without_the_arrival_lineage_is_refused_at_commit() -> N
     assert ledger.decisions("op-child") == ()
 
 
-def _plan_one_batch(ledger: MemoryLedger, events: list[Event]) -> DecidedBatch:
+def _plan_one_batch(ledger: MemoryLedger, events: list[Event], first: int = 0) -> DecidedBatch:
+    """Plan `events` as the controller does (`Controller._attempt`): the arrival lineage
+    and the key owners read for the operations' openers."""
     machines, rules = pinned()
     epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], "me")[0].epoch}
-    raws = [encoded(e, i) for i, e in enumerate(events)]
-    outcomes = [
-        Intake(machines, roster=producer_roster(), max_record_bytes=65536).examine(r) for r in raws
-    ]
+    raws = [encoded(e, first + i) for i, e in enumerate(events)]
+    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
+    outcomes = [intake.examine(r) for r in raws]
     views = ledger.load_views(operation_ids(outcomes))
-    return decide_batch(
-        outcomes,
-        views,
-        rules,
-        group=GROUP,
-        controller=CONTROLLER,
-        positions=positions_for(raws, epochs),
-        now=events[0].event_time + timedelta(minutes=1),
-        arrivals=ledger.arrival_lineage(openings(outcomes, views)),
-    )
+
+    def decide(read: Mapping[str, str | None], keys: Sequence[ClaimKey]) -> DecidedBatch:
+        return decide_batch(
+            outcomes,
+            views,
+            rules,
+            group=GROUP,
+            controller=CONTROLLER,
+            positions=positions_for(raws, epochs),
+            now=events[0].event_time + timedelta(minutes=1),
+            arrivals=ledger.arrival_lineage(read),
+            claims=ledger.key_claims(keys),
+        )
+
+    return decide_on_openers(decide, openings(outcomes, views), claim_keys(outcomes, views))
 
 
 def test_a_child_opened_in_its_parents_first_batch_is_decided_below_the_parents_agent() -> None:
@@ -188,30 +194,6 @@ def test_a_simulation_opens_a_child_below_its_parent_as_one_batch_does() -> None
     assert simulation.views["op-child"].lineage.contained_ancestors == ("op-parent",)
 
 
-def _plan_on_openers(ledger: MemoryLedger, events: list[Event], first: int) -> DecidedBatch:
-    machines, rules = pinned()
-    epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], "me")[0].epoch}
-    raws = [encoded(e, first + i) for i, e in enumerate(events)]
-    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
-    outcomes = [intake.examine(r) for r in raws]
-    views = ledger.load_views(operation_ids(outcomes))
-
-    def decide(read: Mapping[str, str | None], keys: Sequence[ClaimKey]) -> DecidedBatch:
-        return decide_batch(
-            outcomes,
-            views,
-            rules,
-            group=GROUP,
-            controller=CONTROLLER,
-            positions=positions_for(raws, epochs),
-            now=events[0].event_time + timedelta(minutes=1),
-            arrivals=ledger.arrival_lineage(read),
-            claims=ledger.key_claims(keys),
-        )
-
-    return decide_on_openers(decide, openings(outcomes, views), claim_keys(outcomes, views))
-
-
 @pytest.mark.parametrize(
     ("first_names", "opener_names"),
     [(None, "op-parent"), ("op-other", "op-parent"), ("op-parent", "op-other")],
@@ -237,7 +219,7 @@ def test_an_operation_opened_by_its_second_event_is_decided_below_that_events_pa
     with pytest.raises(VersionConflict, match="op-x: its lineage changed"):
         _commit(ledger, batch, 2, arrivals=True)  # the arrival read for `openings` alone
 
-    planned = _plan_on_openers(ledger, batch, 2)
+    planned = _plan_one_batch(ledger, batch, 2)
     assert planned.openers["op-x"].event_id == "x-2"
     ledger.commit(planned.batch)
     row = ledger.lineage("op-x")
@@ -264,7 +246,7 @@ def test_an_operation_opened_by_its_second_event_is_decided_on_that_events_claim
     with pytest.raises(VersionConflict, match="op-x: idempotency key 'key-2'"):
         _commit(ledger, batch, 1, arrivals=True, claims=True)  # claims read for `claim_keys`
 
-    planned = _plan_on_openers(ledger, batch, 1)
+    planned = _plan_one_batch(ledger, batch, 1)
     ledger.commit(planned.batch)
     owner = ledger.load_views(["op-x"])["op-x"].key_owner
     assert owner is not None
