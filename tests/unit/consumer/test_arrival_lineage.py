@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
-from consumer import Accepted, Intake, decide_batch
+from consumer import Accepted, Intake, IntakeResult, decide_batch
 from consumer.batch import (
     DecidedBatch,
     claim_keys,
@@ -19,7 +19,7 @@ from consumer.batch import (
     positions_for,
 )
 from ledger import MemoryLedger, VersionConflict
-from machines import ClaimKey, Event, EvidencePayload, Lineage, Simulation
+from machines import ClaimKey, Event, EvidencePayload, Lineage, OperationView, Simulation
 from machines.event import DeclaredFacts
 from tests.support.producers import roster as producer_roster
 from tests.unit.consumer.support import CONTROLLER, GROUP, TOPIC, encoded, event, pinned
@@ -36,26 +36,49 @@ def _below(ev: Event, parent: str) -> Event:
     return replace(ev, lineage=lineage)
 
 
-def _commit(
-    ledger: MemoryLedger, events: list[Event], first: int, *, arrivals: bool, claims: bool = False
-) -> None:
+Decide = Callable[[Mapping[str, str | None] | None, Sequence[ClaimKey] | None], DecidedBatch]
+
+
+def _decider(
+    ledger: MemoryLedger, events: list[Event], first: int
+) -> tuple[Decide, list[IntakeResult], Mapping[str, OperationView]]:
+    """How to decide `events` (offsets from `first`) on `ledger`, given the openings to
+    read the arrival lineage of and the claim keys to read the owners of (None: read
+    nothing), with the batch's intake results and stored views."""
     machines, rules = pinned()
     epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], "me")[0].epoch}
     raws = [encoded(e, first + i) for i, e in enumerate(events)]
-    outcomes = [
-        Intake(machines, roster=producer_roster(), max_record_bytes=65536).examine(r) for r in raws
-    ]
+    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
+    outcomes = [intake.examine(r) for r in raws]
     views = ledger.load_views(operation_ids(outcomes))
-    planned = decide_batch(
-        outcomes,
-        views,
-        rules,
-        group=GROUP,
-        controller=CONTROLLER,
-        positions=positions_for(raws, epochs),
-        now=events[0].event_time + timedelta(minutes=1),
-        arrivals=ledger.arrival_lineage(openings(outcomes, views)) if arrivals else None,
-        claims=ledger.key_claims(claim_keys(outcomes, views)) if claims else None,
+
+    def decide(
+        read: Mapping[str, str | None] | None, keys: Sequence[ClaimKey] | None
+    ) -> DecidedBatch:
+        return decide_batch(
+            outcomes,
+            views,
+            rules,
+            group=GROUP,
+            controller=CONTROLLER,
+            positions=positions_for(raws, epochs),
+            now=events[0].event_time + timedelta(minutes=1),
+            arrivals=None if read is None else ledger.arrival_lineage(read),
+            claims=None if keys is None else ledger.key_claims(keys),
+        )
+
+    return decide, outcomes, views
+
+
+def _commit(
+    ledger: MemoryLedger, events: list[Event], first: int, *, arrivals: bool, claims: bool = False
+) -> None:
+    """Decide `events` on the reads for each new operation's first event (`openings`,
+    `claim_keys`; each only when asked) and commit them."""
+    decide, outcomes, views = _decider(ledger, events, first)
+    planned = decide(
+        openings(outcomes, views) if arrivals else None,
+        claim_keys(outcomes, views) if claims else None,
     )
     ledger.commit(planned.batch)
 
@@ -98,26 +121,7 @@ def test_a_batch_planned_without_the_arrival_lineage_is_refused_at_commit() -> N
 def _plan_one_batch(ledger: MemoryLedger, events: list[Event], first: int = 0) -> DecidedBatch:
     """Plan `events` as the controller does (`Controller._attempt`): the arrival lineage
     and the key owners read for the operations' openers."""
-    machines, rules = pinned()
-    epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], "me")[0].epoch}
-    raws = [encoded(e, first + i) for i, e in enumerate(events)]
-    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
-    outcomes = [intake.examine(r) for r in raws]
-    views = ledger.load_views(operation_ids(outcomes))
-
-    def decide(read: Mapping[str, str | None], keys: Sequence[ClaimKey]) -> DecidedBatch:
-        return decide_batch(
-            outcomes,
-            views,
-            rules,
-            group=GROUP,
-            controller=CONTROLLER,
-            positions=positions_for(raws, epochs),
-            now=events[0].event_time + timedelta(minutes=1),
-            arrivals=ledger.arrival_lineage(read),
-            claims=ledger.key_claims(keys),
-        )
-
+    decide, outcomes, views = _decider(ledger, events, first)
     return decide_on_openers(decide, openings(outcomes, views), claim_keys(outcomes, views))
 
 
