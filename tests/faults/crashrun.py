@@ -83,6 +83,9 @@ _DATABASE: Final = "recovery"
 _PRODUCER: Final = {"delivery.timeout.ms": 600_000}  # rides out the broker's restart
 # What a role's start prints when it gives up on an unreachable ledger.
 _UNREACHABLE: Final = "cannot reach the server"
+# Seconds a fault on the failover pair waits for it to name one primary with its
+# synchronous standby before striking (a failover the last fault began ends first).
+_PAIR_SETTLES: Final = 120.0
 Say = Callable[[str], None]
 
 
@@ -272,9 +275,7 @@ def _crash_postgres(server: PostgresServer | HaPostgres) -> None:
     """Immediate shutdown: SIGQUIT to the (primary's) postmaster (no checkpoint; the next
     start runs crash recovery), and wait until it is gone."""
     if isinstance(server, HaPostgres):
-        primary = server.primary()
-        if primary is None:
-            raise FaultError(f"the pair has no primary to shut down: {server.nodes()}")
+        primary = server.wait_synchronous(_PAIR_SETTLES)
         pidfile = server.folder(primary) / "data" / "postmaster.pid"
         postmaster = int(pidfile.read_text().split()[0])
         os.kill(postmaster, signal.SIGQUIT)
@@ -446,9 +447,10 @@ class _Run:
     def _kill_primary(self) -> None:
         pair = self.services.postgres
         assert isinstance(pair, HaPostgres)
-        self._killed = pair.primary()
-        if self._killed is None:
-            raise FaultError(f"the pair has no primary to kill: {pair.nodes()}")
+        # The monitor may still be failing over after the last fault (it can mark a
+        # restarted primary unhealthy after the pair looked whole): kill the primary
+        # it settles on.
+        self._killed = pair.wait_synchronous(_PAIR_SETTLES)
         pair.kill(self._killed)
         self.faults.primary_kills += 1
 

@@ -114,12 +114,12 @@ def _seconds(
 
 
 def kill_primary(cluster: HaPostgres, url: str, say: Say, timeout: float = 120.0) -> FailoverTiming:
-    """SIGKILL the pair's primary and wait for the first decision on the new one; return
-    where the time went (module docstring). Raises `FaultError` when no decision comes
-    within `timeout` seconds."""
-    primary = cluster.primary()
-    if primary is None:
-        raise FaultError(f"the pair has no primary to kill: {cluster.nodes()}")
+    """SIGKILL the pair's primary, once it has its synchronous standby, and wait for the
+    first decision on the new one; return where the time went (module docstring).
+    Raises `FaultError` when no decision comes within `timeout` seconds."""
+    # A failover still under way (the monitor can act after the pair looked whole)
+    # ends first: the kill strikes a primary with its synchronous standby.
+    primary = cluster.wait_synchronous(timeout)
     killed_at = datetime.now(UTC)
     cluster.kill(primary)
     # A batch decided before every process of the primary was gone may have committed
