@@ -146,6 +146,10 @@ def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> Benc
             keep_on_failure=args.keep_on_failure,
             members=members,
             profile=args.profile,
+            # A quick saturation drain lasts well under a second: the relay's share of
+            # it is a few dozen milliseconds of CPU, a handful of samples at 100 a
+            # second.
+            profile_rate=1000,
             timers=min(args.timers, 300),
         )
     if args.events < 1 or args.partitions < 1:

@@ -1,7 +1,8 @@
 """`recoveryctl bench --profile`: where the saturation phase's time goes.
 
 - **py-spy** samples the controller and the relay for the whole saturation drain (from
-  the controller's first assignment to the end of the phase) and writes a speedscope
+  the end of each one's start-up, before its first poll, to the end of the phase; 100
+  samples a second, 1,000 in a `--quick` run) and writes a speedscope
   file per process (open it at https://www.speedscope.app); the table shows the
   functions with the most samples, on their own (self) and with what they call
   (inclusive). py-spy counts only samples of threads that are running, not waiting.
@@ -14,10 +15,13 @@
 from __future__ import annotations
 
 import json
+import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +36,9 @@ from ops.bench.roles import BenchError
 __all__ = ["PySpy", "StatementStats", "py_spy_path", "top_functions"]
 
 _TOP: Final = 12
+# What `py-spy record` prints once it samples, and how long to wait for that.
+_SAMPLING: Final = b"Sampling process"
+_ATTACH_TIMEOUT: Final = 30.0
 _QUERY_CHARS: Final = 90
 
 
@@ -50,30 +57,47 @@ def py_spy_path() -> Path:
 
 @dataclass
 class PySpy:
-    """One `py-spy record` per process, speedscope output, stopped with SIGINT (py-spy
-    then writes its file)."""
+    """One `py-spy record` per process, speedscope output, `rate` samples a second,
+    stopped with SIGINT (py-spy then writes its file)."""
 
     out_dir: Path
+    rate: int = 100
     _running: dict[str, tuple[subprocess.Popen[str], Path]] = field(default_factory=dict)
+    _errors: dict[str, str] = field(default_factory=dict)
 
-    def start(self, name: str, pid: int) -> None:
+    def start(self, name: str, pid: int, timeout: float = _ATTACH_TIMEOUT) -> None:
+        """Record process `pid` as `name`; return once py-spy samples it (it says so on
+        its output), or after `timeout` seconds. A py-spy that ended before sampling is
+        the profile's error (`stop`)."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
         path = self.out_dir / f"{name}.speedscope.json"
         proc = subprocess.Popen(
             [
                 *(str(py_spy_path()), "record", "--pid", str(pid)),
-                *("--format", "speedscope", "--output", str(path), "--rate", "100"),
+                *("--format", "speedscope", "--output", str(path), "--rate", str(self.rate)),
             ],
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
+        assert proc.stdout is not None
+        said = b""
+        deadline = time.monotonic() + timeout
+        while _SAMPLING not in said and time.monotonic() < deadline:
+            if not select.select([proc.stdout], [], [], 0.1)[0]:
+                continue
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            if not chunk:  # py-spy ended without sampling
+                _, err = proc.communicate()
+                self._errors[name] = _failure(err, proc.returncode)
+                return
+            said += chunk
         self._running[name] = (proc, path)
 
     def stop(self) -> dict[str, dict[str, Any]]:
         """Stop every recording; per process the file and its top functions (or the
         error py-spy gave)."""
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, dict[str, Any]] = {name: {"error": e} for name, e in self._errors.items()}
         for proc, _path in self._running.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
@@ -84,11 +108,18 @@ class PySpy:
                 proc.kill()
                 _, err = proc.communicate()
             if not path.is_file():
-                out[name] = {"error": (err or "").strip()[-500:] or f"exit {proc.returncode}"}
+                out[name] = {"error": _failure(err, proc.returncode)}
                 continue
             out[name] = {"file": str(path), **top_functions(json.loads(path.read_text()))}
         self._running.clear()
+        self._errors.clear()
         return out
+
+
+def _failure(stderr: str | None, status: int | None) -> str:
+    """What py-spy said when it failed, without its stack backtrace."""
+    said = (stderr or "").split("Stack backtrace:")[0].strip()[-500:]
+    return said or f"py-spy exited with status {status}"
 
 
 def top_functions(document: Mapping[str, Any], top: int = _TOP) -> dict[str, Any]:

@@ -28,6 +28,8 @@ from ops.errors import OpsError
 __all__ = ["BenchError", "MemorySample", "RoleProcess", "read_memory"]
 
 _ASSIGNED: Final = " assigned "
+# What each role logs once started, before its first poll (`consumer.heap`, the relay).
+_STARTED: Final = " startup objects frozen out of garbage collection"
 _KIB: Final = 1024
 
 
@@ -71,6 +73,7 @@ class RoleProcess:
     # Which one of several of the same role (`controller-2`); the role when alone.
     name: str = ""
     samples: list[MemorySample] = field(default_factory=list)
+    started_at: float | None = None
     assigned_at: float | None = None
     cpu_at_assigned: float | None = None
     # The latest assignment it logged (a rebalance can assign more than once).
@@ -116,6 +119,8 @@ class RoleProcess:
         assert self._proc.stderr is not None
         with log:
             for line in self._proc.stderr:
+                if self.started_at is None and _STARTED in line:
+                    self.started_at = time.time()
                 if _ASSIGNED in line:
                     self.last_assigned_at = time.time()
                 if self.assigned_at is None and _ASSIGNED in line:

@@ -105,8 +105,10 @@ class BenchConfig:
     settle_seconds: float = 30.0
     # Controller processes of each scaling phase (`--members`); none: no scaling phase.
     members: tuple[int, ...] = ()
-    # py-spy and pg_stat_statements over the saturation phase (`--profile`).
+    # py-spy and pg_stat_statements over the saturation phase (`--profile`), py-spy
+    # taking `profile_rate` samples a second.
     profile: bool = False
+    profile_rate: int = 100
     # Timers due at once in the timer-storm phase (`--timers`); 0: no such phase.
     timers: int = 0
 
@@ -506,8 +508,9 @@ def _drain(
         run.statements.mark()  # before the roles can run a statement
     run.start_roles(label)
     assert run.cpu is not None
-    started = _first_assigned(run, 120.0)
+    # py-spy samples from before the first poll, so that a short drain is all in it.
     spy = _start_profile(run, label) if profile is not None else None
+    started = _first_assigned(run, 120.0)
     cpu_start = run.cpu.snapshot(_pids(run), at=time.time())
     done = _wait_done(run, tail, label, expected, started)
     cpu_end = run.cpu.snapshot(_pids(run), at=time.time())
@@ -563,9 +566,17 @@ def _pids(run: _Run) -> dict[str, int]:
 
 
 def _start_profile(run: _Run, label: str) -> PySpy:
-    spy = PySpy(run.config.log_dir / f"{run.run_id}-{label}-profile")
+    """py-spy on the controller and the relay once each has started (imports and
+    set-up are not the phase's work), recording before either polls."""
+    spy = PySpy(run.config.log_dir / f"{run.run_id}-{label}-profile", run.config.profile_rate)
     assert run.controller is not None
     assert run.relay is not None
+    deadline = time.monotonic() + 120.0
+    while run.controller.started_at is None or run.relay.started_at is None:
+        _check_alive(run)
+        if time.monotonic() > deadline:
+            raise BenchError(f"{label}: the controller or the relay did not start within 120s")
+        time.sleep(0.02)
     spy.start("controller", run.controller.pid)
     spy.start("relay", run.relay.pid)
     run.say(f"{label}: py-spy recording the controller and the relay")

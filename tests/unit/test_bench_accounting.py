@@ -9,12 +9,13 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ops.bench.cpu import CpuSnapshot, cpu_figures, listening_pid, process_cpu, tree_cpu
-from ops.bench.profile import top_functions
+from ops.bench.profile import PySpy, top_functions
 from ops.bench.report import verdicts
 from ops.bench.runner import BenchConfig, BenchResult
 
@@ -208,3 +209,23 @@ def test_members_are_none_by_default_and_at_most_the_partitions() -> None:
         _bench_config("--quick", "--members", "4")  # --quick uses 3 partitions
     with pytest.raises(ValueError, match="positive"):
         _bench_config("--members", "0")
+
+
+def test_py_spy_samples_once_started_and_says_why_it_could_not(tmp_path: Path) -> None:
+    busy = "import time\nt = time.time()\nwhile time.time() - t < 20: sum(range(1000))"
+    python = subprocess.Popen([sys.executable, "-c", busy])
+    other = subprocess.Popen(["sleep", "20"])  # not a Python process
+    try:
+        spy = PySpy(tmp_path, rate=200)
+        spy.start("busy", python.pid)
+        spy.start("sleep", other.pid)  # returns when py-spy gives up, not after 30 s
+        time.sleep(0.5)
+        figures = spy.stop()
+    finally:
+        for process in (python, other):
+            process.kill()
+            process.wait()
+    assert figures["busy"]["samples"] > 20, figures["busy"]
+    assert figures["busy"]["file"].endswith("busy.speedscope.json")
+    assert figures["sleep"]["error"].startswith("Error: Failed to find python version")
+    assert "backtrace" not in figures["sleep"]["error"]
