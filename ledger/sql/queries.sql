@@ -422,6 +422,11 @@ SET LOCAL enable_bitmapscan = off;
 -- The oldest unpublished row of up to %(limit)s keys, locked; rows already leased by
 -- another relay are skipped. Holding a key's oldest row blocks every other relay from
 -- that key (see lease_outbox_rows), so a key is never published out of order.
+-- The heads considered are the oldest 4 * %(limit)s (four relays' full leases) and the
+-- limit counts only the rows this lease could lock: a relay leasing while another
+-- publishes takes the next keys of the backlog. With the limit on the heads themselves, every relay after
+-- the first found the same oldest keys locked and leased nothing until they were
+-- published, so a second relay added no throughput.
 -- Shaped so that no plan can go quadratic: the heads come from one pass over the
 -- partial index of unpublished rows (grouped by key), and are locked by primary key.
 -- The former NOT EXISTS anti-join was planned as a nested loop over the whole backlog
@@ -442,11 +447,12 @@ WHERE o.id = ANY (ARRAY(
           WHERE x.id = h.id AND x.held_at IS NOT NULL AND x.published_at IS NULL
       )
       ORDER BY h.id
-      LIMIT %(limit)s
+      LIMIT 4 * %(limit)s
   ))
   AND o.published_at IS NULL
   AND o.held_at IS NULL
 ORDER BY o.id
+LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 
 -- name: lease_outbox_rows

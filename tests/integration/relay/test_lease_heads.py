@@ -1,7 +1,8 @@
 """The statement that picks a lease's heads (`lease_outbox_heads`, run with the lease's
 planner settings) selects each key's oldest unpublished row in id order, with published
-rows, held heads, rows of a key after its head and keys another relay has leased; and
-leases, full or not, take every row once and in order."""
+rows, held heads, rows of a key after its head and keys another relay has leased left
+out, the limit counting only keys the lease can take; and leases, full or not, take
+every row once and in order."""
 
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ def test_heads_are_the_oldest_rows_of_unheld_unleased_keys_in_id_order(
         )
         admin.commit()
     other = psycopg.connect(database_url)
+    third = psycopg.connect(database_url)
     reader = psycopg.connect(database_url)
     try:
         expected_all = ["op-00", "op-05", "op-09", "op-01", "op-10", "op-02", "op-08"]
@@ -59,11 +61,20 @@ def test_heads_are_the_oldest_rows_of_unheld_unleased_keys_in_id_order(
             assert _heads(other, 100) == expected_all
             other.execute(QUERIES["lease_outbox_heads"], {"limit": 2}, prepare=False)
             assert _heads(reader, 100) == expected_all[2:]
-            # The limit picks the heads before the locked ones are skipped.
-            assert _heads(reader, 3) == expected_all[2:3]
+            # The limit counts the keys this lease can take: a second relay leases the
+            # next three keys while the first publishes.
+            assert _heads(reader, 3) == expected_all[2:5]
+            # A third relay takes the next two. Heads are looked for among the oldest
+            # four leases' worth (4 * limit): with a limit of 1, the four oldest, all
+            # locked now.
+            with third.transaction():
+                assert _heads(third, 2) == expected_all[2:4]
+                third.execute(QUERIES["lease_outbox_heads"], {"limit": 2}, prepare=False)
+                assert _heads(reader, 1) == []
+                assert _heads(reader, 2) == expected_all[4:6]
     finally:
-        other.close()
-        reader.close()
+        for conn in (other, third, reader):
+            conn.close()
 
 
 def test_leases_full_and_partial_take_every_row_once_in_order(
