@@ -25,7 +25,12 @@ FENCED = "batch dropped: "
 # The query a controller runs first for every batch (`load_views` in
 # ledger/sql/queries.sql; its column list grows with the schema).
 LOAD_VIEWS = "SELECT operation_id, view%"
-ATTEMPTS = 10
+# Tries at freezing the controller between consume and commit: each holds the lock for
+# HOLD_S (at RATE a batch comes within milliseconds) and then lets the controller catch
+# up on what queued meanwhile for SETTLE_S.
+ATTEMPTS = 20
+HOLD_S = 1.0
+SETTLE_S = 1.0
 
 
 def _say(message: str) -> None:
@@ -86,8 +91,8 @@ def test_a_frozen_controller_resumed_after_the_group_moved_on_has_its_batch_refu
         zombie.wait_assigned(60)
         feeder = Feeder(run, records, RATE, _say).start()
         time.sleep(3)
-        _freeze_between_consume_and_commit(zombie, database_url)
-        _say(f"{zombie} frozen with a batch in hand; {feeder.sent:,} produced")
+        tries = _freeze_between_consume_and_commit(zombie, database_url, feeder)
+        _say(f"{zombie} frozen with a batch in hand (try {tries}); {feeder.sent:,} produced")
         successor = run.start("controller")
         successor.wait_assigned(60)
         # The frozen member is expelled when its session times out; the successor then
@@ -122,27 +127,38 @@ def test_a_frozen_controller_resumed_after_the_group_moved_on_has_its_batch_refu
     _say(str(verify_run(kafka_bootstrap, database_url, run.topics)))
 
 
-def _freeze_between_consume_and_commit(zombie: RoleProcess, database_url: str) -> None:
+def _freeze_between_consume_and_commit(
+    zombie: RoleProcess, database_url: str, feeder: Feeder
+) -> int:
     """SIGSTOP `zombie` while its next batch waits for its views: consumed, not planned,
     holding no row lock. The test locks the operations table so that the batch's first
     query waits; if the controller was inside a commit instead (which would then hold
-    the partition fences), the lock is let go and taken again a moment later."""
+    the partition fences), the lock is let go and taken again once the controller has
+    caught up. Taken again at once, it met the catch-up's large batches, whose commit
+    came while the lock was held again, each try failed the same way, and after the
+    input ended no batch came at all (a full run on 2026-12-05: ten tries of 3.3 s, the
+    input ending after the fifth). Returns the number of tries it took."""
     # Two connections: pg_stat_activity is a snapshot per transaction, so the lock
     # holder's own transaction would never see the controller start waiting.
     with (
         psycopg.connect(database_url, autocommit=True) as admin,
         psycopg.connect(database_url, autocommit=True) as watcher,
     ):
-        for _ in range(ATTEMPTS):
+        for attempt in range(1, ATTEMPTS + 1):
+            if feeder.done:
+                raise FaultError(
+                    f"the input ended before {zombie} was seen waiting for the views of a "
+                    f"batch ({attempt - 1} tries):\n{log_tail(zombie.log_path)}"
+                )
             with admin.transaction():
                 admin.execute("LOCK TABLE operations IN ACCESS EXCLUSIVE MODE")
-                deadline = time.monotonic() + 3
+                deadline = time.monotonic() + HOLD_S
                 while time.monotonic() < deadline:
                     if _waiting_on_views(watcher):
                         zombie.signal(signal.SIGSTOP)
-                        return
-                    time.sleep(0.05)
-            time.sleep(0.3)
+                        return attempt
+                    time.sleep(0.02)
+            time.sleep(SETTLE_S)
     raise FaultError(
         f"{zombie} never waited for the views of a batch in {ATTEMPTS} attempts:\n"
         f"{log_tail(zombie.log_path)}"
