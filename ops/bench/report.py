@@ -421,4 +421,8 @@ def _stage_lines(latency: list[dict[str, Any]]) -> list[str]:
             lines.append(
                 f"    the slowest 1% were sent {window[0]:.2f}-{window[1]:.2f} s into the phase"
             )
+        if "page_cache_sync_s" in x:
+            lines.append(
+                f"    before it, writing back the page cache took {x['page_cache_sync_s']:.2f} s"
+            )
     return lines

@@ -11,7 +11,11 @@
    the last offset stored, whichever is later, minus the controller's first assignment).
 4. **Latency**: at each offered rate, fresh operations are produced at that pace for
    `latency_seconds`; per event that causes commands, the time from its produce call to
-   the moment its last command is readable.
+   the moment its last command is readable. Each rate starts with this host's page
+   cache written back (`os.sync`): what the drain before it wrote, hundreds of
+   megabytes, the kernel would otherwise write back in one burst about 30 s later, in
+   the middle of a phase, and every commit would wait behind it (docs/operations.md,
+   "The ledger's disk"). That stall belongs to the drain, not to the rate measured.
 5. **Memory**: for each backlog size, the controller and relay are stopped, the backlog
    is loaded, fresh processes drain it; their peak RSS (VmHWM) is recorded per size.
 6. **Scaling** (`members`): for each number of controllers, that many controller
@@ -30,6 +34,7 @@ Every drain (2, 5, 6) also reports the CPU each process kind used per record
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import tempfile
 import time
@@ -764,6 +769,9 @@ def _latency(run: _Run, tail: TopicTail, rate: int) -> dict[str, Any]:
     # rate a batch holds a few events, so the per-batch and per-request costs weigh far
     # more than in a backlog drain (docs/PERFORMANCE.md, seventh round).
     assert run.cpu is not None
+    synced = time.monotonic()
+    os.sync()  # the previous phases' writes leave now, not mid-phase (module docstring)
+    synced = time.monotonic() - synced
     cpu_start = run.cpu.snapshot(_pids(run), at=time.time())
     expected = _load(run, records, f"latency @ {rate} ev/s", rate=rate, sent_at=sent_at)
     _wait_done(run, tail, f"latency @ {rate} ev/s", expected, time.time())
@@ -790,6 +798,7 @@ def _latency(run: _Run, tail: TopicTail, rate: int) -> dict[str, Any]:
     return {
         "offered_rate": rate,
         "records": len(records),
+        "page_cache_sync_s": round(synced, 3),
         "events_measured": len(latencies),
         "events_with_missing_commands": len(incomplete),
         **figures,

@@ -120,6 +120,11 @@ def test_quick_bench_measures_latency_at_each_rate_and_memory_of_both_roles(
         start, end = figures["slowest_1pct_sent_s"]
         assert 0 <= start <= end <= figures["records"] / figures["offered_rate"] + 1
         assert f"the slowest 1% were sent {start:.2f}-{end:.2f} s" in quick_run["_stdout"]
+        # The page cache was written back before the phase, and the report says how long
+        # that took.
+        synced = figures["page_cache_sync_s"]
+        assert 0 <= synced < 60
+        assert f"writing back the page cache took {synced:.2f} s" in quick_run["_stdout"]
         # What each process kind spent per offered record at that rate, the same figures
         # as a drain's: the roles worked, and the pipeline is the sum of its kinds.
         cpu = figures["cpu"]
