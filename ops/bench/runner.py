@@ -39,11 +39,11 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import psycopg
 from psycopg.conninfo import make_conninfo
@@ -78,6 +78,7 @@ from schemas import ENV_CONTROLLER_SIGNING_KEY_FILE, IdentitySettings, TopicName
 
 __all__ = ["LATENCY_STAGES", "BenchConfig", "BenchResult", "run_bench"]
 
+T = TypeVar("T")
 # Seconds between counts of the outbox backlog while the controller is still deciding.
 _BACKLOG_EVERY: Final = 1.0
 # Drains of the bare pipeline per run; the median is the baseline (`_baseline`).
@@ -548,22 +549,31 @@ def _drain(
     }
 
 
+def _wait_for(run: _Run, found: Callable[[], T | None], timeout: float, failure: str) -> T:
+    """Poll `found` until it gives a value; raises `BenchError` with `failure` after
+    `timeout` seconds, or when a role exited."""
+    deadline = time.monotonic() + timeout
+    while (value := found()) is None:
+        _check_alive(run)
+        if time.monotonic() > deadline:
+            raise BenchError(failure)
+        time.sleep(0.02)
+    return value
+
+
 def _first_assigned(run: _Run, timeout: float) -> float:
     """When the controller first got partitions; raises `BenchError` when it did not
     within `timeout` seconds or a role exited."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def first() -> float | None:
         times = [c.assigned_at for c in run.controllers if c.assigned_at is not None]
-        if times:
-            return min(times)
-        _check_alive(run)
-        if time.monotonic() > deadline:
-            controller = run.controllers[0]
-            raise BenchError(
-                f"no controller was assigned partitions within {timeout:.0f}s; see "
-                f"{controller.log_path}"
-            )
-        time.sleep(0.02)
+        return min(times) if times else None
+
+    failure = (
+        f"no controller was assigned partitions within {timeout:.0f}s; see "
+        f"{run.controllers[0].log_path}"
+    )
+    return _wait_for(run, first, timeout, failure)
 
 
 def _pids(run: _Run) -> dict[str, int]:
@@ -574,16 +584,17 @@ def _start_profile(run: _Run, label: str) -> PySpy:
     """py-spy on the controller and the relay once each has started (imports and
     set-up are not the phase's work), recording before either polls."""
     spy = PySpy(run.config.log_dir / f"{run.run_id}-{label}-profile", run.config.profile_rate)
-    assert run.controller is not None
-    assert run.relay is not None
-    deadline = time.monotonic() + 120.0
-    while run.controller.started_at is None or run.relay.started_at is None:
-        _check_alive(run)
-        if time.monotonic() > deadline:
-            raise BenchError(f"{label}: the controller or the relay did not start within 120s")
-        time.sleep(0.02)
-    spy.start("controller", run.controller.pid)
-    spy.start("relay", run.relay.pid)
+    controller, relay = run.controller, run.relay
+    assert controller is not None
+    assert relay is not None
+    _wait_for(
+        run,
+        lambda: True if None not in (controller.started_at, relay.started_at) else None,
+        120.0,
+        f"{label}: the controller or the relay did not start within 120s",
+    )
+    spy.start("controller", controller.pid)
+    spy.start("relay", relay.pid)
     run.say(f"{label}: py-spy recording the controller and the relay")
     return spy
 
@@ -649,20 +660,21 @@ def _settled(run: _Run, timeout: float, quiet: float = 1.5) -> float:
     """Wait until every controller has been assigned partitions and none has logged a
     new assignment for `quiet` seconds; returns how long that took."""
     began = time.monotonic()
-    deadline = began + timeout
-    while time.monotonic() < deadline:
-        _check_alive(run)
+
+    def quiet_since() -> float | None:
         latest = [c.last_assigned_at for c in run.controllers]
         if (
             all(t is not None for t in latest)
             and time.time() - max(t for t in latest if t is not None) >= quiet
         ):
             return time.monotonic() - began
-        time.sleep(0.05)
-    raise BenchError(
+        return None
+
+    failure = (
         f"the {len(run.controllers)} controllers did not all get partitions within "
         f"{timeout:.0f}s; see {run.config.log_dir}"
     )
+    return _wait_for(run, quiet_since, timeout, failure)
 
 
 def _saturation_row(drained: dict[str, Any]) -> dict[str, Any]:
