@@ -424,9 +424,9 @@ SET LOCAL enable_bitmapscan = off;
 -- that key (see lease_outbox_rows), so a key is never published out of order.
 -- The heads considered are the oldest 4 * %(limit)s (four relays' full leases) and the
 -- limit counts only the rows this lease could lock: a relay leasing while another
--- publishes takes the next keys of the backlog. With the limit on the heads themselves, every relay after
--- the first found the same oldest keys locked and leased nothing until they were
--- published, so a second relay added no throughput.
+-- publishes takes the next keys of the backlog. With the limit on the heads themselves,
+-- every relay after the first found the same oldest keys locked and leased nothing
+-- until they were published, so a second relay added no throughput.
 -- Shaped so that no plan can go quadratic: the heads come from one pass over the
 -- partial index of unpublished rows (grouped by key), and are locked by primary key.
 -- The former NOT EXISTS anti-join was planned as a nested loop over the whole backlog

@@ -781,9 +781,9 @@ def _latency(run: _Run, tail: TopicTail, rate: int) -> dict[str, Any]:
     # rate a batch holds a few events, so the per-batch and per-request costs weigh far
     # more than in a backlog drain (docs/PERFORMANCE.md, seventh round).
     assert run.cpu is not None
-    synced = time.monotonic()
+    began = time.monotonic()
     os.sync()  # the previous phases' writes leave now, not mid-phase (module docstring)
-    synced = time.monotonic() - synced
+    synced = time.monotonic() - began
     cpu_start = run.cpu.snapshot(_pids(run), at=time.time())
     expected = _load(run, records, f"latency @ {rate} ev/s", rate=rate, sent_at=sent_at)
     _wait_done(run, tail, f"latency @ {rate} ev/s", expected, time.time())

@@ -212,10 +212,12 @@ def test_members_are_none_by_default_and_at_most_the_partitions() -> None:
 
 
 def test_py_spy_samples_once_started_and_says_why_it_could_not(tmp_path: Path) -> None:
-    busy = "import time\nt = time.time()\nwhile time.time() - t < 20: sum(range(1000))"
-    python = subprocess.Popen([sys.executable, "-c", busy])
+    busy = "import time\nprint(flush=True)\nt = time.time()\nwhile time.time() - t < 20: t + 1"
+    python = subprocess.Popen([sys.executable, "-c", busy], stdout=subprocess.PIPE)
     other = subprocess.Popen(["sleep", "20"])  # not a Python process
     try:
+        assert python.stdout is not None
+        python.stdout.readline()  # its interpreter is up: py-spy can read its version
         spy = PySpy(tmp_path, rate=200)
         spy.start("busy", python.pid)
         spy.start("sleep", other.pid)  # returns when py-spy gives up, not after 30 s
@@ -224,7 +226,7 @@ def test_py_spy_samples_once_started_and_says_why_it_could_not(tmp_path: Path) -
     finally:
         for process in (python, other):
             process.kill()
-            process.wait()
+            process.communicate()
     assert figures["busy"]["samples"] > 20, figures["busy"]
     assert figures["busy"]["file"].endswith("busy.speedscope.json")
     assert figures["sleep"]["error"].startswith("Error: Failed to find python version")
