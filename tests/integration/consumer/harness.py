@@ -89,6 +89,12 @@ class Running:
         """Wait until the controller owns `partitions` partitions."""
         wait_for(lambda: len(self.controller.owned) >= partitions, timeout, "assignment")
 
+    def wait_turned(self, timeout: float = 30.0) -> None:
+        """Wait until the loop begins another turn: what the current turn does after its
+        poll (the timer sweep of a turn that assigned partitions, say) is done."""
+        turn = self.controller.last_step
+        wait_for(lambda: self.controller.last_step != turn, timeout, "the loop's next turn")
+
     def halt(self) -> None:
         """Stop (SIGTERM's path) and wait for the member to leave the group."""
         self.stop.set()

@@ -290,15 +290,17 @@ def test_a_fenced_member_cannot_commit_and_the_new_owner_decides_its_records(
     tool = Tool(kafka_bootstrap, topic)
     reader = InMemoryMetricReader()
     telemetry = Telemetry(NoOpTracerProvider(), MeterProvider(metric_readers=[reader]))
-    # The timer sweep (every timer_poll_ms) reads the partition epochs too: had it run
-    # between the claim and the batch, it would have fenced the partition before its
-    # record was read, claimed it back a session timeout later (Kafka still assigned it)
-    # and decided the record itself. With a minute between sweeps, none falls in the test.
+    # The timer sweep reads the partition epochs too: had it run between the claim and
+    # the batch, it would have fenced the partition before its record was read, claimed
+    # it back a session timeout later (Kafka still assigned it) and decided the record
+    # itself. A sweep runs on the first turn (before or after the assignment, inside its
+    # poll) and then once a minute, so the claim waits for the assigning turn to end.
     zombie_settings = settings_for(
         kafka_bootstrap, database_url, topic, policy, group, timer_poll_ms=60_000
     )
     with running(zombie_settings, ledger, telemetry) as zombie:
         zombie.wait_owned(1)
+        zombie.wait_turned()
         # Another member takes the partition in the ledger (as a rebalance the zombie
         # missed would): the zombie's epoch is now stale.
         ledger.claim(group, topic, [0], "new-owner")
