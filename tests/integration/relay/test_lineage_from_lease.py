@@ -6,15 +6,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from consumer import Intake, decide_batch
-from consumer.batch import openings, operation_ids, positions_for
 from ledger import PostgresLedger
 from machines import Event, Lineage
 from producers.relay import LineageCache, lineage_from_ledger
 from schemas import TopicNames
-from tests.support.producers import roster as producer_roster
 from tests.support.scopes import catalogue_scope
-from tests.unit.consumer.support import CONTROLLER, GROUP, T0, TOPIC, encoded, pinned
+from tests.unit.consumer.support import T0, decide, encoded
 
 
 def _opening(operation: str, lineage: Lineage) -> Event:
@@ -48,22 +45,7 @@ def test_lineage_learnt_from_the_lease_equals_the_operation_rows(
         ),
     }
     raws = [encoded(_opening(op, lin), i) for i, (op, lin) in enumerate(lineages.items())]
-    machines, rules = pinned()
-    outcomes = [
-        Intake(machines, roster=producer_roster(), max_record_bytes=65536).examine(r) for r in raws
-    ]
-    views = ledger.load_views(operation_ids(outcomes))
-    epochs = {(c.topic, c.partition): c.epoch for c in ledger.claim(GROUP, TOPIC, [0], "me")}
-    planned = decide_batch(
-        outcomes,
-        views,
-        rules,
-        group=GROUP,
-        controller=CONTROLLER,
-        positions=positions_for(raws, epochs),
-        now=T0 + timedelta(minutes=1),
-        arrivals=ledger.arrival_lineage(openings(outcomes, views)),
-    )
+    planned = decide(ledger, raws, now=T0 + timedelta(minutes=1), lineage=True)
     ledger.commit(planned.batch)
 
     asked: list[str] = []

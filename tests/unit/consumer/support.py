@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
-from consumer import ControllerSettings, RawRecord, load_rules
+from consumer import ControllerSettings, DecidedBatch, Intake, RawRecord, decide_batch, load_rules
+from consumer.batch import claim_keys, openings, operation_ids, positions_for
+from ledger import Ledger
 from machines import Event, EvidencePayload, Lineage, Machine, Policy, Rules, matching_scope
 from schemas import (
     CONTENT_TYPE,
@@ -16,7 +19,7 @@ from schemas import (
     AvroSingleObjectCodec,
     event_to_record,
 )
-from tests.support.producers import signer, with_roster
+from tests.support.producers import roster, signer, with_roster
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TOPIC = "recovery.events"
@@ -112,3 +115,41 @@ def encoded(
     value = AvroSingleObjectCodec().encode(event_to_record(ev), EVENT_ENVELOPE)
     key = ev.operation_id.encode("utf-8")
     return record(value, offset, key=key, partition=partition, producer=producer or ev.producer)
+
+
+def decide(
+    ledger: Ledger,
+    raws: Sequence[RawRecord],
+    *,
+    now: datetime,
+    partitions: Sequence[int] = (0,),
+    intake: Intake | None = None,
+    rules: Rules | None = None,
+    lineage: bool = False,
+    owners: bool = False,
+    **kwargs: Any,
+) -> DecidedBatch:
+    """Decide `raws` as the controller does, at `now`: claim `partitions` of TOPIC for
+    CONTROLLER, examine each record with `intake` (the pinned machines and the test
+    roster unless given) and decide on the views `ledger` stores with `rules` (the pinned
+    ones unless given). As the controller reads them: `lineage`, the arrival lineage of
+    the operations the batch opens; `owners`, the stored owners of the claim keys they
+    declare. `kwargs` go to `decide_batch` as they are."""
+    machines, pinned_rules = pinned()
+    claims = ledger.claim(GROUP, TOPIC, list(partitions), CONTROLLER)
+    epochs = {(c.topic, c.partition): c.epoch for c in claims}
+    intake = intake or Intake(machines, roster=roster(), max_record_bytes=65536)
+    outcomes = [intake.examine(r) for r in raws]
+    views = ledger.load_views(operation_ids(outcomes))
+    return decide_batch(
+        outcomes,
+        views,
+        rules or pinned_rules,
+        group=GROUP,
+        controller=CONTROLLER,
+        positions=positions_for(raws, epochs),
+        now=now,
+        arrivals=ledger.arrival_lineage(openings(outcomes, views)) if lineage else None,
+        claims=ledger.key_claims(claim_keys(outcomes, views)) if owners else None,
+        **kwargs,
+    )

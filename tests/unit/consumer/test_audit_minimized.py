@@ -14,33 +14,17 @@ from typing import Any
 
 import pytest
 
-from consumer import Intake, decide_batch
-from consumer.batch import CONTROLLER_VERSION, openings, operation_ids, positions_for
+from consumer.batch import CONTROLLER_VERSION
 from consumer.intake import RawRecord
 from ledger import MemoryLedger
 from machines import Event, Machine
-from tests.support.producers import roster as producer_roster
-from tests.unit.consumer.support import CONTROLLER, FOUND, GROUP, TOPIC, encoded, event, pinned
+from tests.unit.consumer.support import CONTROLLER, FOUND, decide, encoded, event, pinned
 
 SECRET = "SECRET-MARKER-51"
 
 
 def _commit(ledger: MemoryLedger, raws: list[RawRecord], now: Event, refused: int = 0) -> list[str]:
-    machines, rules = pinned()
-    epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], CONTROLLER)[0].epoch}
-    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
-    outcomes = [intake.examine(r) for r in raws]
-    views = ledger.load_views(operation_ids(outcomes))
-    planned = decide_batch(
-        outcomes,
-        views,
-        rules,
-        group=GROUP,
-        controller=CONTROLLER,
-        positions=positions_for(raws, epochs),
-        now=now.event_time + timedelta(minutes=1),
-        arrivals=ledger.arrival_lineage(openings(outcomes, views)),
-    )
+    planned = decide(ledger, raws, now=now.event_time + timedelta(minutes=1), lineage=True)
     assert len(planned.refused) == refused, planned.refused
     ledger.commit(planned.batch)
     return [r.code for _, r in planned.refused]

@@ -9,18 +9,17 @@ from datetime import timedelta
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from consumer import Accepted, DecidedBatch, Intake, Refusal, decide_batch
-from consumer.batch import operation_ids, positions_for
+from consumer import Accepted, DecidedBatch, Refusal
+from consumer.batch import positions_for
 from ledger import MemoryLedger, Position, intake_chain_id
 from machines import Decision, HumanDecision, Outcome, sign_decision
 from schemas import TopicNames
-from tests.support.producers import roster as producer_roster
 from tests.unit.consumer.support import (
-    CONTROLLER,
     FOUND,
     GROUP,
     T0,
     TOPIC,
+    decide,
     encoded,
     event,
     pinned,
@@ -29,21 +28,7 @@ from tests.unit.consumer.support import (
 
 
 def _plan(raws: list, ledger: MemoryLedger, **kwargs: object) -> DecidedBatch:  # type: ignore[type-arg]
-    machines, rules = pinned()
-    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
-    outcomes = [intake.examine(r) for r in raws]
-    views = ledger.load_views(operation_ids(outcomes))
-    epochs = {(c.topic, c.partition): c.epoch for c in ledger.claim(GROUP, TOPIC, [0, 1], "me")}
-    return decide_batch(
-        outcomes,
-        views,
-        rules,
-        group=GROUP,
-        controller=CONTROLLER,
-        positions=positions_for(raws, epochs),
-        now=T0 + timedelta(minutes=1),
-        **kwargs,  # type: ignore[arg-type]
-    )
+    return decide(ledger, raws, now=T0 + timedelta(minutes=1), partitions=(0, 1), **kwargs)
 
 
 def test_events_of_one_operation_are_decided_in_order_on_the_folded_view() -> None:

@@ -13,14 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consumer import DecidedBatch, Intake, decide_batch
-from consumer.batch import claim_keys, operation_ids, positions_for
+from consumer import DecidedBatch, Intake
 from ledger import Batch, MemoryLedger, batch_rows
 from machines import CATALOGUE, Event, EvidencePayload, load_catalogue, load_registry
 from machines.event import DeclaredFacts
 from ops.bench.ledger import build_batches
 from tests.support.producers import roster as producer_roster
-from tests.unit.consumer.support import CONTROLLER, FOUND, GROUP, TOPIC, encoded, event, pinned
+from tests.unit.consumer.support import FOUND, decide, encoded, event, pinned
 
 NOW = event("TOOL_TIMEOUT").event_time + timedelta(minutes=1)
 TYPES = [
@@ -49,22 +48,8 @@ def _assert_same_plan(batch: Batch) -> None:
 
 
 def _plan(intake: Intake, ledger: MemoryLedger, events: list[Event], first: int) -> DecidedBatch:
-    _machines, rules = pinned()
     raws = [encoded(e, first + n) for n, e in enumerate(events)]
-    outcomes = [intake.examine(r) for r in raws]
-    epochs = {(c.topic, c.partition): c.epoch for c in ledger.claim(GROUP, TOPIC, [0], "me")}
-    views = ledger.load_views(operation_ids(outcomes))
-    return decide_batch(
-        outcomes,
-        views,
-        rules,
-        group=GROUP,
-        controller=CONTROLLER,
-        positions=positions_for(raws, epochs),
-        now=NOW,
-        # As the controller does: the stored owners of the keys new operations declare.
-        claims=ledger.key_claims(claim_keys(outcomes, views)),
-    )
+    return decide(ledger, raws, now=NOW, intake=intake, owners=True)
 
 
 def _story_event(machine: str, op: str, kind: str, n: int, later_facts: bool) -> Event:

@@ -9,12 +9,12 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from consumer import Intake, decide_batch
-from consumer.batch import DecidedBatch, openings, operation_ids, positions_for
+from consumer import Intake
+from consumer.batch import DecidedBatch
 from ledger import MemoryLedger
 from machines import ANY, Event, Grant, Lineage, Role, Roster, Rules
 from tests.support.producers import producer_entry
-from tests.unit.consumer.support import CONTROLLER, GROUP, TOPIC, encoded, event, pinned
+from tests.unit.consumer.support import decide, encoded, event, pinned
 
 MACHINE = "delegated-research"
 ORCHESTRATOR, WORKER = "research-orchestrator", "research-worker"
@@ -59,20 +59,14 @@ def _event(
 def _commit(ledger: MemoryLedger, events: list[Event], first: int) -> DecidedBatch:
     machines, rules = pinned()
     rules = Rules(rules.policy.model_copy(update={"producers": ROSTER.producers}), rules.registry)
-    epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], "me")[0].epoch}
     raws = [encoded(e, first + i) for i, e in enumerate(events)]
-    intake = Intake(machines, roster=ROSTER, max_record_bytes=65536)
-    outcomes = [intake.examine(r) for r in raws]
-    views = ledger.load_views(operation_ids(outcomes))
-    planned = decide_batch(
-        outcomes,
-        views,
-        rules,
-        group=GROUP,
-        controller=CONTROLLER,
-        positions=positions_for(raws, epochs),
+    planned = decide(
+        ledger,
+        raws,
         now=events[0].event_time + timedelta(minutes=1),
-        arrivals=ledger.arrival_lineage(openings(outcomes, views)),
+        intake=Intake(machines, roster=ROSTER, max_record_bytes=65536),
+        rules=rules,
+        lineage=True,
     )
     ledger.commit(planned.batch)
     return planned

@@ -8,30 +8,17 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from consumer import DecidedBatch, Intake, decide_batch
-from consumer.batch import openings, operation_ids, positions_for
+from consumer import DecidedBatch, Intake
+from consumer.batch import openings
 from ledger import MemoryLedger
 from machines import Scope
 from tests.support.producers import roster as producer_roster
-from tests.unit.consumer.support import CONTROLLER, FOUND, GROUP, T0, TOPIC, encoded, event
+from tests.unit.consumer.support import FOUND, T0, decide, encoded, event
 from tests.unit.consumer.support import pinned as _pinned
 
 
 def _plan(raws: list, ledger: MemoryLedger) -> DecidedBatch:  # type: ignore[type-arg]
-    machines, rules = _pinned()
-    intake = Intake(machines, roster=producer_roster(), max_record_bytes=65536)
-    outcomes = [intake.examine(r) for r in raws]
-    views = ledger.load_views(operation_ids(outcomes))
-    epochs = {(c.topic, c.partition): c.epoch for c in ledger.claim(GROUP, TOPIC, [0, 1], "me")}
-    return decide_batch(
-        outcomes,
-        views,
-        rules,
-        group=GROUP,
-        controller=CONTROLLER,
-        positions=positions_for(raws, epochs),
-        now=T0 + timedelta(minutes=1),
-    )
+    return decide(ledger, raws, now=T0 + timedelta(minutes=1), partitions=(0, 1))
 
 
 def test_an_operation_opened_without_a_scope_is_dead_lettered_and_not_opened() -> None:

@@ -9,18 +9,15 @@ from datetime import timedelta
 
 import pytest
 
-from consumer import Accepted, DecidedBatch, Intake, decide_batch
-from consumer.batch import operation_ids, positions_for
+from consumer import Accepted, DecidedBatch, Intake
 from ledger import MemoryLedger
 from machines import Machine, Outcome, Pins
 from tests.support.producers import roster as producer_roster
 from tests.support.rollout import versioned
 from tests.unit.consumer.support import (
-    CONTROLLER,
     FOUND,
-    GROUP,
     T0,
-    TOPIC,
+    decide,
     encoded,
     event,
     pinned,
@@ -43,21 +40,8 @@ def _pins(current: str) -> Pins:
 
 
 def _plan(raws: list, ledger: MemoryLedger, pins: Pins) -> DecidedBatch:  # type: ignore[type-arg]
-    _, rules = pinned()
     intake = Intake(pins, roster=producer_roster(), max_record_bytes=65536)
-    outcomes = [intake.examine(r) for r in raws]
-    views = ledger.load_views(operation_ids(outcomes))
-    epochs = {(c.topic, c.partition): c.epoch for c in ledger.claim(GROUP, TOPIC, [0], "me")}
-    return decide_batch(
-        outcomes,
-        views,
-        rules,
-        group=GROUP,
-        controller=CONTROLLER,
-        positions=positions_for(raws, epochs),
-        now=T0 + timedelta(minutes=1),
-        pins=pins,
-    )
+    return decide(ledger, raws, now=T0 + timedelta(minutes=1), intake=intake, pins=pins)
 
 
 def test_a_name_pinned_at_two_versions_needs_a_current_one() -> None:

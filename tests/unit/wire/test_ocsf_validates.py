@@ -16,8 +16,6 @@ from typing import Any, Final
 
 from ocsf.v1_3_0.events import ApiActivity
 
-from consumer import Intake, decide_batch
-from consumer.batch import openings, operation_ids, positions_for
 from ledger import AuditRecord, ChainHead, MemoryLedger, OutboxRecord
 from ledger.audit import chain_records
 from ledger.jsonutil import dumps
@@ -25,15 +23,11 @@ from ledger.retention import tombstone_payload
 from machines import Event, Lineage
 from producers import RecordEncoder
 from schemas import DEFAULT_TOPICS, audit_to_ocsf, ocsf_kind
-from tests.support.producers import roster as producer_roster
 from tests.unit.consumer.support import (
-    CONTROLLER,
     FOUND,
-    GROUP,
-    TOPIC,
+    decide,
     encoded,
     event,
-    pinned,
     record,
 )
 
@@ -45,22 +39,7 @@ KINDS: Final = frozenset(
 
 
 def _commit(ledger: MemoryLedger, raws: list[Any], first_time: Event) -> None:
-    machines, rules = pinned()
-    epochs = {(TOPIC, 0): ledger.claim(GROUP, TOPIC, [0], CONTROLLER)[0].epoch}
-    outcomes = [
-        Intake(machines, roster=producer_roster(), max_record_bytes=65536).examine(r) for r in raws
-    ]
-    views = ledger.load_views(operation_ids(outcomes))
-    planned = decide_batch(
-        outcomes,
-        views,
-        rules,
-        group=GROUP,
-        controller=CONTROLLER,
-        positions=positions_for(raws, epochs),
-        now=first_time.event_time + timedelta(minutes=1),
-        arrivals=ledger.arrival_lineage(openings(outcomes, views)),
-    )
+    planned = decide(ledger, raws, now=first_time.event_time + timedelta(minutes=1), lineage=True)
     ledger.commit(planned.batch)
 
 
