@@ -136,8 +136,8 @@ def decide(
     the operations the batch opens; `owners`, the stored owners of the claim keys they
     declare. `kwargs` go to `decide_batch` as they are."""
     machines, pinned_rules = pinned()
-    claims = ledger.claim(GROUP, TOPIC, list(partitions), CONTROLLER)
-    epochs = {(c.topic, c.partition): c.epoch for c in claims}
+    claimed = ledger.claim(GROUP, TOPIC, list(partitions), CONTROLLER)
+    epochs = {(c.topic, c.partition): c.epoch for c in claimed}
     intake = intake or Intake(machines, roster=roster(), max_record_bytes=65536)
     outcomes = [intake.examine(r) for r in raws]
     views = ledger.load_views(operation_ids(outcomes))
