@@ -95,6 +95,14 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "rank the statements with pg_stat_statements",
     )
     parser.add_argument(
+        "--native",
+        action="store_true",
+        help="with --profile: py-spy unwinds native frames too, and each process's "
+        "samples are split by kind of code (Python, the interpreter's runtime, each "
+        "native library); py-spy then pauses the processes to sample them, so read "
+        "the split, not the rates",
+    )
+    parser.add_argument(
         "--json-out",
         type=Path,
         default=Path(tempfile.gettempdir()) / "recovery-bench" / "bench.json",
@@ -129,6 +137,8 @@ def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> Benc
     partitions = min(args.partitions, 3) if args.quick else args.partitions
     if members and max(members) > partitions:
         raise ValueError(f"--members {args.members}: at most the partitions ({partitions})")
+    if args.native and not args.profile:
+        raise ValueError("--native: only with --profile")
     if args.full_memory and 200_000 not in backlogs:
         backlogs = (*backlogs, 200_000)
     if args.quick:
@@ -146,6 +156,7 @@ def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> Benc
             keep_on_failure=args.keep_on_failure,
             members=members,
             profile=args.profile,
+            profile_native=args.native,
             # A quick saturation drain lasts well under a second: the relay's share of
             # it is a few dozen milliseconds of CPU, a handful of samples at 100 a
             # second.
@@ -165,6 +176,7 @@ def _config(args: argparse.Namespace, bootstrap: str, database_url: str) -> Benc
         keep_on_failure=args.keep_on_failure,
         members=members,
         profile=args.profile,
+        profile_native=args.native,
         timers=args.timers,
     )
 
@@ -257,5 +269,7 @@ def _command_line(args: argparse.Namespace) -> str:
     parts += ["--timers", str(args.timers)]
     if args.profile:
         parts.append("--profile")
+    if args.native:
+        parts.append("--native")
     parts += ["--json-out", str(args.json_out)]
     return shlex.join(parts)

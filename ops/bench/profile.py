@@ -10,6 +10,13 @@
   local stack's server does, with tracking off): tracking is turned on for the bench's
   database only, and the statements of the saturation window are ranked by total
   execution time, with calls and time per event.
+- With `--native`, py-spy also unwinds the native frames below the Python ones, and
+  each process's samples are split by the kind of code they were in (`code_kinds`):
+  Python code the interpreter runs, the interpreter's own runtime, and each native
+  library (libsodium, orjson, fastavro, ...). This is where a compiled rewrite of a
+  process's work could save and where it could not (docs/PERFORMANCE.md, eleventh round).
+  To read native stacks py-spy pauses the process at each sample, so a run with
+  `--native` is slower: its split is the figure, not its rates.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from psycopg import sql
 
 from ops.bench.roles import BenchError
 
-__all__ = ["PySpy", "StatementStats", "py_spy_path", "top_functions"]
+__all__ = ["PySpy", "StatementStats", "code_kinds", "py_spy_path", "top_functions"]
 
 _TOP: Final = 12
 # What `py-spy record` prints once it samples, and how long to wait for that.
@@ -58,10 +65,12 @@ def py_spy_path() -> Path:
 @dataclass
 class PySpy:
     """One `py-spy record` per process, speedscope output, `rate` samples a second,
-    stopped with SIGINT (py-spy then writes its file)."""
+    stopped with SIGINT (py-spy then writes its file); with `native`, native frames too
+    and the split by kind of code."""
 
     out_dir: Path
     rate: int = 100
+    native: bool = False
     _running: dict[str, tuple[subprocess.Popen[str], Path]] = field(default_factory=dict)
     _errors: dict[str, str] = field(default_factory=dict)
 
@@ -75,6 +84,7 @@ class PySpy:
             [
                 *(str(py_spy_path()), "record", "--pid", str(pid)),
                 *("--format", "speedscope", "--output", str(path), "--rate", str(self.rate)),
+                *(["--native"] if self.native else []),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -110,7 +120,10 @@ class PySpy:
             if not path.is_file():
                 out[name] = {"error": _failure(err, proc.returncode)}
                 continue
-            out[name] = {"file": str(path), **top_functions(json.loads(path.read_text()))}
+            document = json.loads(path.read_text())
+            out[name] = {"file": str(path), **top_functions(document)}
+            if self.native:
+                out[name]["kinds"] = code_kinds(document)
         self._running.clear()
         self._errors.clear()
         return out
@@ -161,6 +174,87 @@ def top_functions(document: Mapping[str, Any], top: int = _TOP) -> dict[str, Any
         "self": rank(own),
         "inclusive": rank(inclusive),
     }
+
+
+# A thread waiting is in one of these native functions, though py-spy counts it as
+# running: for a lock (a pool's idle worker in `Condition.wait`) or the GIL, for a
+# socket (psycopg waiting for the server), for librdkafka's queue (a flush).
+_WAITS: Final = frozenset(
+    {
+        "PyThread_acquire_lock_timed",
+        "take_gil",
+        "poll",
+        "ppoll",
+        "epoll_wait",
+        "select",
+        "cnd_timedwait",
+        "cnd_timedwait_ms",
+        "cnd_timedwait_abs",
+        "cnd_wait",
+    }
+)
+# The kind of code a native frame is in, by a part of its file's path (the library's
+# file, or the source file where the library kept its debugging symbols), first match.
+_NATIVE_KINDS: Final = (
+    ("libpython", "the interpreter's runtime"),
+    ("/include/python3", "the interpreter's runtime"),
+    ("libsodium", "libsodium"),
+    ("orjson", "orjson"),
+    ("fastavro", "fastavro"),
+    ("pydantic_core", "pydantic-core"),
+    ("psycopg", "psycopg and libpq"),
+    ("libpq", "psycopg and libpq"),
+    ("confluent_kafka", "librdkafka"),
+    ("librdkafka", "librdkafka"),
+    ("_cffi_backend", "cffi"),
+    ("libssl", "OpenSSL"),
+    ("libcrypto", "OpenSSL"),
+    ("cryptography", "OpenSSL"),
+    ("libc.so", "libc (allocation, copying, system calls)"),
+)
+
+
+def code_kinds(document: Mapping[str, Any]) -> dict[str, Any]:
+    """From a `py-spy record --native` speedscope document: each sample's innermost frame
+    by kind of code, leaving out the samples of threads waiting (`_WAITS`).
+    A Python frame innermost is time the interpreter spent running that Python code;
+    a native frame is time in the library it belongs to (`_NATIVE_KINDS`; any other
+    native file counts as "other native code")."""
+    frames = document["shared"]["frames"]
+    kinds = [_kind(str(f.get("file") or "")) for f in frames]
+    waits = {
+        i
+        for i, (f, kind) in enumerate(zip(frames, kinds, strict=True))
+        if f.get("name") in _WAITS and kind != "Python code"
+    }
+    counts: Counter[str] = Counter()
+    waiting = 0
+    for profile in document["profiles"]:
+        for stack in profile["samples"]:
+            if not stack:
+                continue
+            if waits.intersection(stack):
+                waiting += 1
+                continue
+            counts[kinds[stack[-1]]] += 1
+    busy = sum(counts.values())
+    return {
+        "samples": busy,
+        "waiting": waiting,
+        "kinds": [
+            {"kind": k, "samples": n, "percent": round(100 * n / max(busy, 1), 1)}
+            for k, n in counts.most_common()
+        ],
+    }
+
+
+def _kind(path: str) -> str:
+    if path.endswith(".py") or path.startswith("<"):
+        return "Python code"
+    for part, kind in _NATIVE_KINDS:
+        if part in path:
+            return kind
+    return "other native code"
 
 
 def _thread(name: str) -> str:

@@ -355,6 +355,13 @@ def _profile_lines(profile: dict[str, Any]) -> list[str]:
         lines += [f"  {f['percent']:>7.1f}  {f['function']}" for f in figures["self"][:8]]
         lines.append(f"  {'incl %':>7}  function")
         lines += [f"  {f['percent']:>7.1f}  {f['function']}" for f in figures["inclusive"][:8]]
+        if "kinds" in figures:
+            kinds = figures["kinds"]
+            lines.append(
+                f"  by kind of code (py-spy --native; {kinds['samples']:,} samples, "
+                f"{kinds['waiting']:,} waiting left out):"
+            )
+            lines += [f"  {k['percent']:>7.1f}  {k['kind']}" for k in kinds["kinds"]]
     statements = profile.get("statements") or []
     if statements:
         lines += [

@@ -115,6 +115,8 @@ class BenchConfig:
     # taking `profile_rate` samples a second.
     profile: bool = False
     profile_rate: int = 100
+    # With `profile`: py-spy unwinds native frames too (`--native`).
+    profile_native: bool = False
     # Timers due at once in the timer-storm phase (`--timers`); 0: no such phase.
     timers: int = 0
 
@@ -583,7 +585,11 @@ def _pids(run: _Run) -> dict[str, int]:
 def _start_profile(run: _Run, label: str) -> PySpy:
     """py-spy on the controller and the relay once each has started (imports and
     set-up are not the phase's work), recording before either polls."""
-    spy = PySpy(run.config.log_dir / f"{run.run_id}-{label}-profile", run.config.profile_rate)
+    spy = PySpy(
+        run.config.log_dir / f"{run.run_id}-{label}-profile",
+        run.config.profile_rate,
+        run.config.profile_native,
+    )
     controller, relay = run.controller, run.relay
     assert controller is not None
     assert relay is not None
@@ -933,6 +939,7 @@ def _config_dict(config: BenchConfig) -> dict[str, Any]:
         "batch_max_records": config.batch_max_records,
         "members": sorted(set(config.members)),
         "profile": config.profile,
+        "profile_native": config.profile_native,
     }
 
 

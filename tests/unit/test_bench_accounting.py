@@ -1,5 +1,6 @@
 """The benchmark's accounting: CPU read from /proc for real processes, the profile's
-ranking of py-spy samples, and the issue #20 verdicts the table prints."""
+ranking of py-spy samples and their split by kind of code, and the issue #20 verdicts
+the table prints."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from ops.bench.cpu import CpuSnapshot, cpu_figures, listening_pid, process_cpu, tree_cpu
-from ops.bench.profile import PySpy, top_functions
+from ops.bench.profile import PySpy, code_kinds, top_functions
 from ops.bench.report import verdicts
 from ops.bench.runner import BenchConfig, BenchResult
 
@@ -211,6 +212,56 @@ def test_members_are_none_by_default_and_at_most_the_partitions() -> None:
         _bench_config("--members", "0")
 
 
+def test_native_frames_are_asked_for_only_with_a_profile() -> None:
+    config = _bench_config("--profile", "--native")
+    assert config.profile
+    assert config.profile_native
+    assert not _bench_config("--profile").profile_native
+    with pytest.raises(ValueError, match="--native: only with --profile"):
+        _bench_config("--native")
+
+
+def test_code_kinds_split_samples_by_their_innermost_frame_leaving_waits_out() -> None:
+    frames = [
+        {"name": "step", "file": "/work/main/consumer/controller.py"},
+        {"name": "fe25519_mul", "file": "/src/libsodium/include/sodium/private/fe_51.h"},
+        {"name": "0x7f01", "file": "/usr/lib/x86_64-linux-gnu/libc.so.6"},
+        {"name": "PyThread_acquire_lock_timed", "file": "/x/lib/libpython3.11.so.1.0"},
+        {"name": "dict_subscript", "file": "/x/lib/libpython3.11.so.1.0"},
+        {"name": "0x7f02", "file": "/x/site-packages/orjson/orjson.cpython-311.so"},
+        {"name": "mystery", "file": "/opt/lib/libunknown.so"},
+        {"name": "wait", "file": "/x/lib/python3.11/threading.py"},
+        {"name": "poll", "file": "/usr/lib/x86_64-linux-gnu/libc.so.6"},
+        {"name": "poll", "file": "/work/main/producers/client.py"},
+    ]
+    document = {
+        "shared": {"frames": frames},
+        "profiles": [
+            {
+                "name": 'Thread 7 "MainThread"',
+                "samples": [[0], [0], [0, 1], [0, 5], [0, 4], [0, 1, 2], [0, 6], []],
+            },
+            # an idle pool thread: in libc below the lock it waits for, not counted
+            {"name": 'Thread 8 "ledger-worker-0"', "samples": [[7, 3, 2], [7, 3, 2]]},
+            # waiting on a socket (libc's poll) is not counted; a Python `poll` is code
+            {"name": 'Thread 9 "relay"', "samples": [[0, 8], [9]]},
+        ],
+    }
+    split = code_kinds(document)
+    assert split["samples"] == 8
+    assert split["waiting"] == 3
+    kinds = {k["kind"]: k["samples"] for k in split["kinds"]}
+    assert kinds == {
+        "Python code": 3,
+        "libsodium": 1,
+        "orjson": 1,
+        "the interpreter's runtime": 1,
+        "libc (allocation, copying, system calls)": 1,
+        "other native code": 1,
+    }
+    assert split["kinds"][0] == {"kind": "Python code", "samples": 3, "percent": 37.5}
+
+
 def test_py_spy_samples_once_started_and_says_why_it_could_not(tmp_path: Path) -> None:
     busy = "import time\nprint(flush=True)\nt = time.time()\nwhile time.time() - t < 20: t + 1"
     python = subprocess.Popen([sys.executable, "-c", busy], stdout=subprocess.PIPE)
@@ -231,3 +282,34 @@ def test_py_spy_samples_once_started_and_says_why_it_could_not(tmp_path: Path) -
     assert figures["busy"]["file"].endswith("busy.speedscope.json")
     assert figures["sleep"]["error"].startswith("Error: Failed to find python version")
     assert "backtrace" not in figures["sleep"]["error"]
+
+
+def test_a_native_profile_finds_the_library_a_process_spends_its_time_in(
+    tmp_path: Path,
+) -> None:
+    """A real process signing in a loop (libsodium, through PyNaCl) beside a thread that
+    waits on a lock: the signing shows as libsodium, the waiting thread not at all."""
+    busy = (
+        "import threading, time, nacl.bindings as b\n"
+        "threading.Thread(target=threading.Event().wait, daemon=True).start()\n"
+        "pk, sk = b.crypto_sign_keypair()\n"
+        "print(flush=True)\n"
+        "t = time.time()\n"
+        "while time.time() - t < 20: b.crypto_sign(b'x' * 512, sk)"
+    )
+    python = subprocess.Popen([sys.executable, "-c", busy], stdout=subprocess.PIPE)
+    try:
+        assert python.stdout is not None
+        python.stdout.readline()
+        spy = PySpy(tmp_path, rate=200, native=True)
+        spy.start("signer", python.pid)
+        time.sleep(1.0)
+        figures = spy.stop()
+    finally:
+        python.kill()
+        python.communicate()
+    split = figures["signer"]["kinds"]
+    kinds = {k["kind"]: k["percent"] for k in split["kinds"]}
+    # Were the waiting thread's samples counted (in libc, below its lock), they would
+    # be about as many as the signer's, and libsodium at most half.
+    assert kinds.get("libsodium", 0.0) > 50.0, split
