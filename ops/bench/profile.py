@@ -199,6 +199,7 @@ _NATIVE_KINDS: Final = (
     ("libpython", "the interpreter's runtime"),
     ("/include/python3", "the interpreter's runtime"),
     ("libsodium", "libsodium"),
+    ("nacl/_sodium", "libsodium"),  # PyNaCl's build of it, where no symbols name the file
     ("orjson", "orjson"),
     ("fastavro", "fastavro"),
     ("pydantic_core", "pydantic-core"),
