@@ -208,9 +208,9 @@ _NATIVE_KINDS: Final = (
     ("confluent_kafka", "librdkafka"),
     ("librdkafka", "librdkafka"),
     ("_cffi_backend", "cffi"),
-    ("libssl", "OpenSSL"),
-    ("libcrypto", "OpenSSL"),
-    ("cryptography", "OpenSSL"),
+    ("libssl", "OpenSSL and cryptography"),
+    ("libcrypto", "OpenSSL and cryptography"),
+    ("cryptography", "OpenSSL and cryptography"),
     ("libc.so", "libc (allocation, copying, system calls)"),
 )
 
