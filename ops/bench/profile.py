@@ -193,6 +193,8 @@ _WAITS: Final = frozenset(
         "cnd_wait",
     }
 )
+# The kind of a frame the interpreter runs (a Python file's), which no wait is.
+_PYTHON_CODE: Final = "Python code"
 # The kind of code a native frame is in, by a part of its file's path (the library's
 # file, or the source file where the library kept its debugging symbols), first match.
 _NATIVE_KINDS: Final = (
@@ -226,7 +228,7 @@ def code_kinds(document: Mapping[str, Any]) -> dict[str, Any]:
     waits = {
         i
         for i, (f, kind) in enumerate(zip(frames, kinds, strict=True))
-        if f.get("name") in _WAITS and kind != "Python code"
+        if f.get("name") in _WAITS and kind != _PYTHON_CODE
     }
     counts: Counter[str] = Counter()
     waiting = 0
@@ -251,7 +253,7 @@ def code_kinds(document: Mapping[str, Any]) -> dict[str, Any]:
 
 def _kind(path: str) -> str:
     if path.endswith(".py") or path.startswith("<"):
-        return "Python code"
+        return _PYTHON_CODE
     for part, kind in _NATIVE_KINDS:
         if part in path:
             return kind
