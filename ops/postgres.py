@@ -44,6 +44,7 @@ __all__ = [
     "PostgresServiceError",
     "ensure_database",
     "find_bin_dir",
+    "postmaster_pid",
     "service_os_user",
     "start_postgres",
     "wait_for_postgres",
@@ -79,6 +80,16 @@ _SETTINGS_FILE = "agent-recovery.conf"
 _ADMIN_DATABASE = "postgres"
 # Unix socket paths are limited to 107 bytes; a deep checkout falls back to TCP only.
 _MAX_SOCKET_DIR = 90
+
+
+def postmaster_pid(data_dir: Path) -> int | None:
+    """The pid of the postmaster of data folder `data_dir` (from its `postmaster.pid`),
+    or None when it is not running."""
+    try:
+        pid = int((data_dir / "postmaster.pid").read_text().splitlines()[0])
+    except (FileNotFoundError, IndexError, ValueError):
+        return None
+    return pid if pid_alive(pid) else None
 
 
 class PostgresServiceError(StackError):
@@ -134,12 +145,7 @@ class PostgresServer:
     @property
     def pid(self) -> int | None:
         """The postmaster's pid from `postmaster.pid`, or None when it is not running."""
-        try:
-            first = (self.data_dir / "postmaster.pid").read_text().splitlines()[0]
-            pid = int(first)
-        except (FileNotFoundError, IndexError, ValueError):
-            return None
-        return pid if pid_alive(pid) else None
+        return postmaster_pid(self.data_dir)
 
     def is_running(self) -> bool:
         """Whether the postmaster of this data folder is alive."""

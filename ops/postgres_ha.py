@@ -31,6 +31,7 @@ a minute; the measurements are in docs/faults.md, "Losing the ledger's primary".
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -59,10 +60,11 @@ from ops.postgres import (
     _write_passfile,
     find_bin_dir,
     initdb,
+    postmaster_pid,
     service_os_user,
     write_server_files,
 )
-from ops.process import log_tail, pid_alive
+from ops.process import child_pids, log_tail, pid_alive
 from ops.settings import DATABASE_NAME, DATABASE_USER
 
 __all__ = [
@@ -232,15 +234,28 @@ class HaPostgres:
 
     def kill(self, name: str) -> None:
         """SIGKILL server `name`'s keeper, its PostgreSQL and every backend: the whole
-        server is lost at once, as when its machine dies."""
+        server is lost at once, as when its machine dies. PostgreSQL's children (the
+        backends, the WAL sender) each lead a session of their own, outside the keeper's
+        process group, and a backend outliving its postmaster can still acknowledge a
+        commit its standby confirms. So the group is stopped first (no child is forked
+        after), then the postmaster's children, and only then is any of them killed:
+        none runs a step once the kill began. Returns when all are gone."""
         pid = self.supervisor_pid(name)
         if pid is None:
             return
         try:
-            os.killpg(pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGSTOP)
         except ProcessLookupError:
             return
-        _wait_gone(pid, 10.0)
+        postmaster = postmaster_pid(self.folder(name) / "data")
+        children = child_pids(postmaster) if postmaster is not None else []
+        for signum in (signal.SIGSTOP, signal.SIGKILL):
+            for child in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signum)
+        os.killpg(pid, signal.SIGKILL)
+        for gone in (pid, *children):
+            _wait_gone(gone, 10.0)
         (self.folder(name) / "run.pid").unlink(missing_ok=True)
 
     def start(self, name: str) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["file_lock", "log_tail", "pid_alive", "pid_cmdline", "terminate"]
+__all__ = ["child_pids", "file_lock", "log_tail", "pid_alive", "pid_cmdline", "terminate"]
 
 
 @contextmanager
@@ -44,6 +44,19 @@ def pid_alive(pid: int) -> bool:
         return False
     # The state letter follows the parenthesised command name, which may contain spaces.
     return status.rpartition(")")[2].split()[0] != "Z"
+
+
+def child_pids(parent: int) -> list[int]:
+    """The ids of the processes whose parent is `parent` (none when it is gone)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # ended while we looked
+        if int(fields[1]) == parent:
+            children.append(int(stat.parent.name))
+    return children
 
 
 def pid_cmdline(pid: int) -> str:

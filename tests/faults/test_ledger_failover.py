@@ -33,6 +33,7 @@ from ledger import (
     migrate_database,
 )
 from ops.postgres_ha import MONITOR, NODES, HaPostgres
+from ops.process import pid_alive
 from tests.faults.ledger_failover import failover_run
 from tests.faults.processes import wait_until
 from tests.support.kafka import TopicFactory
@@ -65,6 +66,15 @@ def _walreceiver_pid(pair: HaPostgres, standby: str) -> int:
         row = conn.execute("SELECT pid FROM pg_stat_wal_receiver").fetchone()
     assert row is not None, f"{standby} streams from no primary"
     return int(row[0])
+
+
+def _backend_pids(pair: HaPostgres, node: str) -> tuple[list[int], int]:
+    """The pids of every backend of `node` (the blocked claim's among them) and of its
+    WAL sender."""
+    with psycopg.connect(pair.node_url(node), autocommit=True) as conn:
+        rows = conn.execute("SELECT pid, backend_type FROM pg_stat_activity").fetchall()
+    (sender,) = [int(pid) for pid, kind in rows if kind == "walsender"]
+    return [int(pid) for pid, _ in rows], sender
 
 
 def _rejoin(pair: HaPostgres, node: str) -> None:
@@ -103,7 +113,13 @@ def test_an_acknowledged_claim_survives_the_primary_and_epochs_still_fence(
         thread.join(3.0)
         assert outcome == [], f"a commit was acknowledged without the standby: {outcome}"
         _say(f"killing {primary}; the standby {standby} holds epoch {current} as acknowledged")
+        backends, sender = _backend_pids(pair, primary)
+        # The WAL sender is not running when the server dies (as one the scheduler has
+        # not run yet): left alive, it would pass the standby's confirmation on as soon
+        # as it ran, and the claim would be acknowledged by a dead server's backend.
+        os.kill(sender, signal.SIGSTOP)
         pair.kill(primary)
+        assert [pid for pid in backends if pid_alive(pid)] == []
         os.kill(receiver, signal.SIGCONT)
         thread.join(30)
         assert len(outcome) == 1, outcome
