@@ -157,6 +157,7 @@ class Feeder:
         self.error: BaseException | None = None
         self._run = run
         self._say = say
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._produce, name="feeder", daemon=True)
 
     def start(self) -> Feeder:
@@ -168,6 +169,11 @@ class Feeder:
     def done(self) -> bool:
         """Whether every record was produced (and flushed)."""
         return not self._thread.is_alive()
+
+    def stop(self) -> None:
+        """Produce no record after the one under way (`join` then waits for the
+        deliveries): a run whose faults are over needs no more input."""
+        self._stop.set()
 
     def join(self, timeout: float) -> int:
         """Wait for the last record's delivery; the number produced. Raises if producing
@@ -193,8 +199,8 @@ class Feeder:
             ) as publisher:
                 for n, record in enumerate(self.records, start=1):
                     delay = started + n / self.rate - time.monotonic()
-                    if delay > 0:
-                        time.sleep(delay)
+                    if self._stop.wait(max(delay, 0.0)):
+                        break
                     publisher.send(
                         topic,
                         key=record.key,

@@ -50,7 +50,7 @@ def test_sigkilled_controller_and_relay_lose_and_repeat_nothing(
         roles["controller"].wait_assigned(60)
         feeder = Feeder(run, records, RATE, _say).start()
         while sum(kills.values()) < KILLS:
-            time.sleep(rng.uniform(0.5, 4.0))
+            time.sleep(rng.uniform(0.5, 2.5))
             run.check_alive(*roles.values())
             roll = rng.random()
             targets = (

@@ -194,6 +194,7 @@ def test_decisions_resume_within_3_s_after_a_controller_sigkill(
                 )
                 replacement[0].wait_assigned(60)
                 time.sleep(3)
+        feeder.stop()  # the workload outlasts the kills; the rest would only drain
         produced = feeder.join(120)
         drain(run, produced, [p for p, _, _ in members] + [relay], 120, _say)
         for process, _, _ in members:
