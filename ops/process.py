@@ -52,8 +52,8 @@ def child_pids(parent: int) -> list[int]:
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rpartition(")")[2].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # ended while we looked
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue  # ended while we looked, or not ours to read
         if int(fields[1]) == parent:
             children.append(int(stat.parent.name))
     return children

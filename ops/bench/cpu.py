@@ -30,6 +30,8 @@ from typing import Any, Final
 
 import psycopg
 
+from ops.process import child_pids
+
 __all__ = [
     "CpuSnapshot",
     "CpuWatch",
@@ -71,11 +73,7 @@ def tree_cpu(root: int) -> float | None:
     if fields is None:
         return None
     total = sum(int(fields[i]) for i in (11, 12, 13, 14)) / _TICK
-    for pid in _pids():
-        child = _stat_fields(pid)
-        if child is not None and child[1] == str(root):
-            total += (int(child[11]) + int(child[12])) / _TICK
-    return total
+    return total + sum(process_cpu(child) or 0.0 for child in child_pids(root))
 
 
 def machine_cpu() -> float:
